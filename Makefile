@@ -1,0 +1,75 @@
+# Breakwater: one gate (make test) and one demo (make demo). The Makefile bootstraps itself:
+# a fresh clone needs only python3.11+, node 20 and npm on the PATH.
+SHELL := /bin/bash
+.DEFAULT_GOAL := help
+
+PYTHON ?= python3
+VENV := .venv
+PY := $(VENV)/bin/python
+CDK := node_modules/.bin/cdk
+CDK_OUTDIR ?= cdk.out
+export JSII_SILENCE_WARNING_END_OF_LIFE_NODE_VERSION := 20
+export JSII_SILENCE_WARNING_UNTESTED_NODE_VERSION := 1
+export SPARK_LOCAL_IP := 127.0.0.1
+export PYTHONDONTWRITEBYTECODE := 1
+
+.PHONY: help install test lint types unit integration infrastructure spark synth nag cfn-lint deploy bootstrap demo serve bench clean
+
+help:  ## list the targets
+	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  make %-15s %s\n", $$1, $$2}'
+
+$(VENV)/.stamp-installed: pyproject.toml
+	$(PYTHON) -m venv $(VENV)
+	$(PY) -m pip install --quiet --upgrade pip
+	$(PY) -m pip install --quiet -e '.[dev]'
+	touch $@
+
+node_modules/.stamp-installed: package.json package-lock.json
+	npm ci --no-audit --no-fund --loglevel=error
+	touch $@
+
+install: $(VENV)/.stamp-installed node_modules/.stamp-installed  ## create .venv and install everything (Python packages, the pinned CDK CLI)
+
+lint: $(VENV)/.stamp-installed  ## ruff: lint and format check
+	$(VENV)/bin/ruff check .
+	$(VENV)/bin/ruff format --check .
+
+types: $(VENV)/.stamp-installed  ## mypy over the stacks, the runtime library, the handlers and local/
+	$(VENV)/bin/mypy app.py stacks functions local bin bench glue_jobs
+
+synth: install  ## synthesize the CloudFormation template into cdk.out/ (runs cdk-nag)
+	$(CDK) synth --quiet --output $(CDK_OUTDIR) > /dev/null
+	@echo "template: $(CDK_OUTDIR)/Breakwater.template.json"
+
+cfn-lint: synth  ## cfn-lint on the synthesized template
+	$(VENV)/bin/cfn-lint $(CDK_OUTDIR)/Breakwater.template.json
+
+test: install  ## ruff + mypy + every test tier + cdk-nag + cfn-lint on the synthesized template
+	$(MAKE) lint
+	$(MAKE) types
+	$(MAKE) cfn-lint
+	$(PY) -m pytest -q -p no:cacheprovider
+
+unit: install  ## only tests/unit
+	$(PY) -m pytest -q tests/unit
+
+integration: install  ## only tests/integration (handlers against moto)
+	$(PY) -m pytest -q tests/integration
+
+infrastructure: install  ## only tests/infrastructure (template assertions, cdk-nag)
+	$(PY) -m pytest -q tests/infrastructure
+
+bootstrap: install  ## one-time per account/region: cdk bootstrap (uses your usual AWS credentials)
+	$(CDK) bootstrap
+
+deploy: install  ## deploy the stack to the account/region of your AWS credentials
+	$(CDK) deploy --require-approval broadening
+
+demo: install  ## run the main job on the embedded AWS (moto): a noisy neighbour against quiet tenants
+	$(PY) -m local demo
+
+bench: install  ## run the benchmarks in bench/ (figures go to docs/performance.md by hand)
+	$(PY) bench/ingest.py
+
+clean:  ## remove build output (keeps .venv and node_modules)
+	rm -rf $(CDK_OUTDIR) out .pytest_cache .mypy_cache .ruff_cache

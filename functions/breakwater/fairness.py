@@ -1,0 +1,123 @@
+"""Per-tenant fairness: token buckets whose tokens are leased in chunks.
+
+The shared bucket (one item per tenant and purpose in the state table) is the source of truth; a
+container leases a chunk of tokens in one conditional write and spends them locally, so the
+throttle costs one DynamoDB call per chunk instead of one per request. A lease is bounded (a
+share of the burst, and it expires), so limits hold across any number of concurrent containers:
+every admitted request spent a token that was taken from the shared bucket exactly once.
+Everything here is pure; the clock is injected.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+
+
+@dataclass(frozen=True)
+class BucketLimits:
+    """Refill ``rate`` tokens per second up to ``burst`` tokens."""
+
+    rate: float
+    burst: float
+
+    def __post_init__(self) -> None:
+        if self.rate <= 0:
+            raise ValueError(f"rate must be > 0, got {self.rate}")
+        if self.burst < 1:
+            raise ValueError(f"burst must be >= 1, got {self.burst}")
+
+    def scaled(self, multiplier: float) -> BucketLimits:
+        """The limits after backpressure or organic growth scaled the rate (the burst never drops below 1)."""
+        return BucketLimits(rate=self.rate * multiplier, burst=max(1.0, self.burst * min(1.0, multiplier)))
+
+
+@dataclass(frozen=True)
+class BucketState:
+    """A bucket as stored: ``tokens`` as of ``updated_at`` (epoch seconds)."""
+
+    tokens: float
+    updated_at: float
+
+    @classmethod
+    def full(cls, limits: BucketLimits, now: float) -> BucketState:
+        return cls(tokens=limits.burst, updated_at=now)
+
+
+def refill(state: BucketState, limits: BucketLimits, now: float) -> BucketState:
+    """Tokens accrued since the last update, capped at the burst. Time never runs backwards."""
+    elapsed = max(0.0, now - state.updated_at)
+    tokens = min(limits.burst, state.tokens + elapsed * limits.rate)
+    return BucketState(tokens=tokens, updated_at=max(now, state.updated_at))
+
+
+def lease_size(limits: BucketLimits, lease_seconds: float, max_fraction: float) -> int:
+    """Tokens a container asks for at once: ``lease_seconds`` of rate, at most ``max_fraction`` of the burst.
+
+    Bounding the share of the burst keeps one container from starving the others of a small bucket.
+    """
+    wanted = limits.rate * lease_seconds
+    cap = limits.burst * max_fraction
+    return max(1, math.floor(min(wanted, cap)))
+
+
+@dataclass(frozen=True)
+class LeaseDecision:
+    """Outcome of trying to take a lease from the shared bucket."""
+
+    granted: int
+    state: BucketState
+    retry_after: float  # seconds until ``wanted`` tokens would be available; 0 when granted
+
+    @property
+    def ok(self) -> bool:
+        return self.granted > 0
+
+
+def take_lease(state: BucketState, limits: BucketLimits, now: float, wanted: int) -> LeaseDecision:
+    """Take up to ``wanted`` whole tokens from the bucket; grant what is there (at least one) or nothing."""
+    current = refill(state, limits, now)
+    available = math.floor(current.tokens)
+    granted = min(wanted, available)
+    if granted >= 1:
+        return LeaseDecision(
+            granted=granted,
+            state=BucketState(tokens=current.tokens - granted, updated_at=current.updated_at),
+            retry_after=0.0,
+        )
+    missing = 1.0 - current.tokens
+    return LeaseDecision(granted=0, state=current, retry_after=max(missing / limits.rate, 0.001))
+
+
+@dataclass
+class LocalLease:
+    """Tokens a container holds; unspent tokens are forfeited when the lease expires (never carried)."""
+
+    tokens: int = 0
+    expires_at: float = 0.0
+    blocked_until: float = 0.0  # after a refused lease, do not ask the shared bucket again before this
+
+    def try_spend(self, now: float) -> bool:
+        if self.tokens > 0 and now < self.expires_at:
+            self.tokens -= 1
+            return True
+        if now >= self.expires_at:
+            self.tokens = 0
+        return False
+
+    def grant(self, tokens: int, now: float, ttl: float) -> None:
+        self.tokens = tokens
+        self.expires_at = now + ttl
+        self.blocked_until = 0.0
+
+    def refuse(self, now: float, retry_after: float) -> None:
+        self.tokens = 0
+        self.blocked_until = now + retry_after
+
+    def is_blocked(self, now: float) -> bool:
+        return now < self.blocked_until
+
+
+def retry_after_header(seconds: float) -> str:
+    """``Retry-After`` takes whole seconds; never advertise 0 for a throttled request."""
+    return str(max(1, math.ceil(seconds)))

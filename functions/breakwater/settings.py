@@ -1,0 +1,132 @@
+"""Handler settings: the environment CDK sets, validated once at cold start.
+
+Policy code never reads ``os.environ``; handlers build one of these models and pass plain values
+down. The names here are the contract between ``stacks/`` (which sets them) and the handlers.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from collections.abc import Mapping
+from typing import Any, Self
+
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
+
+
+class SettingsError(RuntimeError):
+    """A handler's environment is incomplete or invalid (a deployment bug: fail the cold start loudly)."""
+
+
+class TierLimits(BaseModel):
+    """Per-tenant limits of a tier (mirrors ``stacks.config.TierConfig``; a test keeps them equal)."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    rate: float = Field(gt=0)
+    burst: int = Field(ge=1)
+    consumer_rate: float = Field(gt=0)
+    concurrency: int = Field(ge=1)
+    concurrency_floor: int = Field(ge=1)
+
+
+def _split_csv(value: Any) -> Any:
+    if isinstance(value, str):
+        return [item for item in value.split(",") if item]
+    return value
+
+
+def _json(value: Any) -> Any:
+    if isinstance(value, str):
+        return json.loads(value)
+    return value
+
+
+class _EnvModel(BaseModel):
+    """Fields map to upper-case environment variables of the same name."""
+
+    model_config = ConfigDict(extra="ignore", frozen=True)
+
+    @classmethod
+    def from_env(cls, environ: Mapping[str, str] | None = None) -> Self:
+        env = os.environ if environ is None else environ
+        values = {name: env[name.upper()] for name in cls.model_fields if name.upper() in env}
+        try:
+            return cls.model_validate(values)
+        except (ValidationError, json.JSONDecodeError) as exc:
+            raise SettingsError(f"{cls.__name__}: invalid or missing environment: {exc}") from exc
+
+
+class TierSettings(_EnvModel):
+    """Tiers and the default, as JSON in ``TIERS``; ``DEFAULT_TIER`` names one of them."""
+
+    tiers: dict[str, TierLimits]
+    default_tier: str
+
+    _parse_tiers = field_validator("tiers", mode="before")(_json)
+
+    def limits_for(self, tier: str | None) -> TierLimits:
+        return self.tiers.get(tier or self.default_tier) or self.tiers[self.default_tier]
+
+
+class AuthorizerSettings(TierSettings):
+    tenants_table_name: str
+    cache_seconds: float = Field(default=60, ge=0, description="in-process cache of tenant records")
+
+
+class IngestSettings(TierSettings):
+    state_table_name: str
+    live_queue_urls: list[str] = Field(min_length=1)
+    shard_size: int = Field(ge=1)
+    fair_queues: bool = True
+    max_payload_bytes: int = Field(ge=1)
+    max_ttl_seconds: int = Field(ge=1)
+    lease_seconds: float = Field(gt=0)
+    lease_max_fraction: float = Field(gt=0, le=1)
+    depth_refresh_seconds: float = Field(gt=0)
+    throttling_enabled: bool = True
+
+    _parse_urls = field_validator("live_queue_urls", mode="before")(_split_csv)
+
+
+class WorkerSettings(TierSettings):
+    """The worker in live mode (QUEUE_ROLE=live) or sideline mode (spillover / backlog / surge)."""
+
+    state_table_name: str
+    idempotency_table_name: str
+    spillover_queue_url: str
+    backlog_queue_url: str
+    surge_queue_url: str
+    sideline_age_seconds: int = Field(ge=1)
+    max_defer_seconds: int = Field(ge=1, le=900)
+    defer_base_seconds: int = Field(ge=1)
+    heartbeat_seconds: int = Field(ge=1)
+    visibility_timeout_seconds: int = Field(ge=1)
+    lease_seconds: float = Field(gt=0)
+    lease_max_fraction: float = Field(gt=0, le=1)
+    simulated_work_ms: int = Field(ge=0)
+    sidelining_enabled: bool = True
+
+
+class ControllerSettings(TierSettings):
+    state_table_name: str
+    live_queue_urls: list[str] = Field(min_length=1)
+    sideline_queue_urls: list[str] = Field(default_factory=list)
+    sideline_mapping_uuids: list[str] = Field(default_factory=list)
+    backlog_target: int = Field(ge=1)
+    min_multiplier: float = Field(gt=0, le=1)
+    growth_step: float = Field(ge=0, le=1)
+    max_multiplier: float = Field(ge=1)
+    healthy_age_seconds: int = Field(ge=1)
+
+    _parse_urls = field_validator("live_queue_urls", "sideline_queue_urls", "sideline_mapping_uuids", mode="before")(
+        _split_csv
+    )
+
+
+class RedriveSettings(_EnvModel):
+    """DLQ URL -> source queue URL, as JSON in ``REDRIVE_PAIRS``."""
+
+    redrive_pairs: dict[str, str]
+
+    _parse_pairs = field_validator("redrive_pairs", mode="before")(_json)

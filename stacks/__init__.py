@@ -1,0 +1,1 @@
+"""Breakwater's infrastructure: the stack composes, one construct per concern builds."""

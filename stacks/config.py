@@ -1,0 +1,199 @@
+"""BlueprintConfig: the typed, validated form of the ``breakwater`` context in ``cdk.json``.
+
+This is the configuration a fork edits. It is validated once, at synth; an invalid value stops
+the synth with an error naming the key and the value. Constructs receive this object and never
+read context themselves.
+"""
+
+from __future__ import annotations
+
+import math
+from typing import Any, Literal
+
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
+
+CONTEXT_KEY = "breakwater"
+
+
+class _Strict(BaseModel):
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+
+class TierConfig(_Strict):
+    """Per-tenant limits of a tier; a tenant record may override each of them."""
+
+    rate: float = Field(gt=0, description="accepted messages per second at ingest (token refill rate)")
+    burst: int = Field(ge=1, description="token bucket capacity at ingest")
+    consumer_rate: float = Field(gt=0, description="messages per second the workers process for the tenant")
+    concurrency: int = Field(ge=1, description="burst ceiling of in-flight messages per tenant in the workers")
+    concurrency_floor: int = Field(ge=1, description="in-flight messages a tenant is always guaranteed")
+
+    @model_validator(mode="after")
+    def _floor_below_ceiling(self) -> TierConfig:
+        if self.concurrency_floor > self.concurrency:
+            raise ValueError(
+                f"concurrency_floor ({self.concurrency_floor}) must not exceed concurrency ({self.concurrency})"
+            )
+        return self
+
+
+class QueueSetConfig(_Strict):
+    size: int = Field(default=8, ge=1, le=64, description="N: live queues in the shuffle-sharded set")
+    shard_size: int = Field(default=2, ge=1, description="k: queues each tenant is hashed to")
+    max_receive_count: int = Field(default=5, ge=1, le=1000, description="receives before a message goes to its DLQ")
+    retention_days: int = Field(default=14, ge=1, le=14)
+    fair_queues: bool = Field(default=True, description="set MessageGroupId=tenant so SQS fair queues apply")
+
+    @model_validator(mode="after")
+    def _shard_fits(self) -> QueueSetConfig:
+        if self.shard_size > self.size:
+            raise ValueError(f"shard_size ({self.shard_size}) must not exceed size ({self.size})")
+        return self
+
+    def probability_full_overlap(self) -> float:
+        """Chance that two given tenants are hashed to exactly the same k queues: 1 / C(N, k)."""
+        return 1.0 / math.comb(self.size, self.shard_size)
+
+
+class IngestConfig(_Strict):
+    max_payload_bytes: int = Field(default=64 * 1024, ge=256, le=256 * 1024 - 2048)
+    max_ttl_seconds: int = Field(default=86_400, ge=1, le=14 * 86_400)
+    lease_seconds: float = Field(default=1.0, gt=0, le=60, description="tokens leased per DynamoDB call, in seconds of rate")
+    lease_max_fraction: float = Field(
+        default=0.25, gt=0, le=1, description="at most this share of a bucket's burst in one container's lease"
+    )
+    depth_refresh_seconds: float = Field(default=5.0, gt=0, le=300)
+    timeout_seconds: int = Field(default=10, ge=1, le=29)
+    memory_mb: int = Field(default=512, ge=128, le=10_240)
+
+
+class ApiConfig(_Strict):
+    throttle_rate: float = Field(default=1000, gt=0, description="stage-wide steady requests per second")
+    throttle_burst: int = Field(default=2000, ge=1)
+    authorizer_cache_seconds: int = Field(default=300, ge=0, le=3600)
+
+
+class WorkerConfig(_Strict):
+    batch_size: int = Field(default=10, ge=1, le=10_000)
+    batching_window_seconds: int = Field(default=0, ge=0, le=300)
+    max_concurrency: int = Field(default=10, ge=2, le=1000, description="ESM maximum concurrency per queue")
+    timeout_seconds: int = Field(default=60, ge=3, le=900)
+    memory_mb: int = Field(default=1024, ge=128, le=10_240)
+    visibility_timeout_multiplier: int = Field(
+        default=6, ge=1, le=12, description="queue visibility = multiplier x worker timeout (AWS guidance: 6)"
+    )
+    heartbeat_seconds: int = Field(default=30, ge=1, le=43_200)
+    simulated_work_ms: int = Field(default=20, ge=0, description="duration of the sample processor's work")
+
+    @model_validator(mode="after")
+    def _visibility_fits(self) -> WorkerConfig:
+        if self.visibility_timeout_seconds > 43_200:
+            raise ValueError(
+                f"timeout_seconds x visibility_timeout_multiplier = {self.visibility_timeout_seconds} "
+                "exceeds the SQS maximum visibility timeout (43200)"
+            )
+        return self
+
+    @property
+    def visibility_timeout_seconds(self) -> int:
+        return self.timeout_seconds * self.visibility_timeout_multiplier
+
+
+class SidelineConfig(_Strict):
+    sideline_age_seconds: int = Field(default=300, ge=1, description="older live messages go to the backlog queue")
+    max_defer_seconds: int = Field(default=900, ge=1, le=900, description="largest surge queue DelaySeconds")
+    defer_base_seconds: int = Field(default=2, ge=1, le=900)
+    archive_age_seconds: int = Field(default=3600, ge=60, description="sideline messages older than this are archived")
+    archive_depth: int = Field(default=100_000, ge=1, description="sideline depth past which archiving starts")
+
+
+class BackpressureConfig(_Strict):
+    backlog_target: int = Field(default=1000, ge=1, description="a tenant's backlog at which its rate starts to fall")
+    min_multiplier: float = Field(default=0.1, gt=0, le=1)
+    growth_step: float = Field(default=0.1, ge=0, le=1, description="organic growth per controller run")
+    max_multiplier: float = Field(default=2.0, ge=1, le=10, description="organic ceiling as a multiple of the tier")
+
+
+class AlarmConfig(_Strict):
+    oldest_message_age_seconds: int = Field(default=300, ge=60)
+    sideline_oldest_message_age_seconds: int = Field(default=3600, ge=60)
+    age_of_first_attempt_p99_ms: int = Field(default=30_000, ge=1)
+    empty_receive_ratio_min: float = Field(default=0.1, ge=0, le=1)
+    throttled_requests: int = Field(default=100, ge=1, description="429s per 5 minutes before alarming")
+    email: str | None = Field(default=None, pattern=r"^[^@\s]+@[^@\s]+\.[^@\s]+$")
+
+
+class LambdaConfig(_Strict):
+    runtime: Literal["python3.11", "python3.12", "python3.13"] = "python3.13"
+    architecture: Literal["arm64", "x86_64"] = "arm64"
+    powertools_layer_version: int = Field(default=27, ge=1)
+    log_retention_days: Literal[1, 3, 5, 7, 14, 30, 60, 90, 120, 150, 180, 365, 400, 545, 731, 1827, 3653] = 30
+    log_level: Literal["DEBUG", "INFO", "WARNING", "ERROR"] = "INFO"
+    tracing: bool = True
+
+
+class BlueprintConfig(_Strict):
+    """Everything a fork configures, with defaults that suit a small production service."""
+
+    service_name: str = Field(default="breakwater", pattern=r"^[a-z][a-z0-9-]{1,30}$")
+    metrics_namespace: str = Field(default="Breakwater", pattern=r"^[A-Za-z][A-Za-z0-9/_-]{0,254}$")
+    mode: Literal["breakwater", "naive"] = Field(
+        default="breakwater",
+        description="naive = one queue, no throttling, no sidelining: the baseline the demo compares against",
+    )
+    queue_set: QueueSetConfig = QueueSetConfig()
+    tiers: dict[str, TierConfig] = Field(min_length=1)
+    default_tier: str
+    ingest: IngestConfig = IngestConfig()
+    api: ApiConfig = ApiConfig()
+    worker: WorkerConfig = WorkerConfig()
+    sideline: SidelineConfig = SidelineConfig()
+    backpressure: BackpressureConfig = BackpressureConfig()
+    alarms: AlarmConfig = AlarmConfig()
+    functions: LambdaConfig = LambdaConfig()
+
+    @model_validator(mode="after")
+    def _default_tier_exists(self) -> BlueprintConfig:
+        if self.default_tier not in self.tiers:
+            raise ValueError(
+                f"default_tier {self.default_tier!r} is not one of the tiers ({', '.join(sorted(self.tiers))})"
+            )
+        for name in self.tiers:
+            if not name.replace("-", "").replace("_", "").isalnum():
+                raise ValueError(f"tier name {name!r} must be letters, digits, '-' or '_'")
+        return self
+
+    @property
+    def effective_queue_count(self) -> int:
+        """Live queues actually built: the naive baseline has exactly one."""
+        return 1 if self.mode == "naive" else self.queue_set.size
+
+
+class ConfigError(ValueError):
+    """Raised at synth for an invalid ``breakwater`` context; the message names each key and value."""
+
+
+def _describe(errors: list[Any], raw: dict[str, Any]) -> str:
+    lines = []
+    for error in errors:
+        path = ".".join(str(p) for p in error["loc"]) or "(root)"
+        key = f"{CONTEXT_KEY}.{path}" if error["loc"] else CONTEXT_KEY
+        if error["type"] in {"missing"}:
+            lines.append(f"{key}: required key is missing")
+        elif error["type"] == "extra_forbidden":
+            lines.append(f"{key}: unknown key (value {error['input']!r}); check the spelling")
+        else:
+            lines.append(f"{key} = {error['input']!r}: {error['msg']}")
+    return "invalid Breakwater configuration in cdk.json context:\n  " + "\n  ".join(lines)
+
+
+def load_config(context: dict[str, Any] | None) -> BlueprintConfig:
+    """Validate the raw ``breakwater`` context value; raise :class:`ConfigError` naming each bad key and value."""
+    if not isinstance(context, dict):
+        raise ConfigError(
+            f"cdk.json context key {CONTEXT_KEY!r} must be an object, got {type(context).__name__}: {context!r}"
+        )
+    try:
+        return BlueprintConfig.model_validate(context)
+    except ValidationError as exc:
+        raise ConfigError(_describe(exc.errors(), context)) from None
