@@ -9,7 +9,7 @@ from __future__ import annotations
 import json
 import os
 from collections.abc import Mapping
-from typing import Any, Self
+from typing import Any, Literal, Self
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
 
@@ -90,8 +90,9 @@ class IngestSettings(TierSettings):
 
 
 class WorkerSettings(TierSettings):
-    """The worker in live mode (QUEUE_ROLE=live) or sideline mode (spillover / backlog / surge)."""
+    """One handler, two functions: WORKER_MODE=live (live queues + surge) or sideline (spillover + backlog)."""
 
+    worker_mode: Literal["live", "sideline"]
     state_table_name: str
     idempotency_table_name: str
     spillover_queue_url: str
