@@ -123,6 +123,67 @@ class AlarmConfig(_Strict):
     email: str | None = Field(default=None, pattern=r"^[^@\s]+@[^@\s]+\.[^@\s]+$")
 
 
+class OrderedConfig(_Strict):
+    """The ordered workload (SQS FIFO, POST /v1/ordered): off unless a fork needs per-key order."""
+
+    enabled: bool = Field(default=False, description="build the FIFO queues, their worker, POST /v1/ordered")
+    queue_count: int = Field(default=1, ge=1, le=16, description="FIFO queues; a group always hashes to one")
+    batch_size: int = Field(default=10, ge=1, le=10, description="FIFO mappings take at most 10")
+    max_concurrency: int = Field(default=10, ge=2, le=1000, description="ESM maximum concurrency per queue")
+    timeout_seconds: int = Field(default=60, ge=3, le=900)
+    memory_mb: int = Field(default=512, ge=128, le=10_240)
+    visibility_timeout_multiplier: int = Field(default=6, ge=1, le=12)
+    max_receive_count: int = Field(default=5, ge=1, le=1000)
+    retention_days: int = Field(default=4, ge=1, le=14)
+    write_ahead_retention_days: int = Field(
+        default=14, ge=1, le=365, description="how long a processed dedup id is remembered (exactly-once)"
+    )
+
+    @model_validator(mode="after")
+    def _visibility_fits(self) -> OrderedConfig:
+        if self.visibility_timeout_seconds > 43_200:
+            raise ValueError(
+                f"timeout_seconds x visibility_timeout_multiplier = {self.visibility_timeout_seconds} "
+                "exceeds the SQS maximum visibility timeout (43200)"
+            )
+        return self
+
+    @property
+    def visibility_timeout_seconds(self) -> int:
+        return self.timeout_seconds * self.visibility_timeout_multiplier
+
+    @property
+    def lease_seconds(self) -> int:
+        """A write-ahead claim outlives the attempt that holds it (Lambda stops it at the timeout)."""
+        return self.timeout_seconds + 30
+
+
+class StreamingConfig(_Strict):
+    """The streaming workload (Kinesis, POST /v1/events): aggregatable, high-volume events."""
+
+    enabled: bool = Field(default=True, description="build the stream, POST /v1/events and the consumer")
+    capacity_mode: Literal["on_demand", "provisioned"] = "provisioned"
+    shard_count: int = Field(default=1, ge=1, le=500, description="provisioned mode only")
+    retention_hours: int = Field(default=24, ge=24, le=8760)
+    partition_key: Literal["tenant", "tenant_and_key"] = Field(
+        default="tenant", description="tenant_and_key spreads a hot tenant over shards by the event's key"
+    )
+    max_events_per_request: int = Field(default=500, ge=1, le=500)
+    max_event_bytes: int = Field(default=64 * 1024, ge=256, le=1_000_000)
+    put_attempts: int = Field(default=3, ge=1, le=10, description="PutRecords attempts for the failed subset")
+    events_timeout_seconds: int = Field(default=10, ge=1, le=29)
+    events_memory_mb: int = Field(default=512, ge=128, le=10_240)
+    batch_size: int = Field(default=100, ge=1, le=10_000)
+    batching_window_seconds: int = Field(default=1, ge=0, le=300)
+    parallelization_factor: int = Field(default=1, ge=1, le=10)
+    retry_attempts: int = Field(default=3, ge=0, le=10_000)
+    max_record_age_seconds: int = Field(default=3600, ge=60, le=604_800)
+    consumer_timeout_seconds: int = Field(default=60, ge=3, le=900)
+    consumer_memory_mb: int = Field(default=512, ge=128, le=10_240)
+    iterator_age_alarm_ms: int = Field(default=60_000, ge=1_000)
+    throughput_exceeded_alarm: int = Field(default=1, ge=1, description="throttled reads or writes in 5 min")
+
+
 class LambdaConfig(_Strict):
     runtime: Literal["python3.11", "python3.12", "python3.13"] = "python3.13"
     architecture: Literal["arm64", "x86_64"] = "arm64"
@@ -151,6 +212,8 @@ class BlueprintConfig(_Strict):
     backpressure: BackpressureConfig = BackpressureConfig()
     alarms: AlarmConfig = AlarmConfig()
     functions: LambdaConfig = LambdaConfig()
+    ordered: OrderedConfig = OrderedConfig()
+    streaming: StreamingConfig = StreamingConfig()
 
     @model_validator(mode="after")
     def _default_tier_exists(self) -> BlueprintConfig:

@@ -131,3 +131,39 @@ class RedriveSettings(_EnvModel):
     redrive_pairs: dict[str, str]
 
     _parse_pairs = field_validator("redrive_pairs", mode="before")(_json)
+
+
+class OrderedIngestSettings(_EnvModel):
+    """POST /v1/ordered: the FIFO queue set (a group always hashes to the same queue)."""
+
+    fifo_queue_urls: list[str] = Field(min_length=1)
+    max_payload_bytes: int = Field(ge=1)
+    max_ttl_seconds: int = Field(ge=1)
+
+    _parse_urls = field_validator("fifo_queue_urls", mode="before")(_split_csv)
+
+
+class FifoWorkerSettings(_EnvModel):
+    """The ordered workload's consumer: write-ahead table, claim lease and how long done records are kept."""
+
+    write_ahead_table_name: str
+    write_ahead_lease_seconds: int = Field(ge=1)
+    write_ahead_retention_seconds: int = Field(ge=1)
+    simulated_work_ms: int = Field(default=0, ge=0)
+
+
+class EventsSettings(_EnvModel):
+    """POST /v1/events: the stream and the request limits."""
+
+    stream_arn: str
+    partition_key_mode: Literal["tenant", "tenant_and_key"] = "tenant"
+    max_events_per_request: int = Field(default=500, ge=1, le=500)
+    max_event_bytes: int = Field(ge=1)
+    put_attempts: int = Field(default=3, ge=1)
+
+
+class StreamConsumerSettings(_EnvModel):
+    """The Kinesis consumer: where aggregates go, and how many compare-and-swap attempts one key gets."""
+
+    aggregates_table_name: str
+    max_cas_attempts: int = Field(default=3, ge=1)
