@@ -107,6 +107,18 @@ class WorkerSettings(TierSettings):
     lease_max_fraction: float = Field(gt=0, le=1)
     simulated_work_ms: int = Field(ge=0)
     sidelining_enabled: bool = True
+    tenants_table_name: str | None = Field(
+        default=None, description="per-tenant limit overrides; tiers only if unset"
+    )
+    fair_queues: bool = Field(default=True, description="moved messages keep MessageGroupId = tenant")
+    concurrency_burst_slots: int | None = Field(
+        default=None,
+        ge=0,
+        description="leases above the floors, over all tenants (None: only the ceilings apply)",
+    )
+    idempotency_ttl_seconds: int = Field(
+        default=86_400, ge=60, description="how long a processed id is remembered"
+    )
 
 
 class ControllerSettings(TierSettings):
@@ -119,26 +131,37 @@ class ControllerSettings(TierSettings):
     growth_step: float = Field(ge=0, le=1)
     max_multiplier: float = Field(ge=1)
     healthy_age_seconds: int = Field(ge=1)
-
-    _parse_urls = field_validator("live_queue_urls", "sideline_queue_urls", "sideline_mapping_uuids", mode="before")(
-        _split_csv
+    tenants_table_name: str | None = Field(
+        default=None, description="tenant list and limits; else scan the counters"
     )
+
+    _parse_urls = field_validator(
+        "live_queue_urls", "sideline_queue_urls", "sideline_mapping_uuids", mode="before"
+    )(_split_csv)
 
 
 class RedriveSettings(_EnvModel):
     """DLQ URL -> source queue URL, as JSON in ``REDRIVE_PAIRS``."""
 
     redrive_pairs: dict[str, str]
+    state_table_name: str | None = Field(default=None, description="dedup markers of the fallback move")
 
     _parse_pairs = field_validator("redrive_pairs", mode="before")(_json)
 
 
 class OrderedIngestSettings(_EnvModel):
-    """POST /v1/ordered: the FIFO queue set (a group always hashes to the same queue)."""
+    """POST /v1/ordered: the FIFO queue set (a group always hashes to the same queue).
+
+    With ``STATE_TABLE_NAME`` set, an ordered message spends a token of the tenant's ingest bucket,
+    the same one ``POST /v1/messages`` spends.
+    """
 
     fifo_queue_urls: list[str] = Field(min_length=1)
     max_payload_bytes: int = Field(ge=1)
     max_ttl_seconds: int = Field(ge=1)
+    state_table_name: str | None = None
+    lease_seconds: float = Field(default=1.0, gt=0)
+    lease_max_fraction: float = Field(default=0.25, gt=0, le=1)
 
     _parse_urls = field_validator("fifo_queue_urls", mode="before")(_split_csv)
 

@@ -1,0 +1,78 @@
+"""Queue health: the oldest age workers observed per queue role (``queue#<role>``/``health``) and depths.
+
+SQS has no age-of-oldest-message attribute through its API, so every worker batch reports the oldest
+age it saw. The write is conditional: it replaces the stored value only when it is larger or the
+stored one is older than the window, so the item holds the maximum observed in the last window
+across all containers, for one write per batch.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+from typing import TYPE_CHECKING
+
+from botocore.exceptions import ClientError
+
+from breakwater.aws.counters import plain
+
+if TYPE_CHECKING:
+    from mypy_boto3_dynamodb import DynamoDBClient
+    from mypy_boto3_sqs import SQSClient
+
+HEALTH_SK = "health"
+WINDOW_MS = 60_000
+
+
+def queue_pk(role: str) -> str:
+    return f"queue#{role}"
+
+
+def record_oldest_age(
+    client: DynamoDBClient, table_name: str, role: str, oldest_age_ms: int, now_ms: int
+) -> bool:
+    """Raise the window's maximum to ``oldest_age_ms`` (or open a window); False if a larger one stands."""
+    try:
+        client.update_item(
+            TableName=table_name,
+            Key={"pk": {"S": queue_pk(role)}, "sk": {"S": HEALTH_SK}},
+            UpdateExpression="SET oldest_age_ms = :age, observed_at = :now",
+            ConditionExpression=(
+                "attribute_not_exists(oldest_age_ms) OR observed_at < :window OR oldest_age_ms <= :age"
+            ),
+            ExpressionAttributeValues={
+                ":age": {"N": str(oldest_age_ms)},
+                ":now": {"N": str(now_ms)},
+                ":window": {"N": str(now_ms - WINDOW_MS)},
+            },
+        )
+    except ClientError as exc:
+        if exc.response.get("Error", {}).get("Code") == "ConditionalCheckFailedException":
+            return False
+        raise
+    return True
+
+
+def read_oldest_age(client: DynamoDBClient, table_name: str, role: str) -> tuple[int | None, int | None]:
+    """(oldest_age_ms, observed_at epoch ms) of the role, or (None, None) if never reported."""
+    response = client.get_item(
+        TableName=table_name, Key={"pk": {"S": queue_pk(role)}, "sk": {"S": HEALTH_SK}}, ConsistentRead=True
+    )
+    item = plain(response.get("Item") or {})
+    if "oldest_age_ms" not in item:
+        return None, None
+    return int(item["oldest_age_ms"]), int(item["observed_at"])
+
+
+def queue_depth(client: SQSClient, queue_urls: Iterable[str]) -> int:
+    """Visible plus in-flight messages over the queues (GetQueueAttributes, one call per queue)."""
+    total = 0
+    for url in queue_urls:
+        attributes = client.get_queue_attributes(
+            QueueUrl=url,
+            AttributeNames=[
+                "ApproximateNumberOfMessages",
+                "ApproximateNumberOfMessagesNotVisible",
+            ],
+        )["Attributes"]
+        total += sum(int(value) for value in attributes.values())
+    return total

@@ -1,0 +1,111 @@
+"""The worker's real ports: boto3 clients, the state table, the consumer bucket, leases, idempotency."""
+
+from __future__ import annotations
+
+import time
+import uuid
+from collections.abc import Callable, Mapping
+from typing import TYPE_CHECKING, Any
+
+import boto3
+from botocore.config import Config
+
+from breakwater.aws.buckets import LeasedTokenBucket
+from breakwater.aws.concurrency import ConcurrencyLeases
+from breakwater.aws.counters import add_counters, plain, tenant_pk
+from breakwater.aws.health import record_oldest_age
+from breakwater.aws.idempotency import idempotent_processor
+from breakwater.aws.moves import send_moves
+from breakwater.aws.tenant_limits import TenantLimitsCache
+from breakwater.aws.tenants import TenantTable
+from breakwater.envelope import Envelope
+from breakwater.processor import WorkContext
+from breakwater.settings import WorkerSettings
+from breakwater.worker import WorkerPorts
+
+if TYPE_CHECKING:
+    from mypy_boto3_dynamodb import DynamoDBClient
+    from mypy_boto3_sqs import SQSClient
+
+SWEEP_SK = "sweep"
+CONTAINER_ID = uuid.uuid4().hex  # the concurrency lease holder: one lease per tenant per container
+
+
+class SweepCache:
+    """The tenant's anti-entropy cutoff (``tenant#<id>``/``sweep``), re-read at most every ``ttl_s``."""
+
+    def __init__(
+        self,
+        client: DynamoDBClient,
+        table_name: str,
+        ttl_s: float = 5.0,
+        clock: Callable[[], float] = time.monotonic,
+    ) -> None:
+        self._client = client
+        self._table = table_name
+        self._ttl = ttl_s
+        self._clock = clock
+        self._cache: dict[str, tuple[float, int | None]] = {}
+
+    def __call__(self, tenant: str) -> int | None:
+        now = self._clock()
+        hit = self._cache.get(tenant)
+        if hit is not None and hit[0] > now:
+            return hit[1]
+        response = self._client.get_item(
+            TableName=self._table, Key={"pk": {"S": tenant_pk(tenant)}, "sk": {"S": SWEEP_SK}}
+        )
+        item = plain(response.get("Item") or {})
+        swept = int(item["swept_at"]) if "swept_at" in item else None
+        self._cache[tenant] = (now + self._ttl, swept)
+        return swept
+
+
+def build_worker_ports(
+    settings: WorkerSettings,
+    process: Callable[[Envelope, WorkContext], dict[str, Any]],
+    *,
+    dynamodb: DynamoDBClient | None = None,
+    sqs: SQSClient | None = None,
+) -> WorkerPorts:
+    config = Config(retries={"mode": "standard", "max_attempts": 3})
+    ddb: DynamoDBClient = dynamodb or boto3.client("dynamodb", config=config)
+    queues: SQSClient = sqs or boto3.client("sqs", config=config)
+    table = settings.state_table_name
+    tenants = TenantTable(settings.tenants_table_name, client=ddb) if settings.tenants_table_name else None
+    idempotent, register = idempotent_processor(
+        process,
+        settings.idempotency_table_name,
+        settings.idempotency_ttl_seconds,
+        client=ddb,
+    )
+
+    def counters(tenant: str, deltas: Mapping[str, int]) -> None:
+        add_counters(ddb, table, tenant, deltas)
+
+    def oldest(role: str, age_ms: int, now_ms: int) -> bool:
+        return record_oldest_age(ddb, table, role, age_ms, now_ms)
+
+    def extend(queue_url: str, receipt_handle: str, seconds: int) -> None:
+        queues.change_message_visibility(
+            QueueUrl=queue_url, ReceiptHandle=receipt_handle, VisibilityTimeout=seconds
+        )
+
+    ports = WorkerPorts(
+        tenant_limits=TenantLimitsCache(settings, tenants).get,
+        swept_at_ms=SweepCache(ddb, table),
+        send_moves=lambda moves: send_moves(queues, moves),
+        add_counters=counters,
+        record_oldest_age=oldest,
+        extend_visibility=extend,
+        process=idempotent,
+        register_context=register,
+    )
+    if settings.sidelining_enabled:
+        ports.rate = LeasedTokenBucket(
+            table, "consumer", time.time, settings.lease_seconds, settings.lease_max_fraction, client=ddb
+        )
+        ports.leases = ConcurrencyLeases(
+            ddb, table, CONTAINER_ID, burst_capacity=settings.concurrency_burst_slots
+        )
+    return ports

@@ -1,0 +1,120 @@
+"""Backpressure and organic growth: the controller's per-tenant inbound rate multiplier, and live health.
+
+A tenant whose backlog grows past ``backlog_target`` gets its inbound rate scaled by
+``target / backlog`` (inverse-proportional, never below ``min_multiplier``): the bigger the backlog,
+the harder ingest pushes back, so the backlog cannot become insurmountable. As it drains the factor
+rises again on its own, back to 1 once the backlog is under the target. A tenant that keeps running
+near its limit with no backlog to speak of earns ``growth_step`` more per run, up to
+``max_multiplier`` (organic growth within the tier ceiling). Everything here is pure.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass
+from enum import StrEnum
+
+COUNTER_NAMES = (
+    "accepted",
+    "throttled",
+    "processed",
+    "dropped",
+    "sidelined",
+    "spilled",
+    "deferred",
+    "failed",
+    "archived",
+)
+"""Attributes of the ``tenant#<id>``/``counters`` item, each a monotonically increasing ADD counter."""
+
+
+class MultiplierChange(StrEnum):
+    THROTTLE = "throttle"  # backlog over target: factor below 1
+    RELEASE = "release"  # was throttled, backlog back under target: factor back to 1
+    GROW = "grow"  # near the limit, no backlog: organic growth
+    HOLD = "hold"
+
+
+@dataclass(frozen=True)
+class BackpressureConfig:
+    backlog_target: int
+    min_multiplier: float
+    growth_step: float
+    max_multiplier: float
+    near_limit: float = 0.8  # utilisation (share of the current limit) that counts as "near the limit"
+    quiet_backlog_fraction: float = 0.1  # backlog under this share of the target counts as "no backlog"
+
+
+def backlog_estimate(counters: Mapping[str, float]) -> int:
+    """Messages accepted but not yet finished (processed, dropped or archived).
+
+    Moves (sideline, spill, defer) keep a message in the system and do not count; failures are
+    retried, so they do not either. Counters are flushed in aggregate, so this lags by a batch.
+    """
+    done = sum(float(counters.get(name, 0)) for name in ("processed", "dropped", "archived"))
+    return max(0, int(float(counters.get("accepted", 0)) - done))
+
+
+def pressure_factor(backlog: int, config: BackpressureConfig) -> float:
+    """``min(1, target / backlog)``, bounded below by ``min_multiplier``."""
+    if backlog <= config.backlog_target:
+        return 1.0
+    return max(config.min_multiplier, config.backlog_target / backlog)
+
+
+def utilisation(accepted_delta: float, throttled_delta: float, elapsed_s: float, limit_rate: float) -> float:
+    """Share of the tenant's current limit it used since the last run; any throttling counts as full."""
+    if throttled_delta > 0:
+        return 1.0
+    if elapsed_s <= 0 or limit_rate <= 0:
+        return 0.0
+    return accepted_delta / (elapsed_s * limit_rate)
+
+
+@dataclass(frozen=True)
+class MultiplierDecision:
+    multiplier: float
+    change: MultiplierChange
+
+
+def next_multiplier(
+    current: float, backlog: int, used: float, config: BackpressureConfig
+) -> MultiplierDecision:
+    """The multiplier for the next minute, from the current one, the backlog and the utilisation."""
+    factor = pressure_factor(backlog, config)
+    if factor < 1.0:
+        return MultiplierDecision(round(factor, 4), MultiplierChange.THROTTLE)
+    if current < 1.0:
+        return MultiplierDecision(1.0, MultiplierChange.RELEASE)
+    quiet = backlog <= config.backlog_target * config.quiet_backlog_fraction
+    if quiet and used >= config.near_limit and current < config.max_multiplier:
+        grown = min(config.max_multiplier, current + config.growth_step)
+        return MultiplierDecision(round(grown, 4), MultiplierChange.GROW)
+    return MultiplierDecision(min(current, config.max_multiplier), MultiplierChange.HOLD)
+
+
+@dataclass(frozen=True)
+class LiveHealth:
+    depth: int
+    oldest_age_s: float | None  # None when no worker reported recently
+    healthy: bool
+
+
+def live_health(
+    depth: int, oldest_age_ms: int | None, observed_at_ms: int | None, now_ms: int, healthy_age_s: int
+) -> LiveHealth:
+    """Live queues are healthy when the oldest message workers saw is younger than ``healthy_age_s``.
+
+    SQS has no age attribute, so the age comes from the workers' observations. An observation older
+    than ``healthy_age_s`` is stale: with messages waiting that means nobody is draining them
+    (unhealthy); with empty queues there is simply nothing to observe (healthy).
+    """
+    fresh = (
+        observed_at_ms is not None
+        and oldest_age_ms is not None
+        and now_ms - observed_at_ms <= healthy_age_s * 1000
+    )
+    if not fresh:
+        return LiveHealth(depth=depth, oldest_age_s=None, healthy=depth == 0)
+    age_s = (oldest_age_ms or 0) / 1000
+    return LiveHealth(depth=depth, oldest_age_s=age_s, healthy=age_s <= healthy_age_s)

@@ -1,0 +1,73 @@
+"""Per-tenant concurrency: leases that expire, a guaranteed floor and a burst ceiling.
+
+A worker container processes a batch sequentially, so the parallelism a tenant gets is the number of
+containers working on it at once. Each container holds at most one lease per tenant (its id is the
+container's), acquired once per batch and released after it: the cost is bounded by tenants per
+batch, never by messages. Every lease carries an expiry (the end of the invocation that took it),
+so a container that crashes cannot leak a slot: its lease simply stops counting.
+
+Up to ``floor`` leases a tenant is always granted. Above the floor, up to ``ceiling``, a lease is a
+*burst* lease and also needs room in the shared burst pool, so bursting tenants cannot together
+occupy the whole worker fleet and starve the floors of the others.
+Everything here is pure; ``now`` is injected.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass
+from enum import StrEnum
+
+
+class Grant(StrEnum):
+    FLOOR = "floor"
+    BURST = "burst"
+    REFUSED = "refused"
+
+
+@dataclass(frozen=True)
+class Lease:
+    expires_at_ms: int
+    burst: bool = False
+
+
+def live_leases(leases: Mapping[str, Lease], now_ms: int) -> dict[str, Lease]:
+    """The leases that still count; expired ones belong to finished or crashed containers."""
+    return {lease_id: lease for lease_id, lease in leases.items() if lease.expires_at_ms > now_ms}
+
+
+@dataclass(frozen=True)
+class ConcurrencyLimits:
+    floor: int
+    ceiling: int
+
+    def __post_init__(self) -> None:
+        if self.floor < 1 or self.ceiling < self.floor:
+            raise ValueError(f"need 1 <= floor <= ceiling, got floor={self.floor} ceiling={self.ceiling}")
+
+
+def grant_for(
+    holder: str,
+    tenant_leases: Mapping[str, Lease],
+    limits: ConcurrencyLimits,
+    burst_in_use: int,
+    burst_capacity: int | None,
+    now_ms: int,
+) -> Grant:
+    """Whether ``holder`` may hold a lease of the tenant now, and of which kind.
+
+    A holder renewing its own live lease keeps its kind. ``burst_capacity`` None means the pool is
+    unbounded (only the tenant's ceiling applies).
+    """
+    live = live_leases(tenant_leases, now_ms)
+    own = live.pop(holder, None)
+    if own is not None:
+        return Grant.BURST if own.burst else Grant.FLOOR
+    held = len(live)
+    if held < limits.floor:
+        return Grant.FLOOR
+    if held >= limits.ceiling:
+        return Grant.REFUSED
+    if burst_capacity is not None and burst_in_use >= burst_capacity:
+        return Grant.REFUSED
+    return Grant.BURST

@@ -1,0 +1,61 @@
+"""The user's processor: the one function a fork replaces.
+
+Breakwater calls :func:`process` once per admitted message, under a heartbeat and behind
+idempotency (an envelope id that was processed successfully is never processed again). The
+contract for a replacement:
+
+- return a JSON-serialisable dict (it is stored as the idempotent result) or raise to fail the
+  message (it is retried, then dead-lettered after ``maxReceiveCount``);
+- check ``work.check()`` (or ``work.cancelled``) between steps of long work: when the message's
+  deadline or the Lambda's remaining time is about to run out it raises :class:`WorkCancelledError`, so
+  the work stops before SQS could hand the message to another worker;
+- write side effects idempotently or keyed by ``envelope.id`` where they leave this function.
+"""
+
+from __future__ import annotations
+
+import threading
+from dataclasses import dataclass, field
+from typing import Any
+
+from breakwater.envelope import Envelope
+
+
+class WorkCancelledError(RuntimeError):
+    """The heartbeat asked the work to stop (deadline or Lambda time); the message will be retried."""
+
+
+@dataclass
+class WorkContext:
+    """What the processor may look at while it works: the cancel signal and its configured duration."""
+
+    cancel: threading.Event = field(default_factory=threading.Event)
+    simulated_work_ms: int = 0
+    reason: str = ""
+
+    @property
+    def cancelled(self) -> bool:
+        return self.cancel.is_set()
+
+    def check(self) -> None:
+        if self.cancel.is_set():
+            raise WorkCancelledError(self.reason or "work cancelled")
+
+    def pause(self, seconds: float) -> None:
+        """Sleep, but wake up (and raise) at once if the work is cancelled."""
+        if self.cancel.wait(seconds):
+            self.check()
+
+
+# ---------------------------------------------------------------------------------------------------
+# FORK HERE: replace the body of ``process`` with your workload. Keep the signature.
+# ---------------------------------------------------------------------------------------------------
+def process(envelope: Envelope, work: WorkContext) -> dict[str, Any]:
+    """Sample workload: simulates ``simulated_work_ms`` of work, cooperatively cancellable."""
+    remaining = work.simulated_work_ms / 1000
+    step = 0.05
+    while remaining > 0:
+        work.pause(min(step, remaining))
+        remaining -= step
+    work.check()
+    return {"id": envelope.id, "tenant": envelope.tenant, "type": envelope.type}

@@ -1,0 +1,148 @@
+"""What a worker does with one message: the sidelining policy (Amazon Builders' Library, "Avoiding
+insurmountable queue backlogs").
+
+Rules, in order (the first that matches wins):
+
+- DROP      the message expired (``expires_at`` passed) or was enqueued before the tenant's last
+            anti-entropy sweep: work nobody is waiting for any more is the cheapest to shed.
+- SIDELINE  older than ``sideline_age``: moved to the backlog queue so fresh messages are not stuck
+            behind old ones (serve the newest first during a backlog, drain the old later).
+- SPILL     the tenant is over its consumer-side rate: moved to the spillover queue, so one tenant's
+            flood cannot use up the workers.
+- DEFER     the tenant holds no concurrency slot: re-sent to the surge queue with a delay that grows
+            with ``attempt``.
+- PROCESS   run the processor.
+
+Sideline mode (the spillover and backlog drainers) applies DROP, and the rate and concurrency gates,
+but never SIDELINE or SPILL: a sidelined message is by definition old, and spilling it again would
+only loop it between queues. Over a gate it is DEFERred back to *its own* queue with the same
+growing delay, so draining the sideline respects every tenant's limits and stays behind live traffic.
+
+With sidelining disabled (the naive baseline) every message is PROCESSed except expired ones.
+Everything here is pure; ``now`` is injected.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from enum import StrEnum
+from typing import Literal
+
+from breakwater.envelope import Envelope, Origin
+
+
+class SidelineDecision(StrEnum):
+    DROP = "drop"
+    SIDELINE = "sideline"
+    SPILL = "spill"
+    DEFER = "defer"
+    PROCESS = "process"
+
+
+class Reason(StrEnum):
+    EXPIRED = "expired"
+    SWEPT = "swept"
+    TOO_OLD = "too_old"
+    OVER_RATE = "over_rate"
+    OVER_CONCURRENCY = "over_concurrency"
+    ADMITTED = "admitted"
+
+
+QueueRole = Literal["live", "surge", "spillover", "backlog"]
+
+
+def queue_role(origin: Origin) -> QueueRole:
+    """The queue role an envelope sits in; replayed messages are put back into the live set."""
+    if origin is Origin.REPLAY:
+        return "live"
+    return origin.value  # type: ignore[return-value]
+
+
+@dataclass(frozen=True)
+class TenantState:
+    """What the worker knows about the message's tenant when it decides.
+
+    The gates are answered by the adapters (the consumer token bucket, the concurrency leases);
+    a gate that was not asked yet counts as open, so ``decide`` can be called before paying for it.
+    """
+
+    swept_at_ms: int | None = None
+    within_consumer_rate: bool = True
+    holds_concurrency_slot: bool = True
+
+
+@dataclass(frozen=True)
+class DecisionConfig:
+    mode: Literal["live", "sideline"] = "live"
+    sidelining_enabled: bool = True
+    sideline_age_ms: int = 300_000
+    defer_base_seconds: int = 2
+    max_defer_seconds: int = 900
+
+
+@dataclass(frozen=True)
+class Decision:
+    action: SidelineDecision
+    reason: Reason
+    destination: Origin | None = None  # queue role a moved message goes to
+    delay_seconds: int = 0
+
+    @property
+    def moves(self) -> bool:
+        return self.destination is not None
+
+
+@dataclass(frozen=True)
+class Move:
+    """A message to re-send elsewhere; its original is acknowledged only once the send succeeded."""
+
+    key: str  # the original's SQS message id, reported as a batch item failure if the move fails
+    queue_url: str
+    body: str
+    delay_seconds: int = 0
+    group_id: str | None = None  # MessageGroupId (the tenant) so SQS fair queues apply at the destination
+
+
+def defer_delay_seconds(attempt: int, config: DecisionConfig) -> int:
+    """Exponential backoff on ``attempt`` (0, 1, 2, ...), capped by ``max_defer_seconds`` (SQS allows 900)."""
+    exponent = min(max(attempt, 0), 20)  # 2**20 already exceeds any cap; keeps the number small
+    return min(config.max_defer_seconds, config.defer_base_seconds * 2**exponent)
+
+
+_PROCESS = Decision(SidelineDecision.PROCESS, Reason.ADMITTED)
+
+
+def decide(envelope: Envelope, now_ms: int, tenant_state: TenantState, config: DecisionConfig) -> Decision:
+    """The one decision per message; see the module docstring for the rules and their order."""
+    if envelope.is_expired(now_ms):
+        return Decision(SidelineDecision.DROP, Reason.EXPIRED)
+    if not config.sidelining_enabled:
+        return _PROCESS
+    if tenant_state.swept_at_ms is not None and envelope.enqueued_at < tenant_state.swept_at_ms:
+        return Decision(SidelineDecision.DROP, Reason.SWEPT)
+
+    sideline_mode = config.mode == "sideline"
+    if not sideline_mode and envelope.age_ms(now_ms) > config.sideline_age_ms:
+        return Decision(SidelineDecision.SIDELINE, Reason.TOO_OLD, Origin.BACKLOG)
+
+    if not tenant_state.within_consumer_rate:
+        if sideline_mode:
+            return _defer(envelope, Reason.OVER_RATE, config)
+        return Decision(SidelineDecision.SPILL, Reason.OVER_RATE, Origin.SPILLOVER)
+
+    if not tenant_state.holds_concurrency_slot:
+        return _defer(envelope, Reason.OVER_CONCURRENCY, config)
+    return _PROCESS
+
+
+def _defer(envelope: Envelope, reason: Reason, config: DecisionConfig) -> Decision:
+    if config.mode == "sideline":
+        # Back into its own sideline queue; a replayed/live origin never reaches a sideline worker.
+        destination = (
+            envelope.origin if envelope.origin in (Origin.SPILLOVER, Origin.BACKLOG) else Origin.BACKLOG
+        )
+    else:
+        destination = Origin.SURGE
+    return Decision(
+        SidelineDecision.DEFER, reason, destination, defer_delay_seconds(envelope.attempt, config)
+    )

@@ -1,0 +1,373 @@
+"""The worker: one SQS batch through the sidelining policy, moves in bulk, admitted messages processed.
+
+Per record (Powertools ``BatchProcessor`` with :class:`EnvelopeSqsRecord`): observe its age, ask
+:func:`breakwater.sideline.decide` (paying for the rate and concurrency gates only when the earlier
+rules let the message through), then either buffer a move, drop it, or process it under a heartbeat.
+After the records: every buffered move goes out through ``SendMessageBatch`` and a failed entry
+turns its original into a batch item failure (nothing is acknowledged before its copy exists).
+Aggregates go out once per batch: per-tenant counters, the oldest age per queue role, the metrics.
+
+This module talks to AWS only through :class:`WorkerPorts`; ``breakwater.aws.worker_ports`` builds
+the real ones, tests and benchmarks can build others.
+"""
+
+from __future__ import annotations
+
+import time
+from collections import Counter, defaultdict
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field, replace
+from typing import Any, Protocol
+
+from aws_lambda_powertools.metrics import MetricUnit
+from aws_lambda_powertools.utilities.batch import BatchProcessor, EventType, process_partial_response
+from aws_lambda_powertools.utilities.parser.models import SqsRecordModel
+from aws_lambda_powertools.utilities.typing import LambdaContext
+from pydantic import Json
+
+from breakwater.concurrency import ConcurrencyLimits, Grant
+from breakwater.envelope import Envelope, Origin
+from breakwater.fairness import BucketLimits
+from breakwater.heartbeat import Heartbeat, HeartbeatMonitor, HeartbeatPlan
+from breakwater.observability import logger, metrics
+from breakwater.processor import WorkCancelledError, WorkContext
+from breakwater.settings import TierLimits, WorkerSettings
+from breakwater.sideline import (
+    Decision,
+    DecisionConfig,
+    Move,
+    QueueRole,
+    SidelineDecision,
+    TenantState,
+    decide,
+    queue_role,
+)
+
+LOG_KEYS = ("tenant", "envelope_id", "request_id", "trace_id")
+
+# metric and counter name per outcome
+_METRIC = {
+    SidelineDecision.PROCESS: "Processed",
+    SidelineDecision.DROP: "Dropped",
+    SidelineDecision.SIDELINE: "Sidelined",
+    SidelineDecision.SPILL: "Spilled",
+    SidelineDecision.DEFER: "Deferred",
+}
+_COUNTER = {
+    SidelineDecision.PROCESS: "processed",
+    SidelineDecision.DROP: "dropped",
+    SidelineDecision.SIDELINE: "sidelined",
+    SidelineDecision.SPILL: "spilled",
+    SidelineDecision.DEFER: "deferred",
+}
+
+
+class EnvelopeSqsRecord(SqsRecordModel):
+    """An SQS record whose body is a Breakwater envelope (the parser model of the batch processor)."""
+
+    body: Json[Envelope]
+
+
+class OutOfTimeError(RuntimeError):
+    """Too little Lambda time left to start this record; it is failed fast and redelivered."""
+
+
+class RateGate(Protocol):
+    """The consumer-side token bucket (``breakwater.aws.buckets.LeasedTokenBucket``, purpose ``consumer``)."""
+
+    def try_acquire(self, tenant: str, limits: BucketLimits) -> tuple[bool, float]: ...
+
+
+class LeaseGate(Protocol):
+    """Per-tenant concurrency leases (``breakwater.aws.concurrency.ConcurrencyLeases``)."""
+
+    def acquire(self, tenant: str, limits: ConcurrencyLimits, expires_at_ms: int) -> Grant: ...
+
+    def release(self, tenant: str, grant: Grant) -> None: ...
+
+
+@dataclass
+class WorkerPorts:
+    """Everything the worker needs from AWS, as plain callables and gates."""
+
+    tenant_limits: Callable[[str], TierLimits]
+    swept_at_ms: Callable[[str], int | None]
+    send_moves: Callable[[list[Move]], set[str]]
+    add_counters: Callable[[str, Mapping[str, int]], None]
+    record_oldest_age: Callable[[str, int, int], object]
+    extend_visibility: Callable[[str, str, int], None]  # queue url, receipt handle, seconds
+    process: Callable[[Envelope, WorkContext], dict[str, Any]]  # the idempotent processor
+    rate: RateGate | None = None
+    leases: LeaseGate | None = None
+    register_context: Callable[[LambdaContext], None] = lambda _context: None
+    clock_ms: Callable[[], int] = lambda: int(time.time() * 1000)
+    monotonic: Callable[[], float] = time.monotonic
+
+
+@dataclass(frozen=True)
+class WorkerConfig:
+    decision: DecisionConfig
+    queue_urls: Mapping[Origin, str]  # destination role -> queue url
+    visibility_timeout_s: int
+    heartbeat_s: int
+    simulated_work_ms: int = 0
+    fair_queues: bool = True
+    safety_margin_s: float = 2.0
+
+    @classmethod
+    def from_settings(cls, settings: WorkerSettings) -> WorkerConfig:
+        return cls(
+            decision=DecisionConfig(
+                mode=settings.worker_mode,
+                sidelining_enabled=settings.sidelining_enabled,
+                sideline_age_ms=settings.sideline_age_seconds * 1000,
+                defer_base_seconds=settings.defer_base_seconds,
+                max_defer_seconds=settings.max_defer_seconds,
+            ),
+            queue_urls={
+                Origin.SPILLOVER: settings.spillover_queue_url,
+                Origin.BACKLOG: settings.backlog_queue_url,
+                Origin.SURGE: settings.surge_queue_url,
+            },
+            visibility_timeout_s=settings.visibility_timeout_seconds,
+            heartbeat_s=settings.heartbeat_seconds,
+            simulated_work_ms=settings.simulated_work_ms,
+            fair_queues=settings.fair_queues,
+        )
+
+
+def queue_url_from_arn(arn: str) -> str:
+    """``arn:aws:sqs:<region>:<account>:<name>`` -> the queue URL (what ChangeMessageVisibility takes)."""
+    _, partition, _, region, account, name = arn.split(":", 5)
+    suffix = "amazonaws.com.cn" if partition == "aws-cn" else "amazonaws.com"
+    return f"https://sqs.{region}.{suffix}/{account}/{name}"
+
+
+@dataclass
+class _Batch:
+    """What one invocation accumulates; flushed once at the end."""
+
+    context: LambdaContext
+    moves: list[Move] = field(default_factory=list)
+    moved: dict[str, tuple[str, QueueRole, SidelineDecision]] = field(default_factory=dict)
+    grants: dict[str, Grant] = field(default_factory=dict)
+    counters: dict[str, Counter[str]] = field(default_factory=lambda: defaultdict(Counter))
+    outcomes: dict[QueueRole, Counter[str]] = field(default_factory=lambda: defaultdict(Counter))
+    ages: dict[QueueRole, list[tuple[str, int]]] = field(default_factory=lambda: defaultdict(list))
+    oldest: dict[QueueRole, int] = field(default_factory=dict)
+
+    def count(self, tenant: str, role: QueueRole, counter: str, metric: str) -> None:
+        self.counters[tenant][counter] += 1
+        self.outcomes[role][metric] += 1
+
+
+class Worker:
+    """One per container: holds the ports, the configuration and the heartbeat thread."""
+
+    def __init__(self, config: WorkerConfig, ports: WorkerPorts) -> None:
+        self.config = config
+        self.ports = ports
+        self.monitor = HeartbeatMonitor(ports.monotonic)
+        self._batch: _Batch | None = None
+
+    # -- the invocation ------------------------------------------------------------------------------
+    def handle(self, event: dict[str, Any], context: LambdaContext) -> dict[str, Any]:
+        self.ports.register_context(context)
+        batch = self._batch = _Batch(context=context)
+        processor = BatchProcessor(event_type=EventType.SQS, model=EnvelopeSqsRecord)
+        response: dict[str, Any] = {"batchItemFailures": []}
+        try:
+            response = dict(
+                process_partial_response(
+                    event=event, record_handler=self._record, processor=processor, context=context
+                )
+            )
+        finally:
+            failures = self._flush_moves(batch)
+            self._release_leases(batch)
+            self._flush_aggregates(batch)
+            self._batch = None
+            logger.remove_keys(list(LOG_KEYS))
+        reported = {item["itemIdentifier"] for item in response.get("batchItemFailures", [])}
+        response["batchItemFailures"] = [
+            *response.get("batchItemFailures", []),
+            *({"itemIdentifier": key} for key in sorted(failures - reported)),
+        ]
+        return response
+
+    # -- one record ------------------------------------------------------------------------------------
+    def _record(self, record: EnvelopeSqsRecord) -> None:
+        batch = self._batch
+        assert batch is not None
+        envelope = record.body
+        logger.append_keys(
+            tenant=envelope.tenant,
+            envelope_id=envelope.id,
+            request_id=envelope.request_id,
+            trace_id=envelope.trace_id,
+        )
+        now = self.ports.clock_ms()
+        role = queue_role(envelope.origin)
+        age = envelope.age_ms(now)
+        first = record.attributes.ApproximateReceiveCount == "1"
+        batch.ages[role].append(("AgeOfFirstAttempt" if first else "AgeOfAttempt", age))
+        batch.oldest[role] = max(age, batch.oldest.get(role, 0))
+        if batch.context.get_remaining_time_in_millis() < self.config.safety_margin_s * 1000:
+            batch.count(envelope.tenant, role, "failed", "Failed")
+            raise OutOfTimeError("too little time left to start this message")
+
+        decision = self._decide(envelope, now, batch)
+        if decision.moves:
+            self._buffer_move(record, envelope, role, decision, batch)
+            return
+        if decision.action is SidelineDecision.DROP:
+            logger.info("dropped", extra={"reason": decision.reason.value})
+            batch.count(envelope.tenant, role, _COUNTER[decision.action], _METRIC[decision.action])
+            return
+        try:
+            self._process(record, envelope, now)
+        except Exception:
+            batch.count(envelope.tenant, role, "failed", "Failed")
+            logger.exception("processing failed")
+            raise
+        batch.count(envelope.tenant, role, "processed", "Processed")
+
+    def _decide(self, envelope: Envelope, now: int, batch: _Batch) -> Decision:
+        config = self.config.decision
+        if not config.sidelining_enabled:
+            return decide(envelope, now, TenantState(), config)
+        state = TenantState(swept_at_ms=self.ports.swept_at_ms(envelope.tenant))
+        decision = decide(envelope, now, state, config)
+        if decision.action is not SidelineDecision.PROCESS:
+            return decision
+        # Gates in the order of the rules; each is paid for only by messages the earlier rules admitted.
+        limits = self.ports.tenant_limits(envelope.tenant)
+        if self.ports.rate is not None:
+            within, _ = self.ports.rate.try_acquire(envelope.tenant, consumer_bucket_limits(limits))
+            if not within:
+                return decide(envelope, now, replace(state, within_consumer_rate=False), config)
+        if self.ports.leases is not None and self._grant(envelope.tenant, limits, batch) is Grant.REFUSED:
+            return decide(envelope, now, replace(state, holds_concurrency_slot=False), config)
+        return decision
+
+    def _grant(self, tenant: str, limits: TierLimits, batch: _Batch) -> Grant:
+        """This container's slot of the tenant, taken once per batch (the batch is worked sequentially)."""
+        grant = batch.grants.get(tenant)
+        if grant is None:
+            assert self.ports.leases is not None
+            expires_at = self.ports.clock_ms() + batch.context.get_remaining_time_in_millis() + 1000
+            ceiling = ConcurrencyLimits(
+                floor=min(limits.concurrency_floor, limits.concurrency), ceiling=limits.concurrency
+            )
+            grant = self.ports.leases.acquire(tenant, ceiling, expires_at)
+            batch.grants[tenant] = grant
+        return grant
+
+    def _buffer_move(
+        self,
+        record: EnvelopeSqsRecord,
+        envelope: Envelope,
+        role: QueueRole,
+        decision: Decision,
+        batch: _Batch,
+    ) -> None:
+        assert decision.destination is not None
+        attempt = envelope.attempt + 1 if decision.action is SidelineDecision.DEFER else envelope.attempt
+        batch.moves.append(
+            Move(
+                key=record.messageId,
+                queue_url=self.config.queue_urls[decision.destination],
+                body=envelope.moved(decision.destination, attempt=attempt).to_json(),
+                delay_seconds=decision.delay_seconds,
+                group_id=envelope.tenant if self.config.fair_queues else None,
+            )
+        )
+        batch.moved[record.messageId] = (envelope.tenant, role, decision.action)
+
+    def _process(self, record: EnvelopeSqsRecord, envelope: Envelope, now_ms: int) -> None:
+        """Run the processor under a heartbeat; a cancelled message is made visible again at once."""
+        batch = self._batch
+        assert batch is not None
+        started = self.ports.monotonic()
+        remaining_s = batch.context.get_remaining_time_in_millis() / 1000
+        message_deadline = None
+        if envelope.expires_at is not None:
+            message_deadline = started + (envelope.expires_at - now_ms) / 1000
+        plan = HeartbeatPlan(
+            visibility_timeout_s=self.config.visibility_timeout_s,
+            heartbeat_s=self.config.heartbeat_s,
+            started_at=started,
+            lambda_deadline=started + remaining_s,
+            message_deadline=message_deadline,
+            safety_margin_s=self.config.safety_margin_s,
+        )
+        queue_url = queue_url_from_arn(record.eventSourceARN)
+        work = WorkContext(simulated_work_ms=self.config.simulated_work_ms)
+        beat = Heartbeat(
+            plan,
+            lambda seconds: self.ports.extend_visibility(queue_url, record.receiptHandle, seconds),
+            cancel=work.cancel,
+            on_error=lambda exc: logger.warning("visibility extension failed", extra={"error": str(exc)}),
+        )
+        try:
+            with self.monitor.watch(beat):
+                self.ports.process(envelope, work)
+        except WorkCancelledError:
+            logger.warning("processing cancelled", extra={"reason": str(beat.cancel_reason)})
+            # The work has stopped, so another worker may have the message now: no parallel processing.
+            self.ports.extend_visibility(queue_url, record.receiptHandle, 0)
+            raise
+        finally:
+            if beat.extensions:
+                logger.info("heartbeat", extra={"extensions": beat.extensions})
+
+    # -- after the records --------------------------------------------------------------------------------
+    def _flush_moves(self, batch: _Batch) -> set[str]:
+        if not batch.moves:
+            return set()
+        failed = self.ports.send_moves(batch.moves)
+        for key, (tenant, role, action) in batch.moved.items():
+            if key in failed:
+                batch.count(tenant, role, "failed", "Failed")
+            else:
+                batch.count(tenant, role, _COUNTER[action], _METRIC[action])
+        if failed:
+            logger.error("moves failed; originals stay unacknowledged", extra={"message_ids": sorted(failed)})
+        return failed
+
+    def _release_leases(self, batch: _Batch) -> None:
+        assert self.ports.leases is not None or not batch.grants
+        for tenant, grant in batch.grants.items():
+            if grant is Grant.REFUSED or self.ports.leases is None:
+                continue
+            try:
+                self.ports.leases.release(tenant, grant)
+            except Exception as exc:  # the lease expires on its own
+                logger.warning("lease release failed", extra={"tenant_released": tenant, "error": str(exc)})
+
+    def _flush_aggregates(self, batch: _Batch) -> None:
+        now = self.ports.clock_ms()
+        for tenant, deltas in batch.counters.items():
+            try:
+                self.ports.add_counters(tenant, dict(deltas))
+            except Exception as exc:  # counters only feed estimates; never fail a batch for them
+                logger.warning("counter flush failed", extra={"counter_tenant": tenant, "error": str(exc)})
+        for role, oldest in batch.oldest.items():
+            try:
+                self.ports.record_oldest_age(role, oldest, now)
+            except Exception as exc:
+                logger.warning("health flush failed", extra={"role": role, "error": str(exc)})
+        roles = sorted(set(batch.ages) | set(batch.outcomes))
+        for index, role in enumerate(roles):
+            metrics.add_dimension(name="QueueRole", value=role)
+            for name, age in batch.ages.get(role, []):
+                metrics.add_metric(name=name, unit=MetricUnit.Milliseconds, value=age)
+            for name, count in batch.outcomes.get(role, Counter()).items():
+                metrics.add_metric(name=name, unit=MetricUnit.Count, value=count)
+            if index < len(roles) - 1:  # one dimension set per EMF blob; log_metrics flushes the last
+                metrics.flush_metrics()
+
+
+def consumer_bucket_limits(limits: TierLimits) -> BucketLimits:
+    """The consumer-side bucket: refill ``consumer_rate`` per second, burst one second of it."""
+    return BucketLimits(rate=limits.consumer_rate, burst=max(1.0, limits.consumer_rate))

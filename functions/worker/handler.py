@@ -1,0 +1,31 @@
+"""Worker: live queues and surge (WORKER_MODE=live), or spillover and backlog (WORKER_MODE=sideline).
+
+Thin: the environment is validated at cold start, the batch goes to :class:`breakwater.worker.Worker`
+(sidelining policy, moves, heartbeat, idempotent processing, aggregates).
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from aws_lambda_powertools.utilities.typing import LambdaContext
+
+from breakwater import processor
+from breakwater.aws.worker_ports import build_worker_ports
+from breakwater.observability import logger, metrics, tracer
+from breakwater.settings import WorkerSettings
+from breakwater.worker import Worker, WorkerConfig
+
+settings = WorkerSettings.from_env()
+worker = Worker(
+    WorkerConfig.from_settings(settings),
+    # Looked up at call time, so a fork (or a test) that replaces breakwater.processor.process is honoured.
+    build_worker_ports(settings, lambda envelope, work: processor.process(envelope, work)),
+)
+
+
+@logger.inject_lambda_context
+@tracer.capture_lambda_handler
+@metrics.log_metrics
+def handler(event: dict[str, Any], context: LambdaContext) -> dict[str, Any]:
+    return worker.handle(event, context)
