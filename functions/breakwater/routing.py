@@ -40,3 +40,38 @@ def choose_queue(candidates: Sequence[int], depths: Mapping[int, int]) -> int:
 def full_overlap_probability(queue_count: int, shard_size: int) -> float:
     """Chance that two tenants are hashed to exactly the same k queues."""
     return 1.0 / math.comb(queue_count, shard_size)
+
+
+class QueueDepths:
+    """Cached depth per queue: refreshed at most every ``refresh_seconds`` per queue, plus local sends.
+
+    Choosing the shortest candidate needs only a rough depth, so a probe per queue per interval
+    (not per request) is enough; counting this container's own sends since the probe keeps
+    consecutive sends from all piling onto the same queue between probes.
+    """
+
+    def __init__(self, refresh_seconds: float) -> None:
+        self.refresh_seconds = refresh_seconds
+        self._observed: dict[int, int] = {}
+        self._sent: dict[int, int] = {}
+        self._refreshed_at: dict[int, float] = {}
+
+    def is_stale(self, index: int, now: float) -> bool:
+        refreshed = self._refreshed_at.get(index)
+        return refreshed is None or now - refreshed >= self.refresh_seconds or now < refreshed
+
+    def observe(self, index: int, depth: int | None, now: float) -> None:
+        """Record a probe (``None``: it failed; keep the estimate, do not retry before the interval)."""
+        if depth is not None:
+            self._observed[index] = depth
+            self._sent[index] = 0
+        self._refreshed_at[index] = now
+
+    def record_send(self, index: int) -> None:
+        self._sent[index] = self._sent.get(index, 0) + 1
+
+    def depth(self, index: int) -> int:
+        return self._observed.get(index, 0) + self._sent.get(index, 0)
+
+    def snapshot(self, indexes: Sequence[int]) -> dict[int, int]:
+        return {index: self.depth(index) for index in indexes}

@@ -1,0 +1,76 @@
+"""The errors ingest answers with: each one a status, a stable code and a message that names the problem.
+
+Every rejection is a 4xx the client can act on; a failure to store a message is a 503 the client
+can retry. The body is always ``{"error": {"code": ..., "message": ...}}``.
+"""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+from breakwater.fairness import retry_after_header
+
+
+class ApiError(Exception):
+    """An HTTP error answer. ``headers`` carries e.g. ``Retry-After``."""
+
+    status: int = 500
+    code: str = "internal_error"
+
+    def __init__(
+        self, message: str, *, code: str | None = None, headers: dict[str, str] | None = None
+    ) -> None:
+        super().__init__(message)
+        self.message = message
+        if code is not None:
+            self.code = code
+        self.headers = dict(headers or {})
+
+    def body(self) -> dict[str, Any]:
+        return {"error": {"code": self.code, "message": self.message}}
+
+    def body_json(self) -> str:
+        return json.dumps(self.body(), separators=(",", ":"))
+
+
+class BadRequestError(ApiError):
+    status = 400
+    code = "bad_request"
+
+
+class UnauthenticatedError(ApiError):
+    status = 401
+    code = "unauthorized"
+
+
+class RouteNotFoundError(ApiError):
+    status = 404
+    code = "not_found"
+
+
+class PayloadTooLargeError(ApiError):
+    status = 413
+    code = "payload_too_large"
+
+
+class ThrottledError(ApiError):
+    """Over the tenant's rate: come back after ``retry_after`` seconds (the header is whole seconds)."""
+
+    status = 429
+    code = "throttled"
+
+    def __init__(self, message: str, *, retry_after: float) -> None:
+        super().__init__(message, headers={"Retry-After": retry_after_header(retry_after)})
+        self.retry_after = retry_after
+
+
+class UnavailableError(ApiError):
+    """The message was not stored; the client should retry it (never a 202 for a message that was lost)."""
+
+    status = 503
+    code = "enqueue_failed"
+
+    def __init__(self, message: str, *, retry_after: float = 1.0) -> None:
+        super().__init__(message, headers={"Retry-After": retry_after_header(retry_after)})
+        self.retry_after = retry_after
