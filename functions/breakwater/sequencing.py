@@ -15,9 +15,12 @@ Everything here is pure; the store is injected.
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Sequence
+import base64
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import Protocol
+from typing import Any, Protocol
+
+from breakwater.events import StreamEvent
 
 
 def sortable_sequence(sequence_number: str) -> str:
@@ -46,6 +49,23 @@ class StreamRecord:
     partition_key: str
     type: str
     value: float
+
+
+def from_lambda_record(record: Mapping[str, Any]) -> StreamRecord:
+    """Decode one record of a Lambda Kinesis event (``eventID`` = ``<shard id>:<sequence number>``).
+
+    Raises ``ValueError`` (pydantic's ``ValidationError`` is one) for data that is not a stream event.
+    """
+    kinesis = record["kinesis"]
+    shard_id = str(record["eventID"]).split(":", 1)[0]
+    event = StreamEvent.from_bytes(base64.b64decode(kinesis["data"]))
+    return StreamRecord(
+        shard_id=shard_id,
+        sequence_number=str(kinesis["sequenceNumber"]),
+        partition_key=str(kinesis["partitionKey"]),
+        type=event.type,
+        value=event.value,
+    )
 
 
 @dataclass(frozen=True)

@@ -1,0 +1,82 @@
+"""FIFO consumer: in order per message group, once per deduplication id (while its record is kept).
+
+``SqsFifoPartialProcessor(skip_group_on_error=True)``: when a record fails, the rest of its group in
+the batch is returned unprocessed (order kept) while other groups go on. Each record claims its
+write-ahead record before the side effect, so a duplicate published after SQS's 5-minute window,
+or a redelivery after a lost delete, has no second effect (docs/ordering-and-streams.md).
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable
+from typing import Any
+
+import boto3
+from aws_lambda_powertools.metrics import MetricUnit
+from aws_lambda_powertools.utilities.batch import SqsFifoPartialProcessor, process_partial_response
+from aws_lambda_powertools.utilities.batch.types import PartialItemFailureResponse
+from aws_lambda_powertools.utilities.data_classes.sqs_event import SQSRecord
+from aws_lambda_powertools.utilities.typing import LambdaContext
+
+from breakwater import processor as user_processor
+from breakwater.aws.write_ahead import DynamoWriteAheadStore
+from breakwater.envelope import Envelope
+from breakwater.observability import logger, metrics, tracer
+from breakwater.ordered import OrderedMessage, Outcome, deduplication_id, process_exactly_once
+from breakwater.settings import FifoWorkerSettings
+
+SETTINGS = FifoWorkerSettings.from_env()
+STORE = DynamoWriteAheadStore(
+    boto3.client("dynamodb"),
+    SETTINGS.write_ahead_table_name,
+    lease_seconds=SETTINGS.write_ahead_lease_seconds,
+    retention_seconds=SETTINGS.write_ahead_retention_seconds,
+)
+processor = SqsFifoPartialProcessor(skip_group_on_error=True)
+_OUTCOME_METRIC = {
+    Outcome.PROCESSED: "Processed",
+    Outcome.DUPLICATE: "Duplicates",
+    Outcome.EXPIRED: "Dropped",
+}
+
+
+def run_user_processor(envelope: Envelope) -> None:
+    """The side effect: the fork's processor (the same one the standard workers call)."""
+    user_processor.process(envelope, user_processor.WorkContext(simulated_work_ms=SETTINGS.simulated_work_ms))
+
+
+# Tests and forks may swap the side effect; it receives envelopes of one group in order.
+SIDE_EFFECT: Callable[[Envelope], None] = run_user_processor
+
+
+def _ordered_message(record: SQSRecord) -> OrderedMessage:
+    envelope = Envelope.from_json(record.body)
+    attributes = record.attributes
+    group_id = attributes.message_group_id or envelope.tenant
+    return OrderedMessage(
+        envelope=envelope,
+        group_id=group_id,
+        dedup_id=attributes.message_deduplication_id or deduplication_id(envelope),
+        owner=f"{record.message_id}:{attributes.approximate_receive_count}",
+    )
+
+
+def record_handler(record: SQSRecord) -> None:
+    message = _ordered_message(record)
+    logger.append_keys(
+        tenant=message.envelope.tenant, envelope_id=message.envelope.id, group_id=message.group_id
+    )
+    outcome = process_exactly_once(message, STORE, SIDE_EFFECT, int(time.time() * 1000))
+    metrics.add_metric(name=_OUTCOME_METRIC[outcome], unit=MetricUnit.Count, value=1)
+    if outcome is not Outcome.PROCESSED:
+        logger.info(outcome.value, extra={"dedup_id": message.dedup_id})
+
+
+@logger.inject_lambda_context(clear_state=True)
+@metrics.log_metrics
+@tracer.capture_lambda_handler
+def handler(event: dict[str, Any], context: LambdaContext) -> PartialItemFailureResponse:
+    return process_partial_response(
+        event=event, record_handler=record_handler, processor=processor, context=context
+    )
