@@ -1,0 +1,187 @@
+"""Moving dead-lettered messages back to their source queue after a fix.
+
+``StartMessageMoveTask`` first: SQS moves the messages itself, without loss or duplicates. Where
+it is not available (an emulator such as moto, or an old partition) the fallback moves batches of
+ten by receive -> send -> mark -> delete:
+
+- send before delete, so a crash never loses a message;
+- after a successful send, a dedup marker (``redrive#<dlq name>``/``<dlq message id>`` in the state
+  table, with a TTL past the DLQ's retention) records that the copy exists; a message that comes
+  back to the DLQ after a failed or timed-out delete is then deleted, not sent again;
+- the only window for a duplicate is a crash between the send and the marker write: at most one
+  extra copy of at most one batch (10 messages) per crash, which processing idempotency (per
+  envelope id) absorbs. The fallback is at-least-once, never at-most-once.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any
+
+from botocore.exceptions import ClientError
+
+from breakwater.aws.counters import batch_get
+
+if TYPE_CHECKING:
+    from mypy_boto3_dynamodb import DynamoDBClient
+    from mypy_boto3_sqs import SQSClient
+    from mypy_boto3_sqs.type_defs import MessageTypeDef
+
+MARKER_TTL_SECONDS = 15 * 86_400  # longer than the longest SQS retention (14 days)
+_UNSUPPORTED = {"UnsupportedOperation", "InvalidAction", "AWS.SimpleQueueService.UnsupportedOperation"}
+
+
+@dataclass
+class RedriveResult:
+    dlq_url: str
+    source_url: str
+    method: str  # "move_task" or "fallback"
+    task_handle: str | None = None
+    moved: int = 0
+    already_moved: int = 0  # found a marker: deleted from the DLQ without sending again
+    failed: int = 0  # send failed: left in the DLQ
+
+    def as_dict(self) -> dict[str, Any]:
+        return dict(self.__dict__)
+
+
+class RedriveMarkers:
+    """Dedup markers of the fallback move in the state table."""
+
+    def __init__(self, client: DynamoDBClient, table_name: str, dlq_url: str) -> None:
+        self._client = client
+        self._table = table_name
+        self.pk = f"redrive#{dlq_url.rstrip('/').rsplit('/', 1)[-1]}"
+
+    def sent(self, message_ids: Sequence[str]) -> set[str]:
+        found = batch_get(self._client, self._table, [(self.pk, message_id) for message_id in message_ids])
+        return {sk for (_, sk) in found}
+
+    def mark(self, message_ids: Sequence[str], now: float) -> None:
+        for start in range(0, len(message_ids), 25):
+            requests: list[Any] = [
+                {
+                    "PutRequest": {
+                        "Item": {
+                            "pk": {"S": self.pk},
+                            "sk": {"S": message_id},
+                            "ttl": {"N": str(int(now) + MARKER_TTL_SECONDS)},
+                        }
+                    }
+                }
+                for message_id in message_ids[start : start + 25]
+            ]
+            pending: dict[str, Any] = {self._table: requests}
+            for _ in range(5):
+                response = self._client.batch_write_item(RequestItems=pending)
+                pending = dict(response.get("UnprocessedItems") or {})
+                if not pending:
+                    break
+
+
+def queue_arn(sqs: SQSClient, queue_url: str) -> str:
+    return sqs.get_queue_attributes(QueueUrl=queue_url, AttributeNames=["QueueArn"])["Attributes"]["QueueArn"]
+
+
+def start_move_task(sqs: SQSClient, dlq_url: str, source_url: str) -> str | None:
+    """The move task's handle, or None where StartMessageMoveTask is not available."""
+    try:
+        response = sqs.start_message_move_task(
+            SourceArn=queue_arn(sqs, dlq_url), DestinationArn=queue_arn(sqs, source_url)
+        )
+    except NotImplementedError:  # moto: the action does not exist there
+        return None
+    except ClientError as exc:
+        if exc.response.get("Error", {}).get("Code") in _UNSUPPORTED:
+            return None
+        raise
+    return response["TaskHandle"]
+
+
+def _send_entry(index: int, message: MessageTypeDef) -> dict[str, Any]:
+    entry: dict[str, Any] = {"Id": str(index), "MessageBody": message["Body"]}
+    if message.get("MessageAttributes"):
+        entry["MessageAttributes"] = message["MessageAttributes"]
+    group = (message.get("Attributes") or {}).get("MessageGroupId")
+    if group:
+        entry["MessageGroupId"] = group  # keep the tenant's fair-queue group
+    return entry
+
+
+def move_by_hand(
+    sqs: SQSClient,
+    dlq_url: str,
+    source_url: str,
+    *,
+    markers: RedriveMarkers | None = None,
+    max_messages: int | None = None,
+    visibility_timeout: int = 60,
+    clock: Any = time.time,
+) -> RedriveResult:
+    """The receive/send/mark/delete fallback; stops when the DLQ looks empty or after ``max_messages``."""
+    result = RedriveResult(dlq_url=dlq_url, source_url=source_url, method="fallback")
+    empty_receives = 0
+    while empty_receives < 2 and (max_messages is None or result.moved + result.already_moved < max_messages):
+        wanted = (
+            10
+            if max_messages is None
+            else max(1, min(10, max_messages - result.moved - result.already_moved))
+        )
+        messages = sqs.receive_message(
+            QueueUrl=dlq_url,
+            MaxNumberOfMessages=wanted,
+            VisibilityTimeout=visibility_timeout,
+            WaitTimeSeconds=0,
+            MessageAttributeNames=["All"],
+            MessageSystemAttributeNames=["MessageGroupId"],
+        ).get("Messages", [])
+        if not messages:
+            empty_receives += 1
+            continue
+        empty_receives = 0
+        ids = [message["MessageId"] for message in messages]
+        already = markers.sent(ids) if markers is not None else set()
+        fresh = [message for message in messages if message["MessageId"] not in already]
+        sent: list[MessageTypeDef] = []
+        if fresh:
+            response = sqs.send_message_batch(
+                QueueUrl=source_url,
+                Entries=[_send_entry(i, m) for i, m in enumerate(fresh)],  # type: ignore[misc]
+            )
+            ok = {int(entry["Id"]) for entry in response.get("Successful", [])}
+            sent = [message for index, message in enumerate(fresh) if index in ok]
+            result.failed += len(fresh) - len(sent)
+            if markers is not None and sent:
+                markers.mark([message["MessageId"] for message in sent], clock())
+        done = sent + [message for message in messages if message["MessageId"] in already]
+        if done:
+            sqs.delete_message_batch(
+                QueueUrl=dlq_url,
+                Entries=[{"Id": str(i), "ReceiptHandle": m["ReceiptHandle"]} for i, m in enumerate(done)],
+            )
+        result.moved += len(sent)
+        result.already_moved += len(done) - len(sent)
+        if len(sent) < len(fresh):
+            break  # the source refuses messages: stop rather than spin; the rest stay in the DLQ
+    return result
+
+
+def redrive(
+    sqs: SQSClient,
+    dlq_url: str,
+    source_url: str,
+    *,
+    markers: RedriveMarkers | None = None,
+    max_messages: int | None = None,
+    use_move_task: bool = True,
+) -> RedriveResult:
+    """Move the DLQ's messages back to ``source_url``: a move task where possible, else by hand."""
+    if use_move_task and max_messages is None:
+        handle = start_move_task(sqs, dlq_url, source_url)
+        if handle is not None:
+            return RedriveResult(
+                dlq_url=dlq_url, source_url=source_url, method="move_task", task_handle=handle
+            )
+    return move_by_hand(sqs, dlq_url, source_url, markers=markers, max_messages=max_messages)
