@@ -13,6 +13,8 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass
 
+_EPSILON = 1e-4  # tokens; epoch-second floats carry ~1e-7 s of rounding
+
 
 @dataclass(frozen=True)
 class BucketLimits:
@@ -77,12 +79,13 @@ class LeaseDecision:
 def take_lease(state: BucketState, limits: BucketLimits, now: float, wanted: int) -> LeaseDecision:
     """Take up to ``wanted`` whole tokens from the bucket; grant what is there (at least one) or nothing."""
     current = refill(state, limits, now)
-    available = math.floor(current.tokens)
+    # A hair of tolerance: waiting exactly ``retry_after`` must yield the promised token despite rounding.
+    available = math.floor(current.tokens + _EPSILON)
     granted = min(wanted, available)
     if granted >= 1:
         return LeaseDecision(
             granted=granted,
-            state=BucketState(tokens=current.tokens - granted, updated_at=current.updated_at),
+            state=BucketState(tokens=max(0.0, current.tokens - granted), updated_at=current.updated_at),
             retry_after=0.0,
         )
     missing = 1.0 - current.tokens

@@ -59,8 +59,8 @@ class LeasedTokenBucket:
 
     ``try_acquire`` returns ``(True, 0.0)`` or ``(False, retry_after_seconds)``. After a refused lease
     the tenant is blocked locally until ``retry_after``, so a throttled tenant costs no DynamoDB calls.
-    If DynamoDB itself fails, the container grants itself one lease from its last known state
-    (fail open, but bounded to one lease per ``lease_seconds``) rather than refuse every request.
+    If DynamoDB itself fails, the container leases from its own view of the bucket (fail open,
+    but still bounded by rate and burst per container) rather than refuse every request.
     """
 
     def __init__(
@@ -162,11 +162,16 @@ class LeasedTokenBucket:
     def _fail_open(
         self, tenant: str, known: StoredBucket, limits: BucketLimits, now: float, exc: Exception
     ) -> LeaseDecision:
-        effective = limits.scaled(known.multiplier)
-        granted = lease_size(effective, self.lease_seconds, self.max_fraction)
+        """DynamoDB failed: lease from this container's own view of the bucket, which it then draws down.
+
+        Admission stays bounded (a local token bucket per container) and a later write, still
+        conditional on the last version seen, carries the drawn-down view back to the table.
+        """
+        decision = self._decide(known, limits, now)
+        if decision.ok:
+            self._known[tenant] = StoredBucket(decision.state, known.version, known.multiplier)
         logger.warning(
-            "token bucket unavailable; granting a local lease",
-            extra={"tenant": tenant, "purpose": self.purpose, "granted": granted, "error": str(exc)},
+            "token bucket unavailable; leasing from the local view",
+            extra={"tenant": tenant, "purpose": self.purpose, "granted": decision.granted, "error": str(exc)},
         )
-        state = known.state or BucketState.full(effective, now)
-        return LeaseDecision(granted=granted, state=state, retry_after=0.0)
+        return decision

@@ -1,0 +1,118 @@
+"""The leased token bucket against moto: limits hold across containers, races and refusals are cheap."""
+
+from __future__ import annotations
+
+import boto3
+import pytest
+
+from breakwater.aws.buckets import LeasedTokenBucket
+from breakwater.fairness import BucketLimits
+from tests.integration.conftest import FakeClock
+
+LIMITS = BucketLimits(rate=10, burst=20)
+
+
+class CallCounter:
+    def __init__(self) -> None:
+        self.calls: list[str] = []
+
+    def __call__(self, event_name: str, **_: object) -> None:
+        self.calls.append(event_name.rsplit(".", 1)[-1])
+
+
+@pytest.fixture
+def counted_client():
+    client = boto3.client("dynamodb")
+    counter = CallCounter()
+    client.meta.events.register("before-call.dynamodb.*", counter)
+    return client, counter
+
+
+def bucket(state_table, clock, client, purpose="ingest", lease_seconds=1.0, max_fraction=0.25):
+    return LeasedTokenBucket(state_table, purpose, clock, lease_seconds, max_fraction, client=client)
+
+
+def admitted(gate, tenant, count, limits=LIMITS):
+    return sum(gate.try_acquire(tenant, limits)[0] for _ in range(count))
+
+
+def test_one_update_per_lease_and_none_while_throttled(state_table, clock: FakeClock, counted_client):
+    client, counter = counted_client
+    gate = bucket(state_table, clock, client)
+
+    assert admitted(gate, "acme", 100) == 20  # the burst, in leases of 5 (a quarter of it)
+    # Four leases; the returned item already says the bucket is empty, so refusals are decided locally.
+    assert counter.calls == ["UpdateItem"] * 4
+
+    ok, retry_after = gate.try_acquire("acme", LIMITS)
+    assert not ok and 0 < retry_after <= 0.1
+    clock.advance(retry_after)
+    assert gate.try_acquire("acme", LIMITS)[0]  # one token refilled, one lease of one token
+    assert len(counter.calls) == 5
+
+
+def test_limits_hold_across_containers_and_a_lost_race_costs_one_call(state_table, clock, counted_client):
+    client, counter = counted_client
+    containers = [bucket(state_table, clock, client) for _ in range(3)]
+
+    total = 0
+    for _ in range(10):  # 10 s at 10/s plus the burst of 20
+        for _ in range(20):
+            for gate in containers:
+                total += gate.try_acquire("acme", LIMITS)[0]
+        clock.advance(1.0)
+    assert total <= 20 + 10 * 10
+    assert total >= 80  # but the containers do share the bucket, not starve it
+
+    item = client.get_item(
+        TableName=state_table, Key={"pk": {"S": "tenant#acme"}, "sk": {"S": "bucket#ingest"}}
+    )
+    assert int(item["Item"]["version"]["N"]) >= 1
+    assert counter.calls.count("GetItem") == 1 and set(counter.calls) == {"UpdateItem", "GetItem"}
+
+
+def test_lost_race_is_retried_from_the_returned_item(state_table, clock, counted_client):
+    client, counter = counted_client
+    first, second = bucket(state_table, clock, client), bucket(state_table, clock, client)
+    assert first.try_acquire("acme", LIMITS)[0]  # creates the bucket: 20 - 5 = 15 left
+    counter.calls.clear()
+
+    assert second.try_acquire("acme", LIMITS)[0]  # believes it is new: one failed write, one good one
+
+    assert counter.calls == ["UpdateItem", "UpdateItem"]
+    item = client.get_item(
+        TableName=state_table, Key={"pk": {"S": "tenant#acme"}, "sk": {"S": "bucket#ingest"}}
+    )
+    assert float(item["Item"]["tokens"]["N"]) == pytest.approx(10)
+    assert item["Item"]["version"]["N"] == "2"
+
+
+def test_the_controller_multiplier_scales_the_rate(state_table, clock, counted_client):
+    client, _ = counted_client
+    client.put_item(
+        TableName=state_table,
+        Item={"pk": {"S": "tenant#acme"}, "sk": {"S": "bucket#consumer"}, "multiplier": {"N": "0.5"}},
+    )
+    gate = bucket(state_table, clock, client, purpose="consumer", max_fraction=1.0)
+
+    burst = admitted(gate, "acme", 100)  # the first lease learns the multiplier
+    clock.advance(10.0)
+    refilled = admitted(gate, "acme", 100)
+
+    assert gate.multiplier("acme") == 0.5
+    assert burst <= 20
+    assert refilled == 10  # 10 s at 5/s (half of 10/s), capped at the halved burst of 10
+    assert (
+        client.get_item(
+            TableName=state_table, Key={"pk": {"S": "tenant#acme"}, "sk": {"S": "bucket#ingest"}}
+        ).get("Item")
+        is None
+    )
+
+
+def test_an_unavailable_table_fails_open_with_a_bounded_local_lease(clock, counted_client):
+    client, counter = counted_client
+    gate = bucket("no-such-table", clock, client)
+
+    assert admitted(gate, "acme", 100) == 20  # the burst, leased from the container's own view
+    assert counter.calls.count("UpdateItem") == 4  # one failed call per lease, none per refusal

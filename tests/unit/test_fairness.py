@@ -1,0 +1,113 @@
+"""Token bucket math with an injected clock: rate, burst, refill, lease bounds, multiplier."""
+
+from __future__ import annotations
+
+import pytest
+from hypothesis import given
+from hypothesis import strategies as st
+
+from breakwater.fairness import (
+    BucketLimits,
+    BucketState,
+    LocalLease,
+    lease_size,
+    refill,
+    retry_after_header,
+    take_lease,
+)
+
+LIMITS = BucketLimits(rate=10, burst=20)
+
+
+def test_a_new_bucket_holds_the_burst():
+    assert BucketState.full(LIMITS, now=5).tokens == 20
+
+
+def test_refill_adds_rate_per_second_up_to_the_burst():
+    empty = BucketState(tokens=0, updated_at=100)
+    assert refill(empty, LIMITS, now=100.5).tokens == pytest.approx(5)
+    assert refill(empty, LIMITS, now=101).tokens == pytest.approx(10)
+    assert refill(empty, LIMITS, now=1000).tokens == 20
+
+
+def test_time_never_runs_backwards():
+    state = BucketState(tokens=3, updated_at=100)
+    after = refill(state, LIMITS, now=90)
+    assert after.tokens == 3
+    assert after.updated_at == 100
+
+
+def test_take_lease_grants_what_is_there_or_says_when_to_come_back():
+    state = BucketState(tokens=3.5, updated_at=100)
+    partial = take_lease(state, LIMITS, now=100, wanted=5)
+    assert partial.granted == 3
+    assert partial.state.tokens == pytest.approx(0.5)
+
+    refused = take_lease(partial.state, LIMITS, now=100, wanted=5)
+    assert not refused.ok
+    assert refused.retry_after == pytest.approx(0.05)
+    assert take_lease(partial.state, LIMITS, now=100 + refused.retry_after, wanted=5).granted == 1
+
+
+def test_admission_over_time_is_burst_plus_rate():
+    state = BucketState.full(LIMITS, now=0)
+    admitted = 0
+    for step in range(1000):  # 10 s, a request every 10 ms
+        decision = take_lease(state, LIMITS, now=step * 0.01, wanted=1)
+        state = decision.state
+        admitted += decision.granted
+    assert admitted == pytest.approx(20 + 10 * 10, abs=1)
+
+
+def test_lease_size_is_rate_times_lease_seconds_bounded_by_a_share_of_the_burst():
+    assert lease_size(LIMITS, lease_seconds=1, max_fraction=0.5) == 10
+    assert lease_size(LIMITS, lease_seconds=1, max_fraction=0.25) == 5
+    assert lease_size(LIMITS, lease_seconds=0.01, max_fraction=1) == 1  # never zero
+    assert lease_size(BucketLimits(rate=1000, burst=4000), 1, 0.25) == 1000
+
+
+@given(
+    rate=st.floats(min_value=0.1, max_value=1000),
+    burst=st.integers(min_value=1, max_value=10_000),
+    lease_seconds=st.floats(min_value=0.01, max_value=60),
+    fraction=st.floats(min_value=0.01, max_value=1),
+)
+def test_a_lease_never_exceeds_its_share_of_the_burst(rate, burst, lease_seconds, fraction):
+    limits = BucketLimits(rate=rate, burst=burst)
+    size = lease_size(limits, lease_seconds, fraction)
+    assert 1 <= size <= max(1, burst * fraction)
+
+
+def test_multiplier_scales_the_rate_and_never_raises_the_burst():
+    assert LIMITS.scaled(0.5) == BucketLimits(rate=5, burst=10)
+    assert LIMITS.scaled(2.0) == BucketLimits(rate=20, burst=20)
+    assert BucketLimits(rate=1, burst=1).scaled(0.1).burst == 1
+
+
+def test_invalid_limits_are_refused():
+    with pytest.raises(ValueError, match="rate"):
+        BucketLimits(rate=0, burst=1)
+    with pytest.raises(ValueError, match="burst"):
+        BucketLimits(rate=1, burst=0.5)
+
+
+def test_local_lease_is_spent_expires_and_blocks_after_a_refusal():
+    lease = LocalLease()
+    assert not lease.try_spend(now=0)
+    lease.grant(2, now=0, ttl=1)
+    assert lease.try_spend(now=0.5)
+    assert lease.try_spend(now=0.6)
+    assert not lease.try_spend(now=0.7)
+
+    lease.grant(5, now=1, ttl=1)
+    assert not lease.try_spend(now=2)  # unspent tokens expire with the lease
+    assert lease.tokens == 0
+
+    lease.refuse(now=3, retry_after=0.25)
+    assert lease.is_blocked(now=3.2)
+    assert not lease.is_blocked(now=3.25)
+
+
+@pytest.mark.parametrize(("seconds", "header"), [(0.001, "1"), (1.0, "1"), (1.2, "2"), (30, "30")])
+def test_retry_after_header_is_whole_seconds_never_zero(seconds, header):
+    assert retry_after_header(seconds) == header
