@@ -126,7 +126,7 @@ def _message(envelope: Envelope, owner: str = "m:1") -> OrderedMessage:
 
 
 def test_exactly_once_processes_then_treats_a_redelivery_as_duplicate() -> None:
-    store, effects = FakeStore(), []
+    store, effects = FakeStore(), list[Envelope]()
     envelope = _envelope(dedup_key="d1")
     assert process_exactly_once(_message(envelope), store, effects.append, 2_000) is Outcome.PROCESSED
     assert (
@@ -137,7 +137,7 @@ def test_exactly_once_processes_then_treats_a_redelivery_as_duplicate() -> None:
 
 
 def test_a_failed_side_effect_releases_the_claim_so_the_retry_proceeds() -> None:
-    store, effects = FakeStore(), []
+    store, effects = FakeStore(), list[Envelope]()
     envelope = _envelope()
 
     def boom(_: Envelope) -> None:
@@ -149,7 +149,7 @@ def test_a_failed_side_effect_releases_the_claim_so_the_retry_proceeds() -> None
 
 
 def test_a_live_claim_blocks_and_an_abandoned_one_is_taken_over() -> None:
-    store, effects = FakeStore(lease_ms=1_000), []
+    store, effects = FakeStore(lease_ms=1_000), list[Envelope]()
     envelope = _envelope()
     store.claim("acme:k", envelope.id, "crashed:1", 2_000)  # an attempt that died after claiming
     with pytest.raises(GroupBusyError):
@@ -159,7 +159,7 @@ def test_a_live_claim_blocks_and_an_abandoned_one_is_taken_over() -> None:
 
 
 def test_an_expired_message_is_dropped_without_a_claim() -> None:
-    store, effects = FakeStore(), []
+    store, effects = FakeStore(), list[Envelope]()
     envelope = _envelope(expires_at=1_500)
     assert process_exactly_once(_message(envelope), store, effects.append, 2_000) is Outcome.EXPIRED
     assert effects == [] and store.records == {}

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import base64
+from typing import Any
 
 import pytest
 
@@ -102,7 +103,7 @@ def test_a_failing_key_reports_its_sequence_numbers_and_the_others_are_written()
 
 def test_from_lambda_record_reads_shard_sequence_and_event() -> None:
     event = StreamEvent(id="0" * 26, tenant="acme", type="click", value=2.5, received_at=1)
-    raw = {
+    raw: dict[str, Any] = {
         "eventID": "shardId-000000000001:4959",
         "kinesis": {
             "data": base64.b64encode(event.to_bytes()).decode(),

@@ -1,0 +1,302 @@
+"""Fixtures and mapping emulation for the ordered (FIFO) and streaming (Kinesis) workloads on moto.
+
+The emulators play Lambda's event source mappings in the simplest faithful way, for these tests only
+(the local runtime's mappings are ``local/``'s): a FIFO mapping receives a batch, invokes the
+handler, deletes what succeeded and makes the failures visible again (as if their visibility
+timeout ran out); a Kinesis mapping reads shards in lineage order (parents finished before their
+children start), retries from the lowest reported failure, and stops a shard after ``retry_attempts``.
+"""
+
+from __future__ import annotations
+
+import base64
+import importlib
+import json
+import sys
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from types import ModuleType
+from typing import Any
+
+import boto3
+import pytest
+
+from breakwater.sequencing import ShardLineage, ready_shards
+
+REGION = "us-east-1"
+ACCOUNT = "123456789012"
+
+
+@dataclass
+class FakeLambdaContext:
+    function_name: str = "breakwater-test"
+    memory_limit_in_mb: int = 256
+    invoked_function_arn: str = f"arn:aws:lambda:{REGION}:{ACCOUNT}:function:breakwater-test"
+    aws_request_id: str = "00000000-0000-0000-0000-000000000000"
+
+
+def load_handler(monkeypatch: pytest.MonkeyPatch, module: str, environment: dict[str, str]) -> ModuleType:
+    """Import (or re-import) a handler module after the mock started and its environment is set."""
+    for name, value in environment.items():
+        monkeypatch.setenv(name, value)
+    if module in sys.modules:
+        return importlib.reload(sys.modules[module])
+    return importlib.import_module(module)
+
+
+def create_fifo_queue(
+    name: str, *, max_receive_count: int = 5, visibility_timeout: int = 30
+) -> tuple[str, str]:
+    """A FIFO queue in high-throughput mode with its FIFO DLQ; returns (queue url, dlq url)."""
+    sqs = boto3.client("sqs", region_name=REGION)
+    dlq_url = sqs.create_queue(QueueName=f"{name}-dlq.fifo", Attributes={"FifoQueue": "true"})["QueueUrl"]
+    dlq_arn = sqs.get_queue_attributes(QueueUrl=dlq_url, AttributeNames=["QueueArn"])["Attributes"][
+        "QueueArn"
+    ]
+    url = sqs.create_queue(
+        QueueName=f"{name}.fifo",
+        Attributes={
+            "FifoQueue": "true",
+            "DeduplicationScope": "messageGroup",
+            "FifoThroughputLimit": "perMessageGroupId",
+            "VisibilityTimeout": str(visibility_timeout),
+            "RedrivePolicy": json.dumps(
+                {"deadLetterTargetArn": dlq_arn, "maxReceiveCount": max_receive_count}
+            ),
+        },
+    )["QueueUrl"]
+    return url, dlq_url
+
+
+def create_table(name: str, *, ttl_attribute: str | None = None) -> str:
+    dynamodb = boto3.client("dynamodb", region_name=REGION)
+    dynamodb.create_table(
+        TableName=name,
+        AttributeDefinitions=[
+            {"AttributeName": "pk", "AttributeType": "S"},
+            {"AttributeName": "sk", "AttributeType": "S"},
+        ],
+        KeySchema=[{"AttributeName": "pk", "KeyType": "HASH"}, {"AttributeName": "sk", "KeyType": "RANGE"}],
+        BillingMode="PAY_PER_REQUEST",
+    )
+    return name
+
+
+def create_stream(name: str, shard_count: int = 1) -> str:
+    kinesis = boto3.client("kinesis", region_name=REGION)
+    kinesis.create_stream(StreamName=name, ShardCount=shard_count)
+    return kinesis.describe_stream_summary(StreamName=name)["StreamDescriptionSummary"]["StreamARN"]
+
+
+def api_event(path: str, body: Any, tenant: str = "acme", request_id: str = "req-1") -> dict[str, Any]:
+    """An API Gateway REST proxy event behind the REQUEST authorizer (context values are strings)."""
+    return {
+        "resource": path,
+        "path": path,
+        "httpMethod": "POST",
+        "headers": {"Content-Type": "application/json"},
+        "multiValueHeaders": {},
+        "queryStringParameters": None,
+        "pathParameters": None,
+        "body": body if isinstance(body, str) else json.dumps(body),
+        "isBase64Encoded": False,
+        "requestContext": {
+            "resourcePath": path,
+            "httpMethod": "POST",
+            "path": f"/prod{path}",
+            "stage": "prod",
+            "requestId": request_id,
+            "authorizer": {"tenant": tenant, "tier": "standard", "rate": "100", "burst": "100"},
+        },
+    }
+
+
+# -- SQS FIFO mapping --------------------------------------------------------------------------
+
+
+@dataclass
+class FifoMapping:
+    """One poller of a FIFO queue: receive up to ``batch_size``, invoke, delete the successes."""
+
+    queue_url: str
+    handler: Callable[[dict[str, Any], Any], Any]
+    batch_size: int = 10
+    invocations: list[list[str]] = field(default_factory=list)  # message ids per batch
+
+    def poll_once(self) -> int:
+        sqs = boto3.client("sqs", region_name=REGION)
+        messages = sqs.receive_message(
+            QueueUrl=self.queue_url,
+            MaxNumberOfMessages=self.batch_size,
+            MessageSystemAttributeNames=["All"],
+        ).get("Messages", [])
+        if not messages:
+            return 0
+        self.invocations.append([m["MessageId"] for m in messages])
+        event = {"Records": [_sqs_record(m, self.queue_url) for m in messages]}
+        failed = _failures(self.handler, event, [m["MessageId"] for m in messages])
+        for message in messages:
+            if message["MessageId"] in failed:
+                # Lambda leaves it in flight until the visibility timeout; the test fast-forwards that.
+                sqs.change_message_visibility(
+                    QueueUrl=self.queue_url, ReceiptHandle=message["ReceiptHandle"], VisibilityTimeout=0
+                )
+            else:
+                sqs.delete_message(QueueUrl=self.queue_url, ReceiptHandle=message["ReceiptHandle"])
+        return len(messages)
+
+    def drain(self, max_polls: int = 100) -> None:
+        for _ in range(max_polls):
+            if not self.poll_once():
+                return
+
+
+def _failures(
+    handler: Callable[[dict[str, Any], Any], Any], event: dict[str, Any], ids: list[str]
+) -> set[str]:
+    """The reported batch item failures; a raised error (Powertools raises when every record failed)
+    fails the whole batch, as Lambda treats a function error."""
+    try:
+        response = handler(event, FakeLambdaContext())
+    except Exception:
+        return set(ids)
+    return {item["itemIdentifier"] for item in (response or {}).get("batchItemFailures", [])}
+
+
+def _sqs_record(message: dict[str, Any], queue_url: str) -> dict[str, Any]:
+    name = queue_url.rsplit("/", 1)[-1]
+    return {
+        "messageId": message["MessageId"],
+        "receiptHandle": message["ReceiptHandle"],
+        "body": message["Body"],
+        "attributes": message.get("Attributes", {}),
+        "messageAttributes": {},
+        "md5OfBody": message["MD5OfBody"],
+        "eventSource": "aws:sqs",
+        "eventSourceARN": f"arn:aws:sqs:{REGION}:{ACCOUNT}:{name}",
+        "awsRegion": REGION,
+    }
+
+
+def send_fifo(queue_url: str, body: str, group_id: str, dedup_id: str) -> str:
+    sqs = boto3.client("sqs", region_name=REGION)
+    return sqs.send_message(
+        QueueUrl=queue_url, MessageBody=body, MessageGroupId=group_id, MessageDeduplicationId=dedup_id
+    )["MessageId"]
+
+
+# -- Kinesis mapping ---------------------------------------------------------------------------
+
+
+@dataclass
+class KinesisMapping:
+    """Reads every shard of a stream in lineage order and feeds the consumer, like Lambda's mapping.
+
+    moto 5.2.5's ``split_shard`` moves the parent's records into the children (renumbered by each
+    child's own counter from 1); AWS keeps them in the closed parent. :meth:`split_shard` therefore
+    remembers the parent's records and hides their copies in the children, so shards look as on AWS.
+    """
+
+    stream_arn: str
+    handler: Callable[[dict[str, Any], Any], Any]
+    batch_size: int = 100
+    retry_attempts: int = 2
+    shard_order: list[str] = field(default_factory=list)  # shard of each invocation
+    failed_batches: list[tuple[str, str]] = field(
+        default_factory=list
+    )  # (shard, first seq) sent "on failure"
+    _closed_records: dict[str, list[dict[str, Any]]] = field(default_factory=dict)
+    _hidden: set[tuple[str, str]] = field(default_factory=set)
+    _positions: dict[str, str] = field(default_factory=dict)  # last checkpointed sequence per shard
+    _finished: set[str] = field(default_factory=set)
+
+    @property
+    def _kinesis(self) -> Any:
+        return boto3.client("kinesis", region_name=REGION)
+
+    def lineage(self) -> list[ShardLineage]:
+        shards = self._kinesis.list_shards(StreamARN=self.stream_arn)["Shards"]
+        return [
+            ShardLineage(s["ShardId"], s.get("ParentShardId"), s.get("AdjacentParentShardId")) for s in shards
+        ]
+
+    def split_shard(self, shard_id: str) -> None:
+        kinesis = self._kinesis
+        self._closed_records[shard_id] = self._read_all(shard_id)
+        before = {s.shard_id for s in self.lineage()}
+        kinesis.split_shard(StreamARN=self.stream_arn, ShardToSplit=shard_id, NewStartingHashKey=str(2**127))
+        for child in {s.shard_id for s in self.lineage()} - before:
+            self._hidden.update((child, r["SequenceNumber"]) for r in self._read_all(child))
+
+    def _read_all(self, shard_id: str) -> list[dict[str, Any]]:
+        if shard_id in self._closed_records:
+            return self._closed_records[shard_id]
+        kinesis = self._kinesis
+        iterator = kinesis.get_shard_iterator(
+            StreamARN=self.stream_arn, ShardId=shard_id, ShardIteratorType="TRIM_HORIZON"
+        )["ShardIterator"]
+        records: list[dict[str, Any]] = []
+        while True:
+            page = kinesis.get_records(StreamARN=self.stream_arn, ShardIterator=iterator, Limit=10_000)
+            records.extend(page["Records"])
+            if not page["Records"]:
+                return [r for r in records if (shard_id, r["SequenceNumber"]) not in self._hidden]
+            iterator = page["NextShardIterator"]
+
+    def run(self) -> None:
+        """Process until no shard has new records; closed shards finish before their children start."""
+        progressed = True
+        while progressed:
+            progressed = False
+            lineage = self.lineage()
+            closed = {s.shard_id for s in lineage if s.shard_id in self._closed_records}
+            for shard_id in ready_shards(lineage, self._finished):
+                if self._run_shard(shard_id):
+                    progressed = True
+                elif shard_id in closed:  # a closed shard with nothing left: its children may start
+                    self._finished.add(shard_id)
+                    progressed = True
+
+    def _run_shard(self, shard_id: str) -> bool:
+        after = self._positions.get(shard_id, "0")
+        pending = [r for r in self._read_all(shard_id) if int(r["SequenceNumber"]) > int(after)]
+        if not pending:
+            return False
+        batch, attempts = pending[: self.batch_size], 0
+        while batch:
+            self.shard_order.append(shard_id)
+            event = {"Records": [_kinesis_record(shard_id, r, self.stream_arn) for r in batch]}
+            failures = sorted(_failures(self.handler, event, [r["SequenceNumber"] for r in batch]))
+            if not failures:
+                self._positions[shard_id] = batch[-1]["SequenceNumber"]
+                return True
+            lowest = min(failures, key=int)
+            done = [r for r in batch if int(r["SequenceNumber"]) < int(lowest)]
+            if done:
+                self._positions[shard_id] = done[-1]["SequenceNumber"]
+            attempts += 1
+            if attempts > self.retry_attempts:  # to the on-failure destination; the shard moves on
+                self.failed_batches.append((shard_id, lowest))
+                self._positions[shard_id] = batch[-1]["SequenceNumber"]
+                return True
+            batch = [r for r in batch if int(r["SequenceNumber"]) >= int(lowest)]
+        return True
+
+
+def _kinesis_record(shard_id: str, record: dict[str, Any], stream_arn: str) -> dict[str, Any]:
+    return {
+        "kinesis": {
+            "kinesisSchemaVersion": "1.0",
+            "partitionKey": record["PartitionKey"],
+            "sequenceNumber": record["SequenceNumber"],
+            "data": base64.b64encode(record["Data"]).decode(),
+            "approximateArrivalTimestamp": 1_700_000_000.0,
+        },
+        "eventSource": "aws:kinesis",
+        "eventVersion": "1.0",
+        "eventID": f"{shard_id}:{record['SequenceNumber']}",
+        "eventName": "aws:kinesis:record",
+        "invokeIdentityArn": f"arn:aws:iam::{ACCOUNT}:role/consumer",
+        "awsRegion": REGION,
+        "eventSourceARN": stream_arn,
+    }
