@@ -1,0 +1,175 @@
+"""The worker against moto: every decision ends in the right queue, failures are reported exactly."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+
+from breakwater import processor
+from breakwater.envelope import Origin
+from breakwater.processor import WorkContext
+from tests.integration.worker_fixtures import (  # noqa: F401  (world is a fixture)
+    WorkerWorld,
+    add_tenant,
+    load,
+    make_envelope,
+    now_ms,
+    world,
+)
+
+FAR = 10**13
+
+
+def hold_concurrency(world: WorkerWorld, tenant: str) -> None:
+    """Another container holds the tenant's only slot."""
+    world.put(
+        {
+            "pk": {"S": f"tenant#{tenant}"},
+            "sk": {"S": "concurrency"},
+            "leases": {"M": {"other": {"M": {"exp": {"N": str(FAR)}, "burst": {"BOOL": False}}}}},
+            "version": {"N": "1"},
+        }
+    )
+
+
+def empty_consumer_bucket(world: WorkerWorld, tenant: str) -> None:
+    world.put(
+        {
+            "pk": {"S": f"tenant#{tenant}"},
+            "sk": {"S": "bucket#consumer"},
+            "tokens": {"N": "0"},
+            "updated_at": {"N": str(now_ms() / 1000)},
+            "version": {"N": "1"},
+        }
+    )
+
+
+def test_a_batch_with_one_message_of_each_kind_ends_in_the_right_queues(
+    world: WorkerWorld, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    add_tenant("spilly", "tiny")
+    add_tenant("busy", "tiny")
+    empty_consumer_bucket(world, "spilly")
+    hold_concurrency(world, "busy")
+    world.put({"pk": {"S": "tenant#swept"}, "sk": {"S": "sweep"}, "swept_at": {"N": str(now_ms() + 60_000)}})
+    fresh = make_envelope("acme")
+    expired = make_envelope("acme", expires_at=now_ms() - 1)
+    swept = make_envelope("swept")
+    old = make_envelope("acme", age_ms=301_000)
+    spilled = make_envelope("spilly")
+    deferred = make_envelope("busy")
+    for envelope in (fresh, expired, swept, old, spilled, deferred):
+        world.send("live-0", envelope)
+    handler = load(monkeypatch, "worker.handler", world.environment())
+
+    response, received = world.deliver(handler, "live-0")
+
+    assert len(received) == 6
+    assert response == {"batchItemFailures": []}
+    assert world.depth("live-0") == {"Visible": 0, "NotVisible": 0, "Delayed": 0}
+    assert world.depth("surge")["Delayed"] == 1  # deferred with DelaySeconds
+    backlog, spillover, surge = world.bodies("backlog"), world.bodies("spillover"), world.bodies("surge")
+    assert [(e.id, e.origin) for e in backlog] == [(old.id, Origin.BACKLOG)]
+    assert [(e.id, e.origin) for e in spillover] == [(spilled.id, Origin.SPILLOVER)]
+    assert [(e.id, e.origin, e.attempt) for e in surge] == [(deferred.id, Origin.SURGE, 1)]
+    assert world.item("tenant#acme", "counters") == {
+        "pk": "tenant#acme",
+        "sk": "counters",
+        "processed": 1,
+        "dropped": 1,
+        "sidelined": 1,
+    }
+    assert world.item("tenant#swept", "counters")["dropped"] == 1
+    assert world.item("tenant#busy", "counters")["deferred"] == 1
+    assert world.item("tenant#spilly", "counters")["spilled"] == 1
+    health = world.item("queue#live", "health")
+    assert health["oldest_age_ms"] >= 301_000
+    # the other container's lease is untouched; ours was released
+    assert set(world.item("tenant#busy", "concurrency")["leases"]) == {"other"}
+    assert world.dynamodb.scan(TableName="bw-idempotency")["Count"] == 1
+
+
+def test_partial_batch_failures_report_exactly_the_failed_ids(
+    world: WorkerWorld, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    def flaky(envelope: Any, work: WorkContext) -> dict[str, Any]:
+        if envelope.payload.get("fail"):
+            raise RuntimeError("boom")
+        return {}
+
+    monkeypatch.setattr(processor, "process", flaky)
+    add_tenant("spilly", "tiny")
+    empty_consumer_bucket(world, "spilly")
+    good = [make_envelope("acme") for _ in range(3)]
+    bad = [make_envelope("acme", payload={"fail": True}) for _ in range(2)]
+    unmovable = make_envelope("spilly")  # its move target does not exist: the move fails
+    for envelope in (*good, *bad, unmovable):
+        world.send("live-0", envelope)
+    environment = world.environment(spillover_queue_url=world.urls["spillover"] + "-missing")
+    handler = load(monkeypatch, "worker.handler", environment)
+
+    response, received = world.deliver(handler, "live-0")
+
+    by_envelope = {message["MessageId"]: message["Body"] for message in received}
+    failed_bodies = {by_envelope[item["itemIdentifier"]] for item in response["batchItemFailures"]}
+    assert failed_bodies == {envelope.to_json() for envelope in (*bad, unmovable)}
+    assert len(response["batchItemFailures"]) == 3
+    assert world.item("tenant#acme", "counters")["failed"] == 2
+    assert world.item("tenant#spilly", "counters")["failed"] == 1
+
+
+def test_a_processed_envelope_is_not_processed_again(
+    world: WorkerWorld, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    calls: list[str] = []
+
+    def counting(envelope: Any, work: WorkContext) -> dict[str, Any]:
+        calls.append(envelope.id)
+        return {"ok": True}
+
+    monkeypatch.setattr(processor, "process", counting)
+    envelope = make_envelope("acme")
+    world.send("live-0", envelope)
+    world.send("live-0", envelope)  # an at-least-once duplicate
+    handler = load(monkeypatch, "worker.handler", world.environment())
+
+    response, received = world.deliver(handler, "live-0")
+
+    assert len(received) == 2 and response == {"batchItemFailures": []}
+    assert calls == [envelope.id]
+
+
+def test_sideline_mode_drains_the_backlog_without_sidelining_again(
+    world: WorkerWorld, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    add_tenant("busy", "tiny")
+    hold_concurrency(world, "busy")
+    old = make_envelope("acme", age_ms=3_600_000, origin="backlog")
+    blocked = make_envelope("busy", age_ms=3_600_000, origin="backlog")
+    world.send("backlog", old)
+    world.send("backlog", blocked)
+    handler = load(monkeypatch, "worker.handler", world.environment(mode="sideline"))
+
+    response, _ = world.deliver(handler, "backlog")
+
+    assert response == {"batchItemFailures": []}
+    assert world.item("tenant#acme", "counters")["processed"] == 1
+    assert [(e.id, e.origin, e.attempt) for e in world.bodies("backlog")] == [(blocked.id, Origin.BACKLOG, 1)]
+
+
+def test_naive_baseline_processes_old_and_limited_messages(
+    world: WorkerWorld, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    add_tenant("busy", "tiny")
+    hold_concurrency(world, "busy")
+    for envelope in (make_envelope("acme", age_ms=10**7), make_envelope("busy")):
+        world.send("live-0", envelope)
+    handler = load(monkeypatch, "worker.handler", world.environment(sidelining_enabled="false"))
+
+    response, _ = world.deliver(handler, "live-0")
+
+    assert response == {"batchItemFailures": []}
+    assert world.item("tenant#acme", "counters")["processed"] == 1
+    assert world.item("tenant#busy", "counters")["processed"] == 1
+    assert world.depth("backlog")["Visible"] == 0 and world.depth("surge")["Delayed"] == 0
