@@ -9,14 +9,10 @@ import pytest
 from breakwater import processor
 from breakwater.envelope import Origin
 from breakwater.processor import WorkContext
-from tests.integration.worker_fixtures import (  # noqa: F401  (world is a fixture)
-    WorkerWorld,
-    add_tenant,
-    load,
-    make_envelope,
-    now_ms,
-    world,
-)
+from tests.integration import worker_fixtures
+from tests.integration.worker_fixtures import WorkerWorld, add_tenant, load, make_envelope, now_ms
+
+world = worker_fixtures.world  # the fixture
 
 FAR = 10**13
 
