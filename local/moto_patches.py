@@ -1,0 +1,231 @@
+"""Narrow patches of moto's SQS hot path, applied by the local runtime before its server starts.
+
+moto 5.2.5 computes ``Queue.attributes`` eagerly: every call builds the whole attribute dict,
+including ``ApproximateNumberOfMessages``, ``...Delayed`` and ``...NotVisible``, three scans of
+every message in the queue. ``SendMessage`` reads that dict once to learn one static setting
+(``ContentBasedDeduplication``), and ``ReceiveMessage`` reads it three times per *returned*
+message (the retention check calls ``get_queue_attributes(["MessageRetentionPeriod"])``). So a
+send costs O(depth) and a receive of ten costs thirty scans: about 18 sends/s at a depth of
+1,000. A backlog is what the demo is about, so the fix is here and not in a smaller scenario.
+
+The fix keeps every value and its meaning: ``Queue.attributes`` becomes a read-only mapping with
+the same keys, in the same order, that computes a value when (and each time) it is read. Callers
+that want one static attribute no longer pay for the counts; ``GetQueueAttributes`` with
+``All`` or ``ApproximateNumberOfMessages`` still scans, exactly as before, and is still exact
+with respect to delays and visibility timeouts (they are time-dependent, so they are not cached).
+
+Two further O(depth) steps remain per call on a deep queue (a receive scans for visible messages;
+a delete looks its receipt handle up in every message); :func:`apply` also gives a delete an index
+from receipt handle to message (``delete_message``), keeping moto's behaviour for stale and
+unknown handles.
+
+Separately, :func:`disable_inline_event_source_delivery` stops moto from invoking Lambda
+synchronously inside ``SendMessage`` for queues with an event source mapping: the local runtime
+polls the queues itself, as the Lambda service does (see ``local/mappings.py``).
+"""
+
+from __future__ import annotations
+
+import functools
+import json
+import threading
+from collections.abc import Iterator, Mapping, Sequence
+from typing import Any, overload
+
+from moto import backends as moto_backends
+from moto.core.utils import camelcase_to_underscores, unix_time_millis
+from moto.sqs import models as sqs_models
+
+_lock = threading.Lock()
+_applied: dict[str, Any] = {}
+
+
+class QueueAttributes(Mapping[str, Any]):
+    """``Queue.attributes`` with the keys moto 5.2.5 builds, each value computed when read."""
+
+    def __init__(self, queue: sqs_models.Queue) -> None:
+        self._queue = queue
+        names = list(queue.BASE_ATTRIBUTES)
+        if queue.fifo_queue:
+            names += queue.FIFO_ATTRIBUTES
+        if queue.kms_master_key_id:  # type: ignore[attr-defined]
+            names += queue.KMS_ATTRIBUTES
+        self._names = names
+
+    def __getitem__(self, name: str) -> Any:
+        if name not in self._names:
+            raise KeyError(name)
+        queue = self._queue
+        value = getattr(queue, camelcase_to_underscores(name))
+        if name == "RedrivePolicy" and queue.redrive_policy:
+            value = json.dumps(queue.redrive_policy)
+        if isinstance(value, bool):
+            value = str(value).lower()
+        return value
+
+    def __iter__(self) -> Iterator[str]:
+        return iter(self._names)
+
+    def __len__(self) -> int:
+        return len(self._names)
+
+    def __contains__(self, name: object) -> bool:
+        return name in self._names
+
+
+def _lazy_attributes(self: sqs_models.Queue) -> QueueAttributes:
+    return QueueAttributes(self)
+
+
+class VisibleMessages(Sequence[sqs_models.Message]):
+    """``Queue.messages`` (visible and not delayed) as a view: iterate lazily, count without building a list.
+
+    ``ReceiveMessage`` iterates ``queue.messages`` and stops after ``MaxNumberOfMessages``; moto
+    built the whole filtered list first, calling the clock twice per message. Iteration walks a
+    snapshot of the queue (as the list did) and yields what is visible when reached; counting reads
+    the clock once per scan.
+    """
+
+    def __init__(self, queue: sqs_models.Queue) -> None:
+        self._queue = queue
+
+    def __iter__(self) -> Iterator[sqs_models.Message]:
+        for message in list(self._queue._messages):
+            if message.visible and not message.delayed:
+                yield message
+
+    def _listed(self) -> list[sqs_models.Message]:
+        now = unix_time_millis()  # moto's Message.visible / .delayed, with one clock read per scan
+        return [m for m in self._queue._messages if now > m.visible_at and not now < m.delayed_until]
+
+    def __len__(self) -> int:
+        return len(self._listed())
+
+    def __bool__(self) -> bool:
+        return next(iter(self), None) is not None
+
+    @overload
+    def __getitem__(self, index: int) -> sqs_models.Message: ...
+    @overload
+    def __getitem__(self, index: slice) -> list[sqs_models.Message]: ...
+    def __getitem__(self, index: int | slice) -> sqs_models.Message | list[sqs_models.Message]:
+        return self._listed()[index]
+
+
+def _visible_messages(self: sqs_models.Queue) -> VisibleMessages:
+    return VisibleMessages(self)
+
+
+def _count_delayed(self: sqs_models.Queue) -> int:
+    now = unix_time_millis()
+    return sum(1 for m in self._messages if now < m.delayed_until)
+
+
+def _count_not_visible(self: sqs_models.Queue) -> int:
+    now = unix_time_millis()
+    return sum(1 for m in self._messages if not now > m.visible_at)
+
+
+# Receipt handle -> message, for every handle issued since :func:`apply`. A handle not in here
+# (issued before, or already deleted) takes moto's own path, so its answers never change.
+_handles: dict[str, sqs_models.Message] = {}
+
+
+def _mark_received(original: Any) -> Any:
+    def mark_received(self: sqs_models.Message, visibility_timeout: int | None = None) -> None:
+        original(self, visibility_timeout)
+        if self.receipt_handle is not None:
+            _handles[self.receipt_handle] = self
+
+    return mark_received
+
+
+def _delete_message(original: Any) -> Any:
+    def delete_message(self: sqs_models.Queue, receipt_handle: str) -> None:
+        """moto's ``Queue.delete_message`` without its two scans of every message when the handle is known."""
+        message = _handles.get(receipt_handle)
+        if message is None or receipt_handle in self.deleted_messages:
+            original(self, receipt_handle)
+            return
+        try:
+            self._messages.remove(message)  # identity comparison, one C-level pass at worst
+        except ValueError:
+            # Not in this queue (another queue's handle, purged, or moved to its DLQ): moto decides.
+            original(self, receipt_handle)
+            return
+        self.pending_messages.discard(message)
+        handles = [handle for handle in message.all_receipt_handles if handle is not None]
+        self.deleted_messages.update(handles)
+        for handle in handles:
+            _handles.pop(handle, None)
+
+    return delete_message
+
+
+_QUEUE_PROPERTIES: dict[str, Any] = {
+    "attributes": _lazy_attributes,
+    "messages": _visible_messages,
+    "approximate_number_of_messages_delayed": _count_delayed,
+    "approximate_number_of_messages_not_visible": _count_not_visible,
+}
+
+
+def apply() -> None:
+    """Install the patches (idempotent). Call before the moto server handles its first request."""
+    with _lock:
+        if "attributes" in _applied:
+            return
+        for name in _QUEUE_PROPERTIES:
+            _applied[name] = sqs_models.Queue.__dict__[name]
+            setattr(sqs_models.Queue, name, property(_QUEUE_PROPERTIES[name]))
+        # The server asks on every request whether the Host is a moto module: a directory listing and
+        # ~170 stat calls each time. The installed modules do not change while it runs.
+        listed = _applied["list_of_moto_modules"] = moto_backends.list_of_moto_modules
+        moto_backends.list_of_moto_modules = functools.cache(lambda: tuple(listed()))
+        _applied["delete_message"] = sqs_models.Queue.delete_message
+        _applied["mark_received"] = sqs_models.Message.mark_received
+        sqs_models.Queue.delete_message = _delete_message(_applied["delete_message"])  # type: ignore[method-assign]
+        sqs_models.Message.mark_received = _mark_received(_applied["mark_received"])  # type: ignore[method-assign]
+
+
+def revert() -> None:
+    """Undo :func:`apply` (tests compare patched and unpatched behaviour)."""
+    with _lock:
+        if "attributes" not in _applied:
+            return
+        for name in _QUEUE_PROPERTIES:
+            setattr(sqs_models.Queue, name, _applied.pop(name))
+        moto_backends.list_of_moto_modules = _applied.pop("list_of_moto_modules")
+        sqs_models.Queue.delete_message = _applied.pop("delete_message")  # type: ignore[method-assign]
+        sqs_models.Message.mark_received = _applied.pop("mark_received")  # type: ignore[method-assign]
+        _handles.clear()
+
+
+def is_applied() -> bool:
+    return "attributes" in _applied
+
+
+def _no_inline_mappings(self: sqs_models.Queue) -> dict[str, Any]:
+    return {}  # a fresh dict: registrations land nowhere, and SendMessage finds nothing to invoke
+
+
+def _ignore_mappings(self: sqs_models.Queue, value: dict[str, Any]) -> None:
+    return None
+
+
+def disable_inline_event_source_delivery() -> None:
+    """Stop moto delivering SQS messages to Lambda inside ``SendMessage`` (idempotent).
+
+    moto registers an SQS event source mapping on the queue and, on every send, receives a batch and
+    invokes the function synchronously (in Docker), deleting the batch on success. The local
+    runtime polls the queues itself, with the mapping's batch size, window, concurrency and partial
+    batch responses, as the Lambda service does; the mapping itself stays in the Lambda backend,
+    where ``GetEventSourceMapping`` / ``UpdateEventSourceMapping`` read and toggle it.
+    """
+    with _lock:
+        if "lambda_event_source_mappings" in _applied:
+            return
+        _applied["lambda_event_source_mappings"] = True
+        sqs_models.Queue.lambda_event_source_mappings = property(  # type: ignore[assignment]
+            _no_inline_mappings, _ignore_mappings
+        )

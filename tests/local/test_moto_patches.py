@@ -1,0 +1,172 @@
+"""The SQS hot-path patch keeps moto's answers: one scripted session gives the same results patched or not."""
+
+from __future__ import annotations
+
+import json
+import time
+from collections.abc import Iterator
+from typing import Any
+
+import boto3
+import pytest
+from botocore.exceptions import ClientError
+from moto import mock_aws
+
+from local import moto_patches
+
+COUNTS = (
+    "ApproximateNumberOfMessages",
+    "ApproximateNumberOfMessagesDelayed",
+    "ApproximateNumberOfMessagesNotVisible",
+)
+VOLATILE = {"CreatedTimestamp", "LastModifiedTimestamp", "QueueArn", "Policy", "RedrivePolicy"}
+
+
+@pytest.fixture
+def restore_patches() -> Iterator[None]:
+    was_applied = moto_patches.is_applied()
+    yield
+    (moto_patches.apply if was_applied else moto_patches.revert)()
+
+
+def counts(sqs: Any, url: str) -> tuple[int, int, int]:
+    attrs = sqs.get_queue_attributes(QueueUrl=url, AttributeNames=list(COUNTS))["Attributes"]
+    return tuple(int(attrs[name]) for name in COUNTS)  # type: ignore[return-value]
+
+
+def session() -> dict[str, Any]:
+    """Sends, receives, deletes, visibility expiry, delays, a DLQ and FIFO dedup; what was observed."""
+    seen: dict[str, Any] = {}
+    with mock_aws():
+        sqs = boto3.client("sqs", region_name="us-east-1")
+        dlq = sqs.create_queue(QueueName="q-dlq")["QueueUrl"]
+        dlq_attrs = sqs.get_queue_attributes(QueueUrl=dlq, AttributeNames=["QueueArn"])["Attributes"]
+        dlq_arn = dlq_attrs["QueueArn"]
+        url = sqs.create_queue(
+            QueueName="q",
+            Attributes={
+                "VisibilityTimeout": "1",
+                "RedrivePolicy": json.dumps({"deadLetterTargetArn": dlq_arn, "maxReceiveCount": 2}),
+                "KmsMasterKeyId": "alias/aws/sqs",
+            },
+        )["QueueUrl"]
+        fifo = sqs.create_queue(
+            QueueName="f.fifo", Attributes={"FifoQueue": "true", "ContentBasedDeduplication": "true"}
+        )["QueueUrl"]
+
+        for n in range(4):
+            sqs.send_message(QueueUrl=url, MessageBody=f"m{n}")
+        sqs.send_message(QueueUrl=url, MessageBody="late", DelaySeconds=1)
+        seen["after_send"] = counts(sqs, url)
+
+        got = sqs.receive_message(QueueUrl=url, MaxNumberOfMessages=3)["Messages"]
+        seen["received"] = sorted(m["Body"] for m in got)
+        seen["after_receive"] = counts(sqs, url)
+        sqs.delete_message(QueueUrl=url, ReceiptHandle=got[0]["ReceiptHandle"])
+        sqs.delete_message(QueueUrl=url, ReceiptHandle=got[0]["ReceiptHandle"])  # again: still succeeds
+        seen["after_delete"] = counts(sqs, url)
+        try:
+            sqs.delete_message(QueueUrl=url, ReceiptHandle="not-a-handle")
+            seen["bad_handle"] = "accepted"
+        except ClientError as exc:
+            seen["bad_handle"] = exc.response["Error"]["Code"]
+
+        time.sleep(1.2)  # the two undeleted receipts time out and the delayed message arrives
+        seen["after_expiry"] = counts(sqs, url)
+        again = sqs.receive_message(QueueUrl=url, MaxNumberOfMessages=10)["Messages"]
+        seen["redelivered"] = sorted(m["Body"] for m in again)
+        stale = next(m for m in got[1:] if m["Body"] in seen["redelivered"])["ReceiptHandle"]
+        sqs.delete_message(QueueUrl=url, ReceiptHandle=stale)  # an earlier handle of a redelivered message
+        seen["after_stale_delete"] = counts(sqs, url)
+
+        time.sleep(1.2)
+        third = sqs.receive_message(QueueUrl=url, MaxNumberOfMessages=10).get("Messages", [])
+        # The other twice-received message went to the DLQ (maxReceiveCount 2); the others come back.
+        seen["third_receive"] = sorted(m["Body"] for m in third)
+        seen["dlq"] = counts(sqs, dlq)
+        stale_body = next(m["Body"] for m in got if m["ReceiptHandle"] == stale)
+        moved = next(m for m in again if m["Body"] in {g["Body"] for g in got[1:]} - {stale_body})
+        try:
+            sqs.delete_message(QueueUrl=url, ReceiptHandle=moved["ReceiptHandle"])
+            seen["moved_delete"] = "accepted"
+        except ClientError as exc:
+            seen["moved_delete"] = exc.response["Error"]["Code"]
+        seen["after_dlq"] = counts(sqs, url)
+
+        sqs.send_message(QueueUrl=fifo, MessageBody="same", MessageGroupId="g")
+        sqs.send_message(QueueUrl=fifo, MessageBody="same", MessageGroupId="g")
+        seen["fifo_dedup"] = counts(sqs, fifo)
+
+        attrs = {}
+        for name, queue_url in (("q", url), ("dlq", dlq), ("fifo", fifo)):
+            every = sqs.get_queue_attributes(QueueUrl=queue_url, AttributeNames=["All"])["Attributes"]
+            attrs[name] = {k: v for k, v in every.items() if k not in VOLATILE}
+            attrs[name]["keys"] = sorted(every)
+        seen["attributes"] = attrs
+        redrive = sqs.get_queue_attributes(QueueUrl=url, AttributeNames=["RedrivePolicy"])["Attributes"]
+        seen["redrive"] = json.loads(redrive["RedrivePolicy"])["maxReceiveCount"]
+    return seen
+
+
+@pytest.mark.slow
+def test_patched_session_matches_unpatched(restore_patches: None) -> None:
+    moto_patches.revert()
+    unpatched = session()
+    moto_patches.apply()
+    patched = session()
+    assert patched == unpatched
+    # And the answers are the right ones, not merely the same ones.
+    assert patched["after_send"] == (4, 1, 0)
+    assert patched["after_receive"] == (1, 1, 3)
+    assert patched["after_delete"] == (1, 1, 2)
+    assert patched["bad_handle"] == "ReceiptHandleIsInvalid"
+    assert patched["after_expiry"] == (4, 0, 0)
+    assert len(patched["redelivered"]) == 4
+    assert patched["after_stale_delete"] == (0, 0, 3)
+    assert patched["third_receive"] == ["late", "m3"]
+    assert patched["dlq"] == (1, 0, 0)
+    assert patched["moved_delete"] == "ReceiptHandleIsInvalid"
+    assert patched["after_dlq"] == (0, 0, 2)
+    assert patched["fifo_dedup"] == (1, 0, 0)
+    assert patched["redrive"] == 2
+    assert "KmsMasterKeyId" in patched["attributes"]["q"]["keys"]
+    assert patched["attributes"]["fifo"]["ContentBasedDeduplication"] == "true"
+
+
+def test_attributes_are_a_mapping_with_mottos_keys(restore_patches: None) -> None:
+    moto_patches.apply()
+    with mock_aws():
+        sqs = boto3.client("sqs", region_name="us-east-1")
+        sqs.create_queue(QueueName="plain")
+        from moto.sqs.models import sqs_backends
+
+        queue = sqs_backends["123456789012"]["us-east-1"].queues["plain"]
+        attributes = queue.attributes
+        assert list(attributes) == queue.BASE_ATTRIBUTES
+        assert attributes["SqsManagedSseEnabled"] == "true"
+        assert attributes.get("FifoQueue") is None  # not a FIFO queue: the key is absent, as before
+        # Re-creating with identical attributes is still idempotent (moto compares the mappings).
+        sqs.create_queue(QueueName="plain", Attributes={"VisibilityTimeout": "30"})
+        with pytest.raises(ClientError):
+            sqs.create_queue(QueueName="plain", Attributes={"VisibilityTimeout": "31"})
+
+
+def test_inline_delivery_is_disabled(restore_patches: None) -> None:
+    """moto would invoke the function inside SendMessage; the local runtime polls instead."""
+    moto_patches.apply()
+    moto_patches.disable_inline_event_source_delivery()
+    with mock_aws():
+        sqs = boto3.client("sqs", region_name="us-east-1")
+        lam = boto3.client("lambda", region_name="us-east-1")
+        iam = boto3.client("iam", region_name="us-east-1")
+        role = iam.create_role(RoleName="r", AssumeRolePolicyDocument="{}")["Role"]["Arn"]
+        url = sqs.create_queue(QueueName="src")["QueueUrl"]
+        arn = sqs.get_queue_attributes(QueueUrl=url, AttributeNames=["QueueArn"])["Attributes"]["QueueArn"]
+        empty_zip = b"PK\x05\x06" + b"\0" * 18
+        lam.create_function(
+            FunctionName="f", Runtime="python3.12", Role=role, Handler="h.h", Code={"ZipFile": empty_zip}
+        )
+        mapping = lam.create_event_source_mapping(EventSourceArn=arn, FunctionName="f", BatchSize=5)
+        sqs.send_message(QueueUrl=url, MessageBody="stays")
+        assert counts(sqs, url) == (1, 0, 0)
+        assert lam.get_event_source_mapping(UUID=mapping["UUID"])["BatchSize"] == 5
