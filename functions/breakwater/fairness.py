@@ -88,7 +88,9 @@ def take_lease(state: BucketState, limits: BucketLimits, now: float, wanted: int
             state=BucketState(tokens=max(0.0, current.tokens - granted), updated_at=current.updated_at),
             retry_after=0.0,
         )
-    missing = 1.0 - current.tokens
+    # Come back when a whole lease is there, not after every single token: a throttled tenant then
+    # costs one shared-bucket write per lease instead of one per admitted request.
+    missing = max(1.0, min(float(wanted), limits.burst)) - current.tokens
     return LeaseDecision(granted=0, state=current, retry_after=max(missing / limits.rate, 0.001))
 
 
