@@ -10,6 +10,7 @@ children start), retries from the lowest reported failure, and stops a shard aft
 from __future__ import annotations
 
 import base64
+import hashlib
 import importlib
 import json
 import sys
@@ -20,6 +21,7 @@ from typing import Any
 
 import boto3
 import pytest
+from moto.kinesis import models as kinesis_models
 
 from breakwater.sequencing import ShardLineage, ready_shards
 
@@ -188,50 +190,60 @@ def send_fifo(queue_url: str, body: str, group_id: str, dedup_id: str) -> str:
 # -- Kinesis mapping ---------------------------------------------------------------------------
 
 
+def split_shard_as_aws(monkeypatch: pytest.MonkeyPatch, stream_arn: str, shard_id: str) -> None:
+    """Split a shard in two at the middle of its hash range, and make moto route later puts as AWS does.
+
+    moto 5.2.5's ``split_shard`` closes the parent and re-puts its records, but its routing
+    (``Stream.get_shard_for_key``) does not skip closed shards, so the records, and every put after
+    the split, still land in the parent. After the split the records rightly stay in the closed
+    parent; this patch then sends new puts to the open child that owns the hash, as AWS does.
+    """
+    kinesis = boto3.client("kinesis", region_name=REGION)
+    kinesis.split_shard(StreamARN=stream_arn, ShardToSplit=shard_id, NewStartingHashKey=str(2**127))
+    original = kinesis_models.Stream.get_shard_for_key
+
+    def open_shard_for_key(self: Any, partition_key: str, explicit_hash_key: str) -> Any:
+        shard = original(self, partition_key, explicit_hash_key)
+        if shard is None or shard.is_open:
+            return shard
+        key = (  # Kinesis maps a partition key to a hash key with MD5
+            int(explicit_hash_key)
+            if explicit_hash_key
+            else int(hashlib.md5(partition_key.encode()).hexdigest(), 16)  # noqa: S324
+        )
+        return next(s for s in self.shards.values() if s.is_open and s.starting_hash <= key <= s.ending_hash)
+
+    monkeypatch.setattr(kinesis_models.Stream, "get_shard_for_key", open_shard_for_key)
+
+
 @dataclass
 class KinesisMapping:
-    """Reads every shard of a stream in lineage order and feeds the consumer, like Lambda's mapping.
-
-    moto 5.2.5's ``split_shard`` moves the parent's records into the children (renumbered by each
-    child's own counter from 1); AWS keeps them in the closed parent. :meth:`split_shard` therefore
-    remembers the parent's records and hides their copies in the children, so shards look as on AWS.
-    """
+    """Reads every shard of a stream in lineage order and feeds the consumer, like Lambda's mapping:
+    a child shard starts only after its parents are closed and fully processed
+    (:func:`breakwater.sequencing.ready_shards`); a batch is retried from its lowest reported failure,
+    and after ``retry_attempts`` goes to the "on-failure destination" (``failed_batches``)."""
 
     stream_arn: str
     handler: Callable[[dict[str, Any], Any], Any]
     batch_size: int = 100
     retry_attempts: int = 2
     shard_order: list[str] = field(default_factory=list)  # shard of each invocation
-    failed_batches: list[tuple[str, str]] = field(
-        default_factory=list
-    )  # (shard, first seq) sent "on failure"
-    _closed_records: dict[str, list[dict[str, Any]]] = field(default_factory=dict)
-    _hidden: set[tuple[str, str]] = field(default_factory=set)
+    failed_batches: list[tuple[str, str]] = field(default_factory=list)  # (shard, first failed seq)
     _positions: dict[str, str] = field(default_factory=dict)  # last checkpointed sequence per shard
     _finished: set[str] = field(default_factory=set)
 
-    @property
-    def _kinesis(self) -> Any:
-        return boto3.client("kinesis", region_name=REGION)
+    def _shards(self) -> list[dict[str, Any]]:
+        kinesis = boto3.client("kinesis", region_name=REGION)
+        return kinesis.list_shards(StreamARN=self.stream_arn)["Shards"]  # type: ignore[no-any-return]
 
     def lineage(self) -> list[ShardLineage]:
-        shards = self._kinesis.list_shards(StreamARN=self.stream_arn)["Shards"]
         return [
-            ShardLineage(s["ShardId"], s.get("ParentShardId"), s.get("AdjacentParentShardId")) for s in shards
+            ShardLineage(s["ShardId"], s.get("ParentShardId"), s.get("AdjacentParentShardId"))
+            for s in self._shards()
         ]
 
-    def split_shard(self, shard_id: str) -> None:
-        kinesis = self._kinesis
-        self._closed_records[shard_id] = self._read_all(shard_id)
-        before = {s.shard_id for s in self.lineage()}
-        kinesis.split_shard(StreamARN=self.stream_arn, ShardToSplit=shard_id, NewStartingHashKey=str(2**127))
-        for child in {s.shard_id for s in self.lineage()} - before:
-            self._hidden.update((child, r["SequenceNumber"]) for r in self._read_all(child))
-
-    def _read_all(self, shard_id: str) -> list[dict[str, Any]]:
-        if shard_id in self._closed_records:
-            return self._closed_records[shard_id]
-        kinesis = self._kinesis
+    def read_all(self, shard_id: str) -> list[dict[str, Any]]:
+        kinesis = boto3.client("kinesis", region_name=REGION)
         iterator = kinesis.get_shard_iterator(
             StreamARN=self.stream_arn, ShardId=shard_id, ShardIteratorType="TRIM_HORIZON"
         )["ShardIterator"]
@@ -240,7 +252,7 @@ class KinesisMapping:
             page = kinesis.get_records(StreamARN=self.stream_arn, ShardIterator=iterator, Limit=10_000)
             records.extend(page["Records"])
             if not page["Records"]:
-                return [r for r in records if (shard_id, r["SequenceNumber"]) not in self._hidden]
+                return records
             iterator = page["NextShardIterator"]
 
     def run(self) -> None:
@@ -248,9 +260,10 @@ class KinesisMapping:
         progressed = True
         while progressed:
             progressed = False
-            lineage = self.lineage()
-            closed = {s.shard_id for s in lineage if s.shard_id in self._closed_records}
-            for shard_id in ready_shards(lineage, self._finished):
+            closed = {
+                s["ShardId"] for s in self._shards() if "EndingSequenceNumber" in s["SequenceNumberRange"]
+            }
+            for shard_id in ready_shards(self.lineage(), self._finished):
                 if self._run_shard(shard_id):
                     progressed = True
                 elif shard_id in closed:  # a closed shard with nothing left: its children may start
@@ -259,18 +272,18 @@ class KinesisMapping:
 
     def _run_shard(self, shard_id: str) -> bool:
         after = self._positions.get(shard_id, "0")
-        pending = [r for r in self._read_all(shard_id) if int(r["SequenceNumber"]) > int(after)]
+        pending = [r for r in self.read_all(shard_id) if int(r["SequenceNumber"]) > int(after)]
         if not pending:
             return False
         batch, attempts = pending[: self.batch_size], 0
         while batch:
             self.shard_order.append(shard_id)
             event = {"Records": [_kinesis_record(shard_id, r, self.stream_arn) for r in batch]}
-            failures = sorted(_failures(self.handler, event, [r["SequenceNumber"] for r in batch]))
+            failures = sorted(_failures(self.handler, event, [r["SequenceNumber"] for r in batch]), key=int)
             if not failures:
                 self._positions[shard_id] = batch[-1]["SequenceNumber"]
                 return True
-            lowest = min(failures, key=int)
+            lowest = failures[0]
             done = [r for r in batch if int(r["SequenceNumber"]) < int(lowest)]
             if done:
                 self._positions[shard_id] = done[-1]["SequenceNumber"]
