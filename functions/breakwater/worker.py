@@ -174,7 +174,10 @@ class Worker:
     def handle(self, event: dict[str, Any], context: LambdaContext) -> dict[str, Any]:
         self.ports.register_context(context)
         batch = self._batch = _Batch(context=context)
-        processor = BatchProcessor(event_type=EventType.SQS, model=EnvelopeSqsRecord)
+        # An all-failed batch is reported item by item like any other, not raised as a function error.
+        processor = BatchProcessor(
+            event_type=EventType.SQS, model=EnvelopeSqsRecord, raise_on_entire_batch_failure=False
+        )
         response: dict[str, Any] = {"batchItemFailures": []}
         try:
             response = dict(

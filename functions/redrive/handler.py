@@ -9,6 +9,7 @@ from __future__ import annotations
 from typing import Any
 
 import boto3
+from aws_lambda_powertools.metrics import MetricUnit
 from aws_lambda_powertools.utilities.typing import LambdaContext
 
 from breakwater.aws.redrive import RedriveMarkers, redrive
@@ -42,5 +43,7 @@ def handler(event: dict[str, Any], context: LambdaContext) -> dict[str, Any]:
             use_move_task=bool(event.get("use_move_task", True)),
         )
         logger.info("redrive", extra=result.as_dict())
+        metrics.add_metric(name="Redriven", unit=MetricUnit.Count, value=result.moved)
+        metrics.add_metric(name="RedriveFailed", unit=MetricUnit.Count, value=result.failed)
         results.append(result.as_dict())
     return {"results": results}
