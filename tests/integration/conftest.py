@@ -152,21 +152,21 @@ def ingest_env(
     return env
 
 
-def load_handler(module_name: str) -> ModuleType:
+def load_handler(module_name: str) -> Any:
     """Import (or re-import) a handler so its module-level settings and clients see this mock and env."""
     module = importlib.import_module(module_name)
     return importlib.reload(module)
 
 
 @pytest.fixture
-def authorizer_handler(authorizer_env: dict[str, str], clock: FakeClock) -> ModuleType:
+def authorizer_handler(authorizer_env: dict[str, str], clock: FakeClock) -> Any:
     module = load_handler("authorizer.handler")
     module.AUTHORIZER = module.build_authorizer(module.SETTINGS, clock)
     return module
 
 
 @pytest.fixture
-def ingest_handler(ingest_env: dict[str, str], clock: FakeClock) -> ModuleType:
+def ingest_handler(ingest_env: dict[str, str], clock: FakeClock) -> Any:
     module = load_handler("ingest.handler")
     module.SERVICE = module.build_service(module.SETTINGS, clock)
     return module
@@ -184,10 +184,10 @@ def tenant_table_adapter(tenants_table: str) -> Any:
     return TenantTable(tenants_table)
 
 
-def receive_all(queue_url: str) -> list[dict[str, Any]]:
+def receive_all(queue_url: str) -> list[Any]:
     """Every message currently visible on a queue (bodies parsed), with its MessageGroupId."""
     sqs = boto3.client("sqs")
-    messages: list[dict[str, Any]] = []
+    messages: list[Any] = []
     while True:
         batch = sqs.receive_message(
             QueueUrl=queue_url, MaxNumberOfMessages=10, MessageSystemAttributeNames=["MessageGroupId"]
