@@ -90,7 +90,7 @@ class IngestSettings(TierSettings):
 
 
 class WorkerSettings(TierSettings):
-    """One handler, two functions: WORKER_MODE=live (live queues + surge) or sideline (spillover + backlog)."""
+    """One handler, two functions: WORKER_MODE=live (live queues + surge) or sideline (spillover, backlog)."""
 
     worker_mode: Literal["live", "sideline"]
     state_table_name: str
