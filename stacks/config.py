@@ -25,14 +25,17 @@ class TierConfig(_Strict):
     rate: float = Field(gt=0, description="accepted messages per second at ingest (token refill rate)")
     burst: int = Field(ge=1, description="token bucket capacity at ingest")
     consumer_rate: float = Field(gt=0, description="messages per second the workers process for the tenant")
-    concurrency: int = Field(ge=1, description="burst ceiling of in-flight messages per tenant in the workers")
+    concurrency: int = Field(
+        ge=1, description="burst ceiling of in-flight messages per tenant in the workers"
+    )
     concurrency_floor: int = Field(ge=1, description="in-flight messages a tenant is always guaranteed")
 
     @model_validator(mode="after")
     def _floor_below_ceiling(self) -> TierConfig:
         if self.concurrency_floor > self.concurrency:
             raise ValueError(
-                f"concurrency_floor ({self.concurrency_floor}) must not exceed concurrency ({self.concurrency})"
+                f"concurrency_floor ({self.concurrency_floor}) "
+                f"must not exceed concurrency ({self.concurrency})"
             )
         return self
 
@@ -40,7 +43,9 @@ class TierConfig(_Strict):
 class QueueSetConfig(_Strict):
     size: int = Field(default=8, ge=1, le=64, description="N: live queues in the shuffle-sharded set")
     shard_size: int = Field(default=2, ge=1, description="k: queues each tenant is hashed to")
-    max_receive_count: int = Field(default=5, ge=1, le=1000, description="receives before a message goes to its DLQ")
+    max_receive_count: int = Field(
+        default=5, ge=1, le=1000, description="receives before a message goes to its DLQ"
+    )
     retention_days: int = Field(default=14, ge=1, le=14)
     fair_queues: bool = Field(default=True, description="set MessageGroupId=tenant so SQS fair queues apply")
 
@@ -58,9 +63,14 @@ class QueueSetConfig(_Strict):
 class IngestConfig(_Strict):
     max_payload_bytes: int = Field(default=64 * 1024, ge=256, le=256 * 1024 - 2048)
     max_ttl_seconds: int = Field(default=86_400, ge=1, le=14 * 86_400)
-    lease_seconds: float = Field(default=1.0, gt=0, le=60, description="tokens leased per DynamoDB call, in seconds of rate")
+    lease_seconds: float = Field(
+        default=1.0, gt=0, le=60, description="tokens leased per DynamoDB call, in seconds of rate"
+    )
     lease_max_fraction: float = Field(
-        default=0.25, gt=0, le=1, description="at most this share of a bucket's burst in one container's lease"
+        default=0.25,
+        gt=0,
+        le=1,
+        description="at most this share of a bucket's burst in one container's lease",
     )
     depth_refresh_seconds: float = Field(default=5.0, gt=0, le=300)
     timeout_seconds: int = Field(default=10, ge=1, le=29)
@@ -100,18 +110,28 @@ class WorkerConfig(_Strict):
 
 
 class SidelineConfig(_Strict):
-    sideline_age_seconds: int = Field(default=300, ge=1, description="older live messages go to the backlog queue")
+    sideline_age_seconds: int = Field(
+        default=300, ge=1, description="older live messages go to the backlog queue"
+    )
     max_defer_seconds: int = Field(default=900, ge=1, le=900, description="largest surge queue DelaySeconds")
     defer_base_seconds: int = Field(default=2, ge=1, le=900)
-    archive_age_seconds: int = Field(default=3600, ge=60, description="sideline messages older than this are archived")
-    archive_depth: int = Field(default=100_000, ge=1, description="sideline depth past which archiving starts")
+    archive_age_seconds: int = Field(
+        default=3600, ge=60, description="sideline messages older than this are archived"
+    )
+    archive_depth: int = Field(
+        default=100_000, ge=1, description="sideline depth past which archiving starts"
+    )
 
 
 class BackpressureConfig(_Strict):
-    backlog_target: int = Field(default=1000, ge=1, description="a tenant's backlog at which its rate starts to fall")
+    backlog_target: int = Field(
+        default=1000, ge=1, description="a tenant's backlog at which its rate starts to fall"
+    )
     min_multiplier: float = Field(default=0.1, gt=0, le=1)
     growth_step: float = Field(default=0.1, ge=0, le=1, description="organic growth per controller run")
-    max_multiplier: float = Field(default=2.0, ge=1, le=10, description="organic ceiling as a multiple of the tier")
+    max_multiplier: float = Field(
+        default=2.0, ge=1, le=10, description="organic ceiling as a multiple of the tier"
+    )
 
 
 class AlarmConfig(_Strict):
@@ -188,7 +208,9 @@ class LambdaConfig(_Strict):
     runtime: Literal["python3.11", "python3.12", "python3.13"] = "python3.13"
     architecture: Literal["arm64", "x86_64"] = "arm64"
     powertools_layer_version: int = Field(default=27, ge=1)
-    log_retention_days: Literal[1, 3, 5, 7, 14, 30, 60, 90, 120, 150, 180, 365, 400, 545, 731, 1827, 3653] = 30
+    log_retention_days: Literal[1, 3, 5, 7, 14, 30, 60, 90, 120, 150, 180, 365, 400, 545, 731, 1827, 3653] = (
+        30
+    )
     log_level: Literal["DEBUG", "INFO", "WARNING", "ERROR"] = "INFO"
     tracing: bool = True
 
@@ -219,7 +241,8 @@ class BlueprintConfig(_Strict):
     def _default_tier_exists(self) -> BlueprintConfig:
         if self.default_tier not in self.tiers:
             raise ValueError(
-                f"default_tier {self.default_tier!r} is not one of the tiers ({', '.join(sorted(self.tiers))})"
+                f"default_tier {self.default_tier!r} is not one of the tiers "
+                f"({', '.join(sorted(self.tiers))})"
             )
         for name in self.tiers:
             if not name.replace("-", "").replace("_", "").isalnum():
@@ -251,10 +274,11 @@ def _describe(errors: list[Any], raw: dict[str, Any]) -> str:
 
 
 def load_config(context: dict[str, Any] | None) -> BlueprintConfig:
-    """Validate the raw ``breakwater`` context value; raise :class:`ConfigError` naming each bad key and value."""
+    """Validate the raw ``breakwater`` context; raise :class:`ConfigError` naming each bad key and value."""
     if not isinstance(context, dict):
         raise ConfigError(
-            f"cdk.json context key {CONTEXT_KEY!r} must be an object, got {type(context).__name__}: {context!r}"
+            f"cdk.json context key {CONTEXT_KEY!r} must be an object, "
+            f"got {type(context).__name__}: {context!r}"
         )
     try:
         return BlueprintConfig.model_validate(context)

@@ -1,0 +1,86 @@
+"""The Breakwater stack: composes one construct per concern; the constructs build."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from aws_cdk import CfnOutput, Stack
+from constructs import Construct
+
+from stacks import environment
+from stacks.config import BlueprintConfig
+from stacks.encryption import StackKey
+from stacks.functions import BreakwaterFunction, FunctionFactory
+from stacks.ingress import Ingress
+from stacks.monitoring import Monitoring
+from stacks.queue_set import QueueSet
+from stacks.tables import Tables
+
+
+class BreakwaterStack(Stack):
+    def __init__(
+        self, scope: Construct, construct_id: str, *, config: BlueprintConfig, **kwargs: Any
+    ) -> None:
+        super().__init__(scope, construct_id, **kwargs)
+        self.config = config
+        self.key = StackKey(self, "Encryption", config=config).key
+        self.tables = Tables(self, "Tables")
+        self.queues = QueueSet(self, "Queues", config=config)
+        self.functions = FunctionFactory(self, "Functions", config=config, key=self.key)
+        self.authorizer = self._build_authorizer()
+        self.ingest = self._build_ingest()
+        self.ingress = Ingress(
+            self,
+            "Ingress",
+            config=config,
+            key=self.key,
+            authorizer_function=self.authorizer.function,
+            ingest_function=self.ingest.function,
+        )
+        self.monitoring = Monitoring(self, "Monitoring", config=config, key=self.key)
+        self.monitoring.watch_queues(
+            self.queues.live, oldest_age_seconds=config.alarms.oldest_message_age_seconds, title="Live queues"
+        )
+        self._build_outputs()
+
+    def _build_authorizer(self) -> BreakwaterFunction:
+        authorizer = self.functions.build(
+            "Authorizer",
+            handler="authorizer/handler.handler",
+            description="REQUEST authorizer: tenant and tier from the API key's hash",
+            environment=environment.authorizer_environment(self.config, tenants=self.tables.tenants),
+            memory_mb=self.config.ingest.memory_mb,
+            timeout_seconds=self.config.ingest.timeout_seconds,
+        )
+        self.tables.tenants.grant_read_data(authorizer.role)
+        return authorizer
+
+    def _build_ingest(self) -> BreakwaterFunction:
+        live = [pair.queue for pair in self.queues.live]
+        ingest = self.functions.build(
+            "Ingest",
+            handler="ingest/handler.handler",
+            description="POST /v1/messages: validate, throttle per tenant, route to a live queue",
+            environment=environment.ingest_environment(
+                self.config, state=self.tables.state, live_queues=live
+            ),
+            memory_mb=self.config.ingest.memory_mb,
+            timeout_seconds=self.config.ingest.timeout_seconds,
+        )
+        self.tables.state.grant_read_write_data(ingest.role)
+        for queue in live:
+            queue.grant_send_messages(ingest.role)  # includes GetQueueAttributes for the cached depth
+        return ingest
+
+    def _build_outputs(self) -> None:
+        CfnOutput(self, "ApiUrl", value=self.ingress.url, description="base URL; POST v1/messages")
+        CfnOutput(self, "TenantsTableName", value=self.tables.tenants.table_name)
+        CfnOutput(self, "StateTableName", value=self.tables.state.table_name)
+        CfnOutput(self, "IdempotencyTableName", value=self.tables.idempotency.table_name)
+        CfnOutput(self, "AlarmTopicArn", value=self.monitoring.topic.topic_arn)
+        for pair in self.queues.all:
+            name = "".join(part.capitalize() for part in pair.role.split("-"))
+            CfnOutput(self, f"{name}QueueUrl", value=pair.queue.queue_url)
+            CfnOutput(self, f"{name}DlqUrl", value=pair.dlq.queue_url)
+        for function_id, function in (("Authorizer", self.authorizer), ("Ingest", self.ingest)):
+            CfnOutput(self, f"{function_id}FunctionName", value=function.function.function_name)

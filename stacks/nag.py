@@ -1,0 +1,89 @@
+"""cdk-nag: the AWS Solutions and Serverless packs over the whole app, and the few findings this
+blueprint acknowledges, each on the narrowest construct with its reason.
+
+cdk-nag 3 runs as a CDK validation plugin: an unacknowledged error fails the synth (in-process it
+raises, under the CLI ``cdk synth`` exits non-zero), so ``make synth`` / ``make test`` gate on it.
+An acknowledgement id is ``<pack>::<rule>[<finding>]``, e.g. ``AwsSolutions::AwsSolutions-IAM5[Resource::*]``;
+CDK then lists the finding as acknowledged, with its reason, in ``validation-report.json``.
+"""
+
+from __future__ import annotations
+
+from aws_cdk import Acknowledgment, App, Validations
+from cdk_nag import AwsSolutionsChecks, ServerlessChecks
+from constructs import IConstruct
+
+from stacks.breakwater_stack import BreakwaterStack
+from stacks.functions import BreakwaterFunction
+
+# Why each function has no asynchronous-invocation DLQ (Serverless-LambdaDLQ).
+_NO_ASYNC_DLQ = {
+    "Authorizer": "invoked synchronously by API Gateway: a failure is a 5xx to the client, not a lost event",
+    "Ingest": "invoked synchronously by API Gateway: a failure is a 5xx the client retries, not a lost event",
+}
+
+_RUNTIME_PINNED = (
+    "the runtime is chosen by functions.runtime in cdk.json (docs/decisions.md D2/D3): it must match a "
+    "published Powertools layer, pinned by functions.powertools_layer_version; upgrade the two together"
+)
+
+
+def apply_nag_packs(app: App) -> None:
+    Validations.of(app).add_plugins(AwsSolutionsChecks(app), ServerlessChecks(app))
+
+
+def acknowledge(construct: IConstruct, rule: str, reason: str) -> None:
+    """Acknowledge ``rule`` (``AwsSolutions-IAM5[...]`` or ``Serverless-LambdaDLQ``) on ``construct`` only."""
+    pack = rule.split("-", 1)[0]
+    Validations.of(construct).acknowledge(Acknowledgment(id=f"{pack}::{rule}", reason=reason))
+
+
+def acknowledge_findings(stack: BreakwaterStack) -> None:
+    for function in stack.functions.built:
+        _acknowledge_function(stack, function)
+    for pair in stack.queues.all:
+        acknowledge(
+            pair.dlq,
+            "Serverless-SQSRedrivePolicy",
+            f"this is the dead-letter queue of {pair.role}: a DLQ of a DLQ would only move the problem; "
+            "an alarm fires on any visible message and bin/redrive moves them back after a fix",
+        )
+    _acknowledge_ingress(stack)
+
+
+def _acknowledge_function(stack: BreakwaterStack, function: BreakwaterFunction) -> None:
+    acknowledge(function.function, "AwsSolutions-L1", _RUNTIME_PINNED)
+    acknowledge(function.function, "Serverless-LambdaLatestVersion", _RUNTIME_PINNED)
+    if function.name in _NO_ASYNC_DLQ:
+        acknowledge(function.function, "Serverless-LambdaDLQ", _NO_ASYNC_DLQ[function.name])
+    if stack.config.functions.tracing:
+        policy = function.role.node.find_child("DefaultPolicy")
+        acknowledge(
+            policy,
+            "AwsSolutions-IAM5[Resource::*]",
+            "X-Ray active tracing: xray:PutTraceSegments and xray:PutTelemetryRecords support no "
+            "resource-level permissions (CDK adds exactly these two actions on '*'); every other statement "
+            "names its resources",
+        )
+
+
+def _acknowledge_ingress(stack: BreakwaterStack) -> None:
+    api = stack.ingress.api
+    acknowledge(
+        api.node.find_child("CloudWatchRole"),
+        "AwsSolutions-IAM4[Policy::arn:<AWS::Partition>:iam::aws:policy/service-role/AmazonAPIGatewayPushToCloudWatchLogs]",
+        "API Gateway's account-level logging role (needed for access logs) is the documented use of this AWS "
+        "managed policy; API Gateway, not our code, assumes it",
+    )
+    acknowledge(
+        stack.ingress.post_message,
+        "AwsSolutions-COG4",
+        "machine-to-machine API authenticated by per-tenant API keys: the REQUEST authorizer checks the "
+        "key's SHA-256 against the tenants table (docs/decisions.md D1); no end users for a Cognito pool",
+    )
+    acknowledge(
+        api.deployment_stage,
+        "AwsSolutions-APIG3",
+        "no WAF by default (a fixed monthly cost per web ACL): abuse is bounded by the authorizer, the "
+        "per-tenant token bucket and stage throttling; a fork facing the open internet should add a web ACL",
+    )

@@ -1,0 +1,66 @@
+"""The three DynamoDB tables of docs/architecture.md: Tenants, State and Idempotency.
+
+All on-demand (no capacity to plan), encrypted with the AWS-managed key, with point-in-time
+recovery. Tenants holds what cannot be recreated (tenant records and key hashes), so it is retained
+and protected from deletion; State and Idempotency hold derived, TTL-expiring data and go with the
+stack.
+"""
+
+from __future__ import annotations
+
+from aws_cdk import RemovalPolicy
+from aws_cdk import aws_dynamodb as dynamodb
+from constructs import Construct
+
+
+class Tables(Construct):
+    def __init__(self, scope: Construct, construct_id: str) -> None:
+        super().__init__(scope, construct_id)
+        self.tenants = _build_table(
+            self,
+            "Tenants",
+            partition_key="tenant_id",
+            keep=True,
+        )
+        self.state = _build_table(
+            self,
+            "State",
+            partition_key="pk",
+            sort_key="sk",
+            ttl_attribute="ttl",
+            keep=False,
+        )
+        # Powertools idempotency layout: key "id", TTL "expiration".
+        self.idempotency = _build_table(
+            self,
+            "Idempotency",
+            partition_key="id",
+            ttl_attribute="expiration",
+            keep=False,
+        )
+
+
+def _build_table(
+    scope: Construct,
+    construct_id: str,
+    *,
+    partition_key: str,
+    sort_key: str | None = None,
+    ttl_attribute: str | None = None,
+    keep: bool,
+) -> dynamodb.Table:
+    string = dynamodb.AttributeType.STRING
+    return dynamodb.Table(
+        scope,
+        construct_id,
+        partition_key=dynamodb.Attribute(name=partition_key, type=string),
+        sort_key=dynamodb.Attribute(name=sort_key, type=string) if sort_key else None,
+        time_to_live_attribute=ttl_attribute,
+        billing_mode=dynamodb.BillingMode.PAY_PER_REQUEST,
+        encryption=dynamodb.TableEncryption.AWS_MANAGED,
+        point_in_time_recovery_specification=dynamodb.PointInTimeRecoverySpecification(
+            point_in_time_recovery_enabled=True
+        ),
+        deletion_protection=keep,
+        removal_policy=RemovalPolicy.RETAIN if keep else RemovalPolicy.DESTROY,
+    )

@@ -1,0 +1,57 @@
+"""Synthesize the app once per configuration (synth takes tens of seconds) and share the result."""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import pytest
+from aws_cdk import Stack
+from aws_cdk.assertions import Template
+
+from app import STACK_ID, build_app
+from stacks.breakwater_stack import BreakwaterStack
+from stacks.config import BlueprintConfig
+
+
+@dataclass(frozen=True)
+class Synth:
+    stack: BreakwaterStack
+    config: BlueprintConfig
+    template: Template
+    report: dict[str, Any]
+
+    @property
+    def resources(self) -> dict[str, dict[str, Any]]:
+        resources: dict[str, dict[str, Any]] = self.template.to_json()["Resources"]
+        return resources
+
+    def of_type(self, resource_type: str) -> dict[str, dict[str, Any]]:
+        return {key: value for key, value in self.resources.items() if value["Type"] == resource_type}
+
+    def logical_id(self, construct: Any) -> str:
+        """The logical id of an L2 construct's CloudFormation resource."""
+        return str(self.stack.resolve(Stack.of(construct).get_logical_id(construct.node.default_child)))
+
+
+def synthesize(outdir: Path, context: dict[str, Any] | None = None) -> Synth:
+    app = build_app(context, outdir=str(outdir))
+    assembly = app.synth()
+    stack = app.node.find_child(STACK_ID)
+    assert isinstance(stack, BreakwaterStack)
+    report = json.loads((Path(assembly.directory) / "validation-report.json").read_text())
+    return Synth(stack=stack, config=stack.config, template=Template.from_stack(stack), report=report)
+
+
+@pytest.fixture(scope="session")
+def synth(tmp_path_factory: pytest.TempPathFactory) -> Synth:
+    """The configuration of cdk.json, as `make synth` builds it."""
+    return synthesize(tmp_path_factory.mktemp("cdk-default"))
+
+
+@pytest.fixture(scope="session")
+def naive_synth(tmp_path_factory: pytest.TempPathFactory) -> Synth:
+    """The naive baseline the demo compares against, selected through the same context mechanism."""
+    return synthesize(tmp_path_factory.mktemp("cdk-naive"), {"breakwater": {"mode": "naive"}})

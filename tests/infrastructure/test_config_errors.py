@@ -1,0 +1,59 @@
+"""An invalid ``breakwater`` context stops the synth with an error naming the key and the value."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from app import build_app, cdk_json_context, merge_context
+from stacks.config import ConfigError
+
+ROOT = Path(__file__).resolve().parents[2]
+
+
+@pytest.mark.parametrize(
+    ("override", "expected"),
+    [
+        ({"queue_set": {"size": 2, "shard_size": 3}}, ["breakwater.queue_set", "shard_size (3)", "size (2)"]),
+        ({"queue_sets": {"size": 4}}, ["breakwater.queue_sets", "unknown key", "'size': 4"]),
+        ({"default_tier": None}, ["breakwater.default_tier", "required key is missing"]),
+        ({"default_tier": "gold"}, ["default_tier 'gold'", "premium, standard"]),
+        ({"worker": {"batch_size": 0}}, ["breakwater.worker.batch_size = 0"]),
+    ],
+)
+def test_invalid_context_names_key_and_value(override: dict[str, object], expected: list[str]) -> None:
+    with pytest.raises(ConfigError) as error:
+        build_app({"breakwater": override})
+    for fragment in expected:
+        assert fragment in str(error.value)
+
+
+def test_context_overrides_merge_key_by_key() -> None:
+    merged = merge_context(cdk_json_context(), {"breakwater": {"mode": "naive", "queue_set": {"size": 3}}})
+    assert merged["breakwater"]["mode"] == "naive"
+    assert merged["breakwater"]["queue_set"]["size"] == 3
+    assert merged["breakwater"]["queue_set"]["shard_size"] == 2  # kept from cdk.json
+    assert merged["@aws-cdk/aws-sqs:dlqRedriveAllowPolicy"] is True
+
+
+def test_the_cli_entry_point_prints_the_error_and_exits_non_zero(tmp_path: Path) -> None:
+    context = cdk_json_context()
+    context["breakwater"] = merge_context(context["breakwater"], {"queue_set": {"shard_size": 99}})
+    env = {**os.environ, "CDK_CONTEXT_JSON": json.dumps(context), "CDK_OUTDIR": str(tmp_path)}
+    result = subprocess.run(  # noqa: S603 - the CLI runs the app exactly like this
+        [sys.executable, "app.py"],
+        cwd=ROOT,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=120,
+        check=False,
+    )
+    assert result.returncode == 1
+    assert "breakwater.queue_set" in result.stderr
+    assert "shard_size (99)" in result.stderr
