@@ -1,0 +1,329 @@
+"""The REST API's routes, emulated on a local HTTP server the way API Gateway runs them.
+
+moto creates the REST API and its resources, but not the stage, the authorizer, the request
+validator or the gateway responses; they are read from the template (``local.discovery.api``)
+and applied here, in API Gateway's order: stage throttle (429 THROTTLED), REQUEST authorizer
+(identity header missing or ``Unauthorized`` -> 401 UNAUTHORIZED; explicit Deny -> 403
+ACCESS_DENIED; the policy cached per identity for ``AuthorizerResultTtlInSeconds``), request body
+model (400 BAD_REQUEST_BODY), then the Lambda proxy integration with
+``requestContext.authorizer`` = the authorizer's context plus ``principalId``. Error bodies
+come from the template's gateway responses.
+"""
+
+from __future__ import annotations
+
+import base64
+import fnmatch
+import json
+import threading
+import time
+import uuid
+from datetime import UTC, datetime
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from typing import Any
+from urllib.parse import parse_qs, urlsplit
+
+from local.discovery import ApiSpec, AuthorizerSpec, RouteSpec
+from local.embedded_aws import ACCOUNT, REGION
+from local.functions import FunctionPool
+
+DEFAULT_STATUS = {
+    "UNAUTHORIZED": 401,
+    "ACCESS_DENIED": 403,
+    "MISSING_AUTHENTICATION_TOKEN": 403,
+    "THROTTLED": 429,
+    "BAD_REQUEST_BODY": 400,
+    "REQUEST_TOO_LARGE": 413,
+    "AUTHORIZER_FAILURE": 500,
+    "AUTHORIZER_CONFIGURATION_ERROR": 500,
+    "INTEGRATION_FAILURE": 504,
+    "INTEGRATION_TIMEOUT": 504,
+}
+DEFAULT_MESSAGE = {
+    "UNAUTHORIZED": "Unauthorized",
+    "ACCESS_DENIED": "User is not authorized to access this resource with an explicit deny",
+    "MISSING_AUTHENTICATION_TOKEN": "Missing Authentication Token",
+    "THROTTLED": "Too Many Requests",
+    "BAD_REQUEST_BODY": "Invalid request body",
+    "REQUEST_TOO_LARGE": "Request Too Long",
+    "AUTHORIZER_FAILURE": "Internal server error",
+    "AUTHORIZER_CONFIGURATION_ERROR": "Internal server error",
+    "INTEGRATION_FAILURE": "Internal server error",
+}
+MAX_BODY_BYTES = 10 * 1024 * 1024
+INTEGRATION_TIMEOUT_S = 29.0
+
+
+class _StageThrottle:
+    """The stage's token bucket (ThrottlingRateLimit / ThrottlingBurstLimit of ``/*``)."""
+
+    def __init__(self, rate: float | None, burst: int | None) -> None:
+        self.rate, self.burst = rate, float(burst or 0)
+        self.tokens, self.updated = self.burst, time.monotonic()
+        self._lock = threading.Lock()
+
+    def admit(self) -> bool:
+        if not self.rate:
+            return True
+        with self._lock:
+            now = time.monotonic()
+            self.tokens = min(self.burst, self.tokens + (now - self.updated) * self.rate)
+            self.updated = now
+            if self.tokens >= 1:
+                self.tokens -= 1
+                return True
+            return False
+
+
+class _GatewayError(Exception):
+    def __init__(self, response_type: str, message: str | None = None, validation: str = "") -> None:
+        super().__init__(response_type)
+        self.response_type = response_type
+        self.message = message or DEFAULT_MESSAGE.get(response_type, "Error")
+        self.validation = validation
+
+
+def policy_allows(policy: dict[str, Any], method_arn: str) -> bool:
+    """IAM evaluation of an authorizer's policy for ``execute-api:Invoke`` on ``method_arn``; Deny wins."""
+    allowed = False
+    statements = policy.get("policyDocument", {}).get("Statement", [])
+    for statement in statements if isinstance(statements, list) else [statements]:
+        resources = statement.get("Resource", [])
+        resources = resources if isinstance(resources, list) else [resources]
+        actions = statement.get("Action", [])
+        actions = actions if isinstance(actions, list) else [actions]
+        if not any(fnmatch.fnmatchcase("execute-api:Invoke", a) or a == "*" for a in actions):
+            continue
+        if not any(fnmatch.fnmatchcase(method_arn, resource) for resource in resources):
+            continue
+        if statement.get("Effect") == "Deny":
+            return False
+        if statement.get("Effect") == "Allow":
+            allowed = True
+    return allowed
+
+
+class LocalApi:
+    """One REST API stage on ``http://127.0.0.1:<port>/<stage>/``."""
+
+    def __init__(self, spec: ApiSpec, pools: dict[str, FunctionPool], port: int = 0) -> None:
+        self.spec = spec
+        self._pools = pools
+        self._throttle = _StageThrottle(spec.throttle_rate, spec.throttle_burst)
+        self._auth_cache: dict[tuple[str, tuple[str, ...]], tuple[float, dict[str, Any]]] = {}
+        self._cache_lock = threading.Lock()
+        self.status_counts: dict[int, int] = {}
+        self._status_lock = threading.Lock()
+        api = self
+
+        class Handler(BaseHTTPRequestHandler):
+            protocol_version = "HTTP/1.1"
+
+            def log_message(self, format: str, *args: Any) -> None:
+                return None
+
+            def _serve(self) -> None:
+                length = int(self.headers.get("Content-Length") or 0)
+                body = self.rfile.read(length) if length else b""
+                status, headers, payload = api.handle(
+                    self.command, self.path, dict(self.headers.items()), body
+                )
+                self.send_response(status)
+                for name, value in headers.items():
+                    self.send_header(name, value)
+                self.send_header("Content-Length", str(len(payload)))
+                self.end_headers()
+                self.wfile.write(payload)
+
+            do_GET = do_POST = do_PUT = do_DELETE = do_PATCH = do_HEAD = do_OPTIONS = _serve  # noqa: N815
+
+        self._server = ThreadingHTTPServer(("127.0.0.1", port), Handler)
+        self._server.daemon_threads = True
+        self._thread = threading.Thread(target=self._server.serve_forever, name="local-api", daemon=True)
+
+    @property
+    def url(self) -> str:
+        host, port = self._server.server_address[:2]
+        return f"http://{host!s}:{port}/{self.spec.stage}/"
+
+    def start(self) -> LocalApi:
+        self._thread.start()
+        return self
+
+    def stop(self) -> None:
+        self._server.shutdown()
+        self._server.server_close()
+
+    # -- one request ------------------------------------------------------------------------------
+
+    def handle(
+        self, method: str, raw_path: str, headers: dict[str, str], body: bytes
+    ) -> tuple[int, dict[str, str], bytes]:
+        request_id = str(uuid.uuid4())
+        started = time.time()
+        try:
+            status, out_headers, payload = self._handle(method, raw_path, headers, body, request_id, started)
+        except _GatewayError as error:
+            status, out_headers, payload = self._gateway_response(error, request_id)
+        with self._status_lock:
+            self.status_counts[status] = self.status_counts.get(status, 0) + 1
+        out_headers.setdefault("x-amzn-RequestId", request_id)
+        return status, out_headers, payload
+
+    def _route(self, method: str, path: str) -> RouteSpec:
+        for route in self.spec.routes:
+            if route.method in (method, "ANY") and route.path == path:
+                return route
+        raise _GatewayError("MISSING_AUTHENTICATION_TOKEN")
+
+    def _handle(
+        self,
+        method: str,
+        raw_path: str,
+        headers: dict[str, str],
+        body: bytes,
+        request_id: str,
+        started: float,
+    ) -> tuple[int, dict[str, str], bytes]:
+        split = urlsplit(raw_path)
+        prefix = f"/{self.spec.stage}"
+        if not (split.path == prefix or split.path.startswith(prefix + "/")):
+            raise _GatewayError("MISSING_AUTHENTICATION_TOKEN")
+        path = split.path[len(prefix) :] or "/"
+        route = self._route(method, path)
+        if not self._throttle.admit():
+            raise _GatewayError("THROTTLED")
+        if len(body) > MAX_BODY_BYTES:
+            raise _GatewayError("REQUEST_TOO_LARGE")
+        query = parse_qs(split.query, keep_blank_values=True)
+        method_arn = (
+            f"arn:aws:execute-api:{REGION}:{ACCOUNT}:{self.spec.rest_api_id}/{self.spec.stage}/{method}{path}"
+        )
+        request_context = {
+            "accountId": ACCOUNT,
+            "apiId": self.spec.rest_api_id,
+            "domainName": headers.get("Host", "127.0.0.1"),
+            "domainPrefix": "127",
+            "extendedRequestId": request_id,
+            "httpMethod": method,
+            "identity": {"sourceIp": "127.0.0.1", "userAgent": headers.get("User-Agent")},
+            "path": f"{prefix}{path}",
+            "protocol": "HTTP/1.1",
+            "requestId": request_id,
+            "requestTime": datetime.fromtimestamp(started, UTC).strftime("%d/%b/%Y:%H:%M:%S +0000"),
+            "requestTimeEpoch": int(started * 1000),
+            "resourceId": route.path,
+            "resourcePath": route.path,
+            "stage": self.spec.stage,
+        }
+        common = {
+            "resource": route.path,
+            "path": path,
+            "httpMethod": method,
+            "headers": headers,
+            "multiValueHeaders": {name: [value] for name, value in headers.items()},
+            "queryStringParameters": {k: v[-1] for k, v in query.items()} or None,
+            "multiValueQueryStringParameters": query or None,
+            "pathParameters": None,
+            "stageVariables": None,
+        }
+        if route.authorizer is not None:
+            request_context["authorizer"] = self._authorize(
+                route.authorizer, common, request_context, method_arn
+            )
+        if route.request_schema is not None:
+            self._validate(route.request_schema, body)
+        event = {
+            **common,
+            "requestContext": request_context,
+            "body": body.decode("utf-8", errors="replace") if body else None,
+            "isBase64Encoded": False,
+        }
+        invocation = self._pools[route.function_logical_id].invoke(event)
+        if (
+            not invocation.ok
+            or not isinstance(invocation.result, dict)
+            or "statusCode" not in invocation.result
+        ):
+            if invocation.error and invocation.error.get("errorType") == "Sandbox.Timedout":
+                raise _GatewayError("INTEGRATION_TIMEOUT", "Endpoint request timed out")
+            return 502, {"Content-Type": "application/json"}, b'{"message": "Internal server error"}'
+        result = invocation.result
+        out_headers = {str(k): str(v) for k, v in (result.get("headers") or {}).items()}
+        for name, values in (result.get("multiValueHeaders") or {}).items():
+            out_headers[str(name)] = ",".join(str(v) for v in values)
+        raw = result.get("body") or ""
+        payload = base64.b64decode(raw) if result.get("isBase64Encoded") else str(raw).encode()
+        return int(result["statusCode"]), out_headers, payload
+
+    def _authorize(
+        self, spec: AuthorizerSpec, common: dict[str, Any], request_context: dict[str, Any], method_arn: str
+    ) -> dict[str, Any]:
+        lowered = {k.lower(): v for k, v in common["headers"].items()}
+        identity = tuple(lowered.get(name.lower(), "") for name in spec.identity_headers)
+        if not all(identity):
+            raise _GatewayError("UNAUTHORIZED")
+        key = (spec.function_logical_id, identity)
+        now = time.monotonic()
+        with self._cache_lock:
+            cached = self._auth_cache.get(key)
+        if cached is not None and cached[0] > now:
+            policy = cached[1]
+        else:
+            event = {
+                **common,
+                "type": "REQUEST",
+                "methodArn": method_arn,
+                "requestContext": {k: v for k, v in request_context.items() if k != "authorizer"},
+            }
+            invocation = self._pools[spec.function_logical_id].invoke(event)
+            if not invocation.ok:
+                if (invocation.error or {}).get("errorMessage") == "Unauthorized":
+                    raise _GatewayError("UNAUTHORIZED")
+                raise _GatewayError("AUTHORIZER_FAILURE")
+            if not isinstance(invocation.result, dict) or "policyDocument" not in invocation.result:
+                raise _GatewayError("AUTHORIZER_CONFIGURATION_ERROR")
+            policy = invocation.result
+            if spec.ttl_seconds > 0:
+                with self._cache_lock:
+                    self._auth_cache[key] = (now + spec.ttl_seconds, policy)
+        if not policy_allows(policy, method_arn):
+            raise _GatewayError("ACCESS_DENIED")
+        context = {k: v for k, v in (policy.get("context") or {}).items()}
+        context["principalId"] = policy.get("principalId")
+        return context
+
+    def _validate(self, schema: dict[str, Any], body: bytes) -> None:
+        import jsonschema  # type: ignore[import-untyped]
+
+        try:
+            document = json.loads(body or b"null")
+        except ValueError:
+            raise _GatewayError("BAD_REQUEST_BODY", validation="[Invalid JSON in request body]") from None
+        errors = sorted(jsonschema.Draft4Validator(schema).iter_errors(document), key=lambda e: list(e.path))
+        if errors:
+            raise _GatewayError(
+                "BAD_REQUEST_BODY", validation="[" + ", ".join(e.message for e in errors) + "]"
+            )
+
+    def _gateway_response(self, error: _GatewayError, request_id: str) -> tuple[int, dict[str, str], bytes]:
+        responses = self.spec.gateway_responses
+        family = "DEFAULT_5XX" if DEFAULT_STATUS.get(error.response_type, 500) >= 500 else "DEFAULT_4XX"
+        configured = responses.get(error.response_type) or responses.get(family) or {}
+        status = configured.get("status") or DEFAULT_STATUS.get(error.response_type, 500)
+        template = configured.get("template")
+        if template:
+            body = (
+                template.replace("$context.error.messageString", json.dumps(error.message))
+                .replace("$context.error.message", error.message)
+                .replace("$context.error.validationErrorString", error.validation.replace('"', '\\"'))
+                .replace("$context.error.responseType", error.response_type)
+                .replace("$context.requestId", request_id)
+            )
+        else:
+            body = json.dumps({"message": error.message})
+        headers = {"Content-Type": "application/json", "x-amzn-ErrorType": error.response_type}
+        for name, value in (configured.get("headers") or {}).items():
+            if name.startswith("gatewayresponse.header."):
+                headers[name.removeprefix("gatewayresponse.header.")] = str(value).strip("'")
+        return int(status), headers, body.encode()

@@ -1,0 +1,116 @@
+"""CloudFormation resource types moto's CloudFormation cannot create, created through moto's own APIs.
+
+moto 5.2.5 has a CloudWatch backend with alarms but no ``AWS::CloudWatch::Alarm`` CloudFormation
+model, so a stack whose dashboard refers to an alarm's ``Arn`` fails to create. This model
+creates the alarm with the CloudWatch backend's ``put_metric_alarm`` (the same call
+``PutMetricAlarm`` makes), so alarms exist in the embedded AWS (``DescribeAlarms``) instead of
+being skipped. Register with :func:`register` before the first ``CreateStack``.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from moto.cloudformation import parsing
+from moto.cloudwatch.models import Dimension, Metric, MetricDataQuery, MetricStat, cloudwatch_backends
+from moto.core.common_models import CloudFormationModel
+
+
+def _queries(metrics: list[dict[str, Any]]) -> list[MetricDataQuery] | None:
+    if not metrics:
+        return None
+    queries = []
+    for query in metrics:
+        stat = query.get("MetricStat")
+        metric_stat = None
+        if stat:
+            metric = stat.get("Metric", {})
+            metric_stat = MetricStat(
+                metric=Metric(
+                    metric_name=metric.get("MetricName"),
+                    namespace=metric.get("Namespace"),
+                    dimensions=[
+                        Dimension(d.get("Name"), d.get("Value")) for d in metric.get("Dimensions", [])
+                    ],
+                ),
+                period=stat.get("Period"),
+                stat=stat.get("Stat"),
+                unit=stat.get("Unit"),
+            )
+        queries.append(
+            MetricDataQuery(
+                query_id=query["Id"],
+                label=query.get("Label", ""),
+                period=str(query.get("Period", "")),
+                return_data=str(query.get("ReturnData", "true")).lower(),
+                expression=query.get("Expression"),
+                metric_stat=metric_stat,
+            )
+        )
+    return queries
+
+
+class CloudWatchAlarm(CloudFormationModel):
+    def __init__(self, alarm: Any) -> None:
+        self.alarm = alarm
+
+    @staticmethod
+    def cloudformation_type() -> str:
+        return "AWS::CloudWatch::Alarm"
+
+    @staticmethod
+    def cloudformation_name_type() -> str:
+        return "AlarmName"
+
+    @property
+    def physical_resource_id(self) -> str:
+        return str(self.alarm.name)
+
+    @classmethod
+    def has_cfn_attr(cls, attr: str) -> bool:
+        return attr == "Arn"
+
+    def get_cfn_attribute(self, attribute_name: str) -> str:
+        return str(self.alarm.alarm_arn)
+
+    @classmethod
+    def create_from_cloudformation_json(
+        cls,
+        resource_name: str,
+        cloudformation_json: dict[str, Any],
+        account_id: str,
+        region_name: str,
+        **kwargs: Any,
+    ) -> CloudWatchAlarm:
+        props = cloudformation_json["Properties"]
+        backend = cloudwatch_backends[account_id][region_name]
+        alarm = backend.put_metric_alarm(
+            name=props.get("AlarmName") or resource_name,
+            namespace=props.get("Namespace"),
+            metric_name=props.get("MetricName"),
+            metric_data_queries=_queries(props.get("Metrics", [])),
+            comparison_operator=props["ComparisonOperator"],
+            evaluation_periods=int(props["EvaluationPeriods"]),
+            datapoints_to_alarm=props.get("DatapointsToAlarm"),
+            period=props.get("Period"),
+            threshold=float(props["Threshold"]) if "Threshold" in props else 0.0,
+            statistic=props.get("Statistic"),
+            extended_statistic=props.get("ExtendedStatistic"),
+            description=props.get("AlarmDescription", ""),
+            dimensions=props.get("Dimensions", []),
+            alarm_actions=props.get("AlarmActions", []),
+            ok_actions=props.get("OKActions", []),
+            insufficient_data_actions=props.get("InsufficientDataActions", []),
+            unit=props.get("Unit"),
+            actions_enabled=bool(props.get("ActionsEnabled", True)),
+            treat_missing_data=props.get("TreatMissingData"),
+            threshold_metric_id=props.get("ThresholdMetricId"),
+        )
+        return cls(alarm)
+
+
+def register() -> None:
+    """Make moto's CloudFormation see the models above (its model list is cached on first use)."""
+    parsing.get_model_list.cache_clear()
+    parsing.get_model_map.cache_clear()
+    parsing.get_name_type_map.cache_clear()

@@ -1,0 +1,235 @@
+"""Run the deployed functions: each one's real handler, its resolved environment, and its timeout.
+
+Why one child process per execution environment (``local/container.py``) rather than threads in
+this process: a handler reads its settings and builds its clients at import, from ``os.environ``,
+which is process-wide; and Powertools keeps per-invocation state in module globals (the metrics
+buffer, the logger's keys). Two functions, or two concurrent invocations of one, cannot share a
+process without mixing them. A container per concurrent invocation is what Lambda does too: the
+pool starts containers on demand (cold starts), reuses idle ones (warm), and kills one whose
+invocation overruns the function's timeout.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import os
+import subprocess
+import sys
+import threading
+import time
+import uuid
+from collections import Counter
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import IO, Any
+
+CONTAINER_SCRIPT = Path(__file__).resolve().parent / "container.py"
+
+LogSink = Callable[[str, str], None]  # (function logical id, one stdout/stderr line)
+
+
+@dataclass(frozen=True)
+class FunctionSpec:
+    """A function as CloudFormation created it (``GetFunctionConfiguration``); its code unpacked locally."""
+
+    logical_id: str
+    name: str
+    arn: str
+    handler: str
+    timeout_s: int
+    memory_mb: int
+    environment: dict[str, str]
+    code_dir: Path
+
+
+@dataclass
+class Invocation:
+    """One invocation's outcome, as the Lambda service would report it."""
+
+    function: str
+    request_id: str
+    result: Any = None
+    error: dict[str, Any] | None = None
+    duration_ms: float = 0.0
+    cold_start_ms: float | None = None
+    requests: dict[str, int] = field(default_factory=dict)
+
+    @property
+    def ok(self) -> bool:
+        return self.error is None
+
+
+class FunctionError(RuntimeError):
+    def __init__(self, invocation: Invocation) -> None:
+        error = invocation.error or {}
+        super().__init__(f"{invocation.function}: {error.get('errorType')}: {error.get('errorMessage')}")
+        self.invocation = invocation
+
+
+class _Container:
+    def __init__(self, spec: FunctionSpec, runtime_env: dict[str, str], log_sink: LogSink) -> None:
+        self.spec = spec
+        request_read, self._request_write = os.pipe()
+        self._answer_read, answer_write = os.pipe()
+        env = {
+            "PATH": os.environ.get("PATH", "/usr/bin:/bin"),
+            "LANG": "C.UTF-8",
+            "PYTHONUNBUFFERED": "1",
+            "PYTHONDONTWRITEBYTECODE": "1",
+            **runtime_env,
+            **spec.environment,
+            "BREAKWATER_LOCAL_FDS": f"{request_read},{answer_write}",
+            "BREAKWATER_LOCAL_FUNCTION_ARN": spec.arn,
+        }
+        self.process = subprocess.Popen(  # noqa: S603 - this interpreter, our container script
+            [sys.executable, "-u", str(CONTAINER_SCRIPT), str(spec.code_dir), spec.handler],
+            env=env,
+            stdin=subprocess.DEVNULL,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.STDOUT,
+            pass_fds=(request_read, answer_write),
+            text=True,
+        )
+        os.close(request_read)
+        os.close(answer_write)
+        self._requests: IO[str] = os.fdopen(self._request_write, "w", encoding="utf-8")
+        self._answers: IO[str] = os.fdopen(self._answer_read, "r", encoding="utf-8")
+        self._log_thread = threading.Thread(
+            target=self._pump_logs, args=(log_sink,), name=f"logs-{spec.logical_id}", daemon=True
+        )
+        self._log_thread.start()
+        self.cold_start_ms: float | None = None
+        self.init_requests: dict[str, int] = {}
+        self.init_error: dict[str, Any] | None = None
+
+    def _pump_logs(self, log_sink: LogSink) -> None:
+        assert self.process.stdout is not None
+        for line in self.process.stdout:
+            log_sink(self.spec.logical_id, line.rstrip("\n"))
+
+    def _read_answer(self, timeout_s: float) -> dict[str, Any] | None:
+        """The next answer, or None if none came within ``timeout_s`` (the container is then killed)."""
+        box: list[str] = []
+        reader = threading.Thread(target=lambda: box.append(self._answers.readline()), daemon=True)
+        reader.start()
+        reader.join(timeout_s)
+        if reader.is_alive() or not box or not box[0]:
+            return None
+        return dict(json.loads(box[0]))
+
+    def start(self, timeout_s: float) -> None:
+        ready = self._read_answer(timeout_s)
+        if ready is None:
+            self.kill()
+            self.init_error = {"errorType": "Runtime.InitTimeout", "errorMessage": "init did not finish"}
+        elif "init_error" in ready:
+            self.kill()
+            self.init_error = ready["init_error"]
+        else:
+            self.cold_start_ms = float(ready["init_ms"])
+            self.init_requests = dict(ready.get("requests", {}))
+
+    def invoke(self, event: Any, request_id: str, trace_id: str | None) -> Invocation:
+        deadline_ms = int(time.time() * 1000) + self.spec.timeout_s * 1000
+        message = {"event": event, "request_id": request_id, "deadline_ms": deadline_ms, "trace_id": trace_id}
+        self._requests.write(json.dumps(message) + "\n")
+        self._requests.flush()
+        answer = self._read_answer(self.spec.timeout_s + 1.0)
+        invocation = Invocation(function=self.spec.logical_id, request_id=request_id)
+        if answer is None:
+            self.kill()
+            invocation.error = {
+                "errorType": "Sandbox.Timedout",
+                "errorMessage": f"Task timed out after {self.spec.timeout_s:.2f} seconds",
+            }
+            invocation.duration_ms = self.spec.timeout_s * 1000.0
+            return invocation
+        invocation.result = answer.get("result")
+        invocation.error = answer.get("error")
+        invocation.duration_ms = float(answer.get("duration_ms", 0.0))
+        invocation.requests = dict(answer.get("requests", {}))
+        return invocation
+
+    @property
+    def alive(self) -> bool:
+        return self.process.poll() is None
+
+    def kill(self) -> None:
+        if self.process.poll() is None:
+            self.process.kill()
+            self.process.wait(5)
+
+    def stop(self) -> None:
+        with contextlib.suppress(OSError):
+            self._requests.close()
+        try:
+            self.process.wait(2)
+        except subprocess.TimeoutExpired:
+            self.kill()
+
+
+class FunctionPool:
+    """The execution environments of one function: up to ``max_containers`` at once."""
+
+    def __init__(
+        self, spec: FunctionSpec, runtime_env: dict[str, str], log_sink: LogSink, max_containers: int
+    ) -> None:
+        self.spec = spec
+        self._runtime_env = runtime_env
+        self._log_sink = log_sink
+        self._idle: list[_Container] = []
+        self._all: list[_Container] = []
+        self._lock = threading.Lock()
+        self._slots = threading.BoundedSemaphore(max_containers)
+        self.max_containers = max_containers
+        self.cold_starts_ms: list[float] = []
+        self.requests: Counter[str] = Counter()
+        self.invocations = 0
+        self.errors = 0
+
+    def _container(self) -> tuple[_Container, float | None]:
+        with self._lock:
+            while self._idle:
+                container = self._idle.pop()
+                if container.alive:
+                    return container, None
+        container = _Container(self.spec, self._runtime_env, self._log_sink)
+        container.start(timeout_s=max(30.0, float(self.spec.timeout_s)))
+        with self._lock:
+            self._all.append(container)
+            if container.cold_start_ms is not None:
+                self.cold_starts_ms.append(container.cold_start_ms)
+            self.requests.update(container.init_requests)
+        return container, container.cold_start_ms
+
+    def invoke(self, event: Any, *, trace_id: str | None = None) -> Invocation:
+        """Run the handler once in an idle (or new) container; blocks while all containers are busy."""
+        request_id = str(uuid.uuid4())
+        with self._slots:
+            container, cold_ms = self._container()
+            if container.init_error is not None:
+                invocation = Invocation(self.spec.logical_id, request_id, error=container.init_error)
+            else:
+                invocation = container.invoke(event, request_id, trace_id)
+                invocation.cold_start_ms = cold_ms
+            with self._lock:
+                self.invocations += 1
+                self.errors += 0 if invocation.ok else 1
+                self.requests.update(invocation.requests)
+                if container.alive and container.init_error is None:
+                    self._idle.append(container)
+        return invocation
+
+    def warm(self, count: int = 1) -> None:
+        """Start ``count`` containers now, so the first invocations are not cold."""
+        started = [self._container()[0] for _ in range(min(count, self.max_containers))]
+        with self._lock:
+            self._idle.extend(c for c in started if c.alive and c.init_error is None)
+
+    def stop(self) -> None:
+        with self._lock:
+            containers, self._all, self._idle = list(self._all), [], []
+        for container in containers:
+            container.stop()

@@ -1,0 +1,262 @@
+"""SQS event source mappings, emulated as the Lambda service runs them (moto stores mappings but runs none).
+
+Per mapping, one poller: it re-reads the mapping from moto (``GetEventSourceMapping``) about once
+a second, so ``UpdateEventSourceMapping`` — the controller enabling or disabling a sideline
+drainer, a new batch size or maximum concurrency — takes effect as it would in AWS; a disabled
+mapping does not poll. While enabled it receives up to ``BatchSize`` messages, waiting up to
+``MaximumBatchingWindowInSeconds`` to fill a batch, and invokes the function with at most
+``ScalingConfig.MaximumConcurrency`` batches in flight (it does not receive what it cannot invoke,
+so the rest waits in the queue). After an invocation it deletes what succeeded: everything, or,
+with ``ReportBatchItemFailures``, all but the ``batchItemFailures``; after a function error it
+deletes nothing. Whatever is not deleted becomes visible again when its visibility timeout ends,
+and SQS's redrive policy moves it to the DLQ after ``maxReceiveCount`` receives.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+import time
+from collections.abc import Callable
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass, field
+from typing import Any
+
+from local.discovery import MappingSpec
+from local.embedded_aws import REGION, EmbeddedAws
+from local.functions import FunctionPool, Invocation
+
+log = logging.getLogger("breakwater.local.mappings")
+
+REFRESH_SECONDS = 1.0
+POLL_WAIT_SECONDS = 1  # long polling, shortened so a disable or a stop is noticed within a second
+
+
+@dataclass
+class MappingStats:
+    polls: int = 0
+    empty_polls: int = 0
+    invocations: int = 0
+    function_errors: int = 0
+    received: int = 0
+    deleted: int = 0
+    reported_failures: int = 0
+    in_flight: int = 0
+    max_in_flight: int = 0
+    batch_sizes: list[int] = field(default_factory=list)
+
+
+@dataclass
+class MappingState:
+    enabled: bool
+    batch_size: int
+    window_s: float
+    max_concurrency: int
+    report_failures: bool
+
+
+def sqs_record(message: dict[str, Any], source_arn: str) -> dict[str, Any]:
+    """One record of the SQS event Lambda delivers (lower-camel keys, string attributes)."""
+    attributes = {key: str(value) for key, value in message.get("Attributes", {}).items()}
+    message_attributes = {}
+    for name, value in message.get("MessageAttributes", {}).items():
+        message_attributes[name] = {
+            "stringValue": value.get("StringValue"),
+            "binaryValue": value.get("BinaryValue"),
+            "stringListValues": value.get("StringListValues", []),
+            "binaryListValues": value.get("BinaryListValues", []),
+            "dataType": value.get("DataType"),
+        }
+    return {
+        "messageId": message["MessageId"],
+        "receiptHandle": message["ReceiptHandle"],
+        "body": message["Body"],
+        "attributes": attributes,
+        "messageAttributes": message_attributes,
+        "md5OfBody": message.get("MD5OfBody", ""),
+        "eventSource": "aws:sqs",
+        "eventSourceARN": source_arn,
+        "awsRegion": REGION,
+    }
+
+
+def failed_ids(invocation: Invocation, batch_ids: list[str], report_failures: bool) -> set[str]:
+    """Message ids that must not be deleted after ``invocation`` (all of them after a function error).
+
+    With ReportBatchItemFailures, a response naming an id that is not in the batch (or that is not
+    the documented shape) fails the whole batch, as Lambda does.
+    """
+    if not invocation.ok:
+        return set(batch_ids)
+    if not report_failures:
+        return set()
+    result = invocation.result
+    if result is None:
+        return set()
+    if not isinstance(result, dict):
+        return set(batch_ids)
+    failures = result.get("batchItemFailures") or []
+    ids = set()
+    for failure in failures:
+        identifier = failure.get("itemIdentifier") if isinstance(failure, dict) else None
+        if not identifier or identifier not in batch_ids:
+            return set(batch_ids)
+        ids.add(identifier)
+    return ids
+
+
+class SqsMapping:
+    """The poller of one SQS event source mapping."""
+
+    def __init__(
+        self,
+        spec: MappingSpec,
+        pool: FunctionPool,
+        aws: EmbeddedAws,
+        executor: ThreadPoolExecutor,
+        *,
+        default_max_concurrency: int,
+        on_invocation: Callable[[MappingSpec, list[dict[str, Any]], Invocation], None] | None = None,
+    ) -> None:
+        if spec.queue_url is None:
+            raise ValueError(f"mapping {spec.uuid} is not an SQS mapping")
+        self.spec = spec
+        self.queue_url: str = spec.queue_url
+        self._pool = pool
+        self._lambda = aws.client("lambda")
+        self._sqs = aws.client("sqs")
+        self._executor = executor
+        self._default_max_concurrency = default_max_concurrency
+        self._on_invocation = on_invocation
+        self._stop = threading.Event()
+        self._slots = threading.Condition()
+        self._state: MappingState | None = None
+        self._state_read_at = 0.0
+        self.stats = MappingStats()
+        self._thread = threading.Thread(target=self._run, name=f"esm-{spec.uuid[:8]}", daemon=True)
+
+    def start(self) -> SqsMapping:
+        self._thread.start()
+        return self
+
+    def stop(self, timeout: float = 5.0) -> None:
+        self._stop.set()
+        with self._slots:
+            self._slots.notify_all()
+        self._thread.join(timeout)
+
+    def drain(self, timeout: float = 30.0) -> None:
+        """Wait until no invocation of this mapping is in flight."""
+        deadline = time.monotonic() + timeout
+        with self._slots:
+            while self.stats.in_flight and time.monotonic() < deadline:
+                self._slots.wait(0.1)
+
+    def state(self) -> MappingState:
+        now = time.monotonic()
+        if self._state is None or now - self._state_read_at >= REFRESH_SECONDS:
+            config = self._lambda.get_event_source_mapping(UUID=self.spec.uuid)
+            scaling = config.get("ScalingConfig") or {}
+            self._state = MappingState(
+                enabled=config.get("State") in ("Enabled", "Enabling", "Updating"),
+                batch_size=int(config.get("BatchSize") or 10),
+                window_s=float(config.get("MaximumBatchingWindowInSeconds") or 0),
+                max_concurrency=int(scaling.get("MaximumConcurrency") or self._default_max_concurrency),
+                report_failures="ReportBatchItemFailures" in (config.get("FunctionResponseTypes") or []),
+            )
+            self._state_read_at = now
+        return self._state
+
+    def _acquire_slot(self, limit: int) -> bool:
+        with self._slots:
+            while self.stats.in_flight >= limit and not self._stop.is_set():
+                self._slots.wait(0.2)
+            if self._stop.is_set():
+                return False
+            self.stats.in_flight += 1
+            self.stats.max_in_flight = max(self.stats.max_in_flight, self.stats.in_flight)
+            return True
+
+    def _release_slot(self) -> None:
+        with self._slots:
+            self.stats.in_flight -= 1
+            self._slots.notify_all()
+
+    def _receive(self, state: MappingState) -> list[dict[str, Any]]:
+        """One batch: up to BatchSize messages, gathered for at most the batching window after the first."""
+        batch: list[dict[str, Any]] = []
+        window_ends = 0.0
+        while len(batch) < state.batch_size and not self._stop.is_set():
+            self.stats.polls += 1
+            messages = self._sqs.receive_message(
+                QueueUrl=self.queue_url,
+                MaxNumberOfMessages=min(10, state.batch_size - len(batch)),
+                WaitTimeSeconds=0 if batch else POLL_WAIT_SECONDS,
+                AttributeNames=["All"],
+                MessageAttributeNames=["All"],
+            ).get("Messages", [])
+            if not messages:
+                self.stats.empty_polls += 1
+                if not batch:
+                    break
+            if not batch:
+                window_ends = time.monotonic() + state.window_s
+            batch.extend(messages)
+            if state.window_s == 0:
+                if len(messages) < 10:
+                    break  # no window: take what one receive (or a run of full ones) brings
+                continue
+            remaining = window_ends - time.monotonic()
+            if remaining <= 0:
+                break
+            if not messages:
+                time.sleep(min(0.05, remaining))
+        return batch
+
+    def _run(self) -> None:
+        while not self._stop.is_set():
+            try:
+                state = self.state()
+                if not state.enabled:
+                    self._stop.wait(REFRESH_SECONDS)
+                    continue
+                if not self._acquire_slot(state.max_concurrency):
+                    return
+                batch = self._receive(state)
+                if not batch:
+                    self._release_slot()
+                    continue
+                self.stats.received += len(batch)
+                self._executor.submit(self._invoke, batch, state.report_failures)
+            except Exception:  # keep polling, as the service does; the error is logged
+                log.exception("mapping %s: poll failed", self.spec.uuid)
+                self._stop.wait(1.0)
+
+    def _invoke(self, batch: list[dict[str, Any]], report_failures: bool) -> None:
+        try:
+            event = {"Records": [sqs_record(message, self.spec.source_arn) for message in batch]}
+            invocation = self._pool.invoke(event)
+            ids = [message["MessageId"] for message in batch]
+            keep = failed_ids(invocation, ids, report_failures)
+            done = [m for m in batch if m["MessageId"] not in keep]
+            for start in range(0, len(done), 10):
+                chunk = done[start : start + 10]
+                self._sqs.delete_message_batch(
+                    QueueUrl=self.queue_url,
+                    Entries=[
+                        {"Id": str(i), "ReceiptHandle": m["ReceiptHandle"]} for i, m in enumerate(chunk)
+                    ],
+                )
+            self.stats.invocations += 1
+            self.stats.batch_sizes.append(len(batch))
+            self.stats.deleted += len(done)
+            self.stats.function_errors += 0 if invocation.ok else 1
+            self.stats.reported_failures += len(keep) if invocation.ok else 0
+            if not invocation.ok:
+                log.warning("mapping %s: function error %s", self.spec.uuid, invocation.error)
+            if self._on_invocation is not None:
+                self._on_invocation(self.spec, batch, invocation)
+        except Exception:
+            log.exception("mapping %s: invocation failed", self.spec.uuid)
+        finally:
+            self._release_slot()

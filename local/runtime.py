@@ -1,0 +1,287 @@
+"""The embedded default: the synthesized stack created in moto; its functions, mappings, API, schedules running.
+
+    with LocalRuntime(context={"breakwater": {"mode": "naive"}}) as runtime:
+        runtime.api.url, runtime.invoke("IngestFunction...", event), runtime.metrics
+
+Order (DESIGN §4): synthesize -> start moto -> upload assets and CreateStack -> discover ->
+start the functions' containers, the SQS mappings, the API and the schedules.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import shutil
+import threading
+import time
+from collections.abc import Callable
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from local import discovery
+from local.api import LocalApi
+from local.assembly import CloudAssembly, synthesize
+from local.deploy import Deployment, create_stack
+from local.discovery import MappingSpec, ScheduleSpec
+from local.embedded_aws import EmbeddedAws
+from local.functions import FunctionPool, FunctionSpec, Invocation
+from local.mappings import SqsMapping
+
+log = logging.getLogger("breakwater.local")
+
+ROOT = Path(__file__).resolve().parent.parent
+
+
+@dataclass
+class FunctionLogs:
+    """Every line the functions printed; EMF blobs (``_aws`` key) parsed, in arrival order."""
+
+    path: Path | None = None
+    emf: list[tuple[str, dict[str, Any]]] = field(default_factory=list)
+    lines: int = 0
+    _lock: threading.Lock = field(default_factory=threading.Lock)
+    _file: Any = None
+
+    def __call__(self, function: str, line: str) -> None:
+        blob = None
+        if line.startswith("{") and '"_aws"' in line:
+            try:
+                blob = json.loads(line)
+            except ValueError:
+                blob = None
+        with self._lock:
+            self.lines += 1
+            if blob is not None and isinstance(blob.get("_aws"), dict):
+                self.emf.append((function, blob))
+            if self._file is not None:
+                self._file.write(f"{function}\t{line}\n")
+
+    def open(self, path: Path) -> None:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        self.path = path
+        self._file = path.open("w", encoding="utf-8", buffering=1 << 16)
+
+    def close(self) -> None:
+        with self._lock:
+            if self._file is not None:
+                self._file.close()
+                self._file = None
+
+    def metric_values(self, name: str) -> list[tuple[int, str, float, dict[str, Any]]]:
+        """(timestamp ms, function, value, blob) for every value of metric ``name``."""
+        out: list[tuple[int, str, float, dict[str, Any]]] = []
+        with self._lock:
+            blobs = list(self.emf)
+        for function, blob in blobs:
+            if name not in blob:
+                continue
+            stamp = int(blob["_aws"].get("Timestamp", 0))
+            values = blob[name] if isinstance(blob[name], list) else [blob[name]]
+            out.extend((stamp, function, float(v), blob) for v in values)
+        return out
+
+
+@dataclass
+class RuntimeOptions:
+    workdir: Path = ROOT / "out" / "local"
+    max_containers: int = 4  # per function: concurrent execution environments
+    warm: bool = True
+    schedule_speedup: float = 1.0  # rate(1 minute) runs every 60 / speedup seconds
+    extra_function_env: dict[str, str] = field(default_factory=dict)
+    start_api: bool = True
+    start_mappings: bool = True
+    start_schedules: bool = True
+
+
+class LocalRuntime:
+    def __init__(
+        self,
+        context: dict[str, Any] | None = None,
+        options: RuntimeOptions | None = None,
+        *,
+        assembly: CloudAssembly | None = None,
+    ) -> None:
+        self.context = context or {}
+        self.options = options or RuntimeOptions()
+        self.assembly = assembly
+        self.aws = EmbeddedAws()
+        self.logs = FunctionLogs()
+        self.deployment: Deployment | None = None
+        self.functions: dict[str, FunctionSpec] = {}
+        self.pools: dict[str, FunctionPool] = {}
+        self.mapping_specs: list[MappingSpec] = []
+        self.mappings: list[SqsMapping] = []
+        self.schedule_specs: list[ScheduleSpec] = []
+        self.api: LocalApi | None = None
+        self.api_spec: discovery.ApiSpec | None = None
+        self.not_emulated: list[str] = []
+        self.on_invocation: Callable[[MappingSpec, list[dict[str, Any]], Invocation], None] | None = None
+        self._executor = ThreadPoolExecutor(max_workers=64, thread_name_prefix="invoke")
+        self._stop = threading.Event()
+        self._threads: list[threading.Thread] = []
+
+    # -- lifecycle ---------------------------------------------------------------------------------------
+    def start(self) -> LocalRuntime:
+        workdir = self.options.workdir
+        workdir.mkdir(parents=True, exist_ok=True)
+        if self.assembly is None:
+            self.assembly = synthesize(workdir / "cdk.out", self.context)
+        self.aws.start()
+        self.deployment = create_stack(self.aws, self.assembly)
+        code_root = workdir / "code"
+        shutil.rmtree(code_root, ignore_errors=True)
+        self.functions = discovery.functions(self.aws, self.assembly, self.deployment, code_root)
+        self.logs.open(workdir / "functions.log")
+        runtime_env = {
+            **self.aws.environment(),
+            "POWERTOOLS_TRACE_DISABLED": "true",  # no X-Ray daemon here
+            **self.options.extra_function_env,
+        }
+        for logical_id, spec in self.functions.items():
+            env = {
+                **runtime_env,
+                "AWS_LAMBDA_FUNCTION_NAME": spec.name,
+                "AWS_LAMBDA_FUNCTION_MEMORY_SIZE": str(spec.memory_mb),
+                "AWS_LAMBDA_FUNCTION_VERSION": "$LATEST",
+                "AWS_LAMBDA_LOG_GROUP_NAME": f"/aws/lambda/{spec.name}",
+                "LAMBDA_TASK_ROOT": str(spec.code_dir),
+                "_HANDLER": spec.handler,
+            }
+            self.pools[logical_id] = FunctionPool(spec, env, self.logs, self.options.max_containers)
+        if self.options.warm:
+            warmers = [threading.Thread(target=pool.warm, args=(1,)) for pool in self.pools.values()]
+            for thread in warmers:
+                thread.start()
+            for thread in warmers:
+                thread.join()
+        self.mapping_specs = discovery.mappings(self.aws, self.assembly, self.deployment)
+        self.schedule_specs = discovery.schedules(self.assembly)
+        self.api_spec = discovery.api(self.assembly, self.deployment)
+        if self.options.start_mappings:
+            self.start_mappings()
+        if self.options.start_api and self.api_spec is not None:
+            self.api = LocalApi(self.api_spec, self.pools).start()
+        if self.options.start_schedules:
+            for schedule in self.schedule_specs:
+                self._start_schedule(schedule)
+        return self
+
+    def start_mappings(self) -> None:
+        for spec in self.mapping_specs:
+            if spec.queue_url is None:
+                self.not_emulated.append(f"event source mapping {spec.uuid} ({spec.source_arn}): not SQS")
+                continue
+            pool = self.pools[spec.function_logical_id]
+            mapping = SqsMapping(
+                spec,
+                pool,
+                self.aws,
+                self._executor,
+                default_max_concurrency=pool.max_containers,
+                on_invocation=self._mapping_invoked,
+            )
+            self.mappings.append(mapping.start())
+
+    def _mapping_invoked(
+        self, spec: MappingSpec, batch: list[dict[str, Any]], invocation: Invocation
+    ) -> None:
+        if self.on_invocation is not None:
+            self.on_invocation(spec, batch, invocation)
+
+    def _start_schedule(self, schedule: ScheduleSpec) -> None:
+        if schedule.period_seconds is None or not schedule.enabled:
+            self.not_emulated.append(
+                f"schedule {schedule.rule_logical_id} ({schedule.expression}): not a rate()"
+            )
+            return
+        period = schedule.period_seconds / self.options.schedule_speedup
+
+        def run() -> None:
+            while not self._stop.wait(period):
+                for target in schedule.function_logical_ids:
+                    event = {
+                        "version": "0",
+                        "id": str(time.time_ns()),
+                        "detail-type": "Scheduled Event",
+                        "source": "aws.events",
+                        "account": "123456789012",
+                        "time": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
+                        "region": "us-east-1",
+                        "resources": [
+                            f"arn:aws:events:us-east-1:123456789012:rule/{schedule.rule_logical_id}"
+                        ],
+                        "detail": {},
+                    }
+                    invocation = self.pools[target].invoke(event)
+                    if not invocation.ok:
+                        log.warning(
+                            "schedule %s: %s failed: %s", schedule.rule_logical_id, target, invocation.error
+                        )
+
+        thread = threading.Thread(target=run, name=f"schedule-{schedule.rule_logical_id}", daemon=True)
+        thread.start()
+        self._threads.append(thread)
+
+    def stop(self) -> None:
+        self._stop.set()
+        for mapping in self.mappings:
+            mapping.stop()
+        if self.api is not None:
+            self.api.stop()
+        self._executor.shutdown(wait=True, cancel_futures=True)
+        for pool in self.pools.values():
+            pool.stop()
+        self.logs.close()
+        self.aws.stop()
+
+    def __enter__(self) -> LocalRuntime:
+        return self.start()
+
+    def __exit__(self, *_: object) -> None:
+        self.stop()
+
+    # -- helpers ---------------------------------------------------------------------------------------------
+    def function_id(self, handler_prefix: str, *, mode: str | None = None) -> str:
+        """The logical id of the function whose handler starts with ``handler_prefix`` (e.g. ``ingest/``)."""
+        for logical_id, spec in self.functions.items():
+            if spec.handler.startswith(handler_prefix) and (
+                mode is None or spec.environment.get("WORKER_MODE") == mode
+            ):
+                return logical_id
+        raise KeyError(f"no function with handler {handler_prefix!r} (mode {mode})")
+
+    def invoke(self, logical_id: str, event: Any) -> Invocation:
+        return self.pools[logical_id].invoke(event)
+
+    def output(self, key: str) -> str:
+        assert self.deployment is not None
+        return self.deployment.outputs[key]
+
+    def summary(self) -> dict[str, Any]:
+        """What runs here and what does not: the report the runtime prints at start."""
+        assert self.deployment is not None
+        return {
+            "endpoint": self.aws.endpoint,
+            "api": self.api.url if self.api else None,
+            "functions": {lid: spec.handler for lid, spec in self.functions.items()},
+            "mappings": [
+                f"{m.spec.function_logical_id} <- {m.spec.source_arn.rsplit(':', 1)[-1]}"
+                for m in self.mappings
+            ],
+            "schedules": [
+                f"{s.expression} -> {', '.join(s.function_logical_ids)}" for s in self.schedule_specs
+            ],
+            "moto_skipped": self.deployment.skipped,
+            "emulated_from_template": [
+                "AWS::ApiGateway::Stage (routes, throttle)",
+                "AWS::ApiGateway::Authorizer (REQUEST, TTL cache)",
+                "AWS::ApiGateway::RequestValidator + Model (body schema)",
+                "AWS::ApiGateway::GatewayResponse (error bodies)",
+                "AWS::Lambda::EventSourceMapping (SQS polling)",
+                "AWS::Events::Rule (rate schedules)",
+            ],
+            "not_emulated": self.not_emulated,
+            "layer_stand_ins": self.deployment.layer_stand_ins,
+        }
