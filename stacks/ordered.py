@@ -1,0 +1,143 @@
+"""The ordered workload: a FIFO queue set in high-throughput mode, its worker, POST /v1/ordered's function.
+
+High-throughput FIFO = deduplication per message group + throughput limit per group id, so groups
+(``tenant:ordering_key``) scale out instead of sharing one queue-wide limit. Every queue has a FIFO
+DLQ, SQS-managed encryption and a TLS-only policy. The worker's mapping reports batch item failures
+(Powertools ``SqsFifoPartialProcessor`` with ``skip_group_on_error``), and claims a write-ahead
+record per message in its own table before the side effect (docs/ordering-and-streams.md).
+"""
+
+from __future__ import annotations
+
+from aws_cdk import Duration, RemovalPolicy
+from aws_cdk import aws_dynamodb as dynamodb
+from aws_cdk import aws_lambda_event_sources as sources
+from aws_cdk import aws_sqs as sqs
+from constructs import Construct
+
+from stacks.config import BlueprintConfig
+from stacks.functions import BreakwaterFunction, FunctionFactory
+from stacks.queue_set import QueueWithDlq
+
+_DLQ_RETENTION = Duration.days(14)
+
+
+class OrderedWorkload(Construct):
+    """``queues`` (FIFO, each with its DLQ), ``write_ahead_table``, ``worker`` and ``ingest`` functions.
+
+    ``state_table``: when given, POST /v1/ordered spends the tenant's ingest tokens (the same bucket
+    as POST /v1/messages), so ordered traffic cannot bypass a tenant's rate.
+    """
+
+    def __init__(
+        self,
+        scope: Construct,
+        construct_id: str,
+        *,
+        config: BlueprintConfig,
+        functions: FunctionFactory,
+        state_table: dynamodb.ITable | None = None,
+    ) -> None:
+        super().__init__(scope, construct_id)
+        self._config = config
+        self._functions = functions
+        self.queues = [self._build_queue(i) for i in range(config.ordered.queue_count)]
+        self.write_ahead_table = self._build_write_ahead_table()
+        self.worker = self._build_worker()
+        self.ingest = self._build_ingest(state_table)
+
+    def _build_queue(self, index: int) -> QueueWithDlq:
+        ordered = self._config.ordered
+        role = f"ordered-{index}"
+        name = f"{self._config.service_name}-{role}"
+        dlq = sqs.Queue(
+            self,
+            f"Ordered{index}Dlq",
+            queue_name=f"{name}-dlq.fifo",
+            fifo=True,
+            retention_period=_DLQ_RETENTION,
+            encryption=sqs.QueueEncryption.SQS_MANAGED,
+            enforce_ssl=True,
+        )
+        queue = sqs.Queue(
+            self,
+            f"Ordered{index}",
+            queue_name=f"{name}.fifo",
+            fifo=True,
+            content_based_deduplication=False,  # the dedup id is always explicit (dedup_key or envelope id)
+            deduplication_scope=sqs.DeduplicationScope.MESSAGE_GROUP,
+            fifo_throughput_limit=sqs.FifoThroughputLimit.PER_MESSAGE_GROUP_ID,
+            visibility_timeout=Duration.seconds(ordered.visibility_timeout_seconds),
+            retention_period=Duration.days(ordered.retention_days),
+            encryption=sqs.QueueEncryption.SQS_MANAGED,
+            enforce_ssl=True,
+            dead_letter_queue=sqs.DeadLetterQueue(queue=dlq, max_receive_count=ordered.max_receive_count),
+        )
+        return QueueWithDlq(role=role, queue=queue, dlq=dlq)
+
+    def _build_write_ahead_table(self) -> dynamodb.Table:
+        string = dynamodb.AttributeType.STRING
+        return dynamodb.Table(
+            self,
+            "WriteAhead",
+            partition_key=dynamodb.Attribute(name="pk", type=string),
+            sort_key=dynamodb.Attribute(name="sk", type=string),
+            time_to_live_attribute="ttl",
+            billing_mode=dynamodb.BillingMode.PAY_PER_REQUEST,
+            encryption=dynamodb.TableEncryption.AWS_MANAGED,
+            point_in_time_recovery_specification=dynamodb.PointInTimeRecoverySpecification(
+                point_in_time_recovery_enabled=True
+            ),
+            removal_policy=RemovalPolicy.DESTROY,
+        )
+
+    def _build_worker(self) -> BreakwaterFunction:
+        ordered = self._config.ordered
+        worker = self._functions.build(
+            "FifoWorker",
+            handler="fifo_worker/handler.handler",
+            description="FIFO queues: in order per group, exactly once per dedup id (write-ahead record)",
+            environment={
+                "WRITE_AHEAD_TABLE_NAME": self.write_ahead_table.table_name,
+                "WRITE_AHEAD_LEASE_SECONDS": str(ordered.lease_seconds),
+                "WRITE_AHEAD_RETENTION_SECONDS": str(ordered.write_ahead_retention_days * 86_400),
+                "SIMULATED_WORK_MS": str(self._config.worker.simulated_work_ms),
+            },
+            memory_mb=ordered.memory_mb,
+            timeout_seconds=ordered.timeout_seconds,
+        )
+        self.write_ahead_table.grant_read_write_data(worker.role)
+        for pair in self.queues:
+            worker.function.add_event_source(
+                sources.SqsEventSource(
+                    pair.queue,
+                    batch_size=ordered.batch_size,
+                    report_batch_item_failures=True,
+                    max_concurrency=ordered.max_concurrency,
+                )
+            )
+        return worker
+
+    def _build_ingest(self, state_table: dynamodb.ITable | None) -> BreakwaterFunction:
+        environment = {
+            "FIFO_QUEUE_URLS": ",".join(pair.queue.queue_url for pair in self.queues),
+            "MAX_PAYLOAD_BYTES": str(self._config.ingest.max_payload_bytes),
+            "MAX_TTL_SECONDS": str(self._config.ingest.max_ttl_seconds),
+            "LEASE_SECONDS": str(self._config.ingest.lease_seconds),
+            "LEASE_MAX_FRACTION": str(self._config.ingest.lease_max_fraction),
+        }
+        if state_table is not None:
+            environment["STATE_TABLE_NAME"] = state_table.table_name
+        ingest = self._functions.build(
+            "OrderedIngest",
+            handler="ordered_ingest/handler.handler",
+            description="POST /v1/ordered: FIFO send, MessageGroupId = tenant:ordering_key",
+            environment=environment,
+            memory_mb=self._config.ingest.memory_mb,
+            timeout_seconds=self._config.ingest.timeout_seconds,
+        )
+        for pair in self.queues:
+            pair.queue.grant_send_messages(ingest.role)
+        if state_table is not None:
+            state_table.grant_read_write_data(ingest.role)
+        return ingest

@@ -1,0 +1,177 @@
+"""The streaming workload: a Kinesis stream, POST /v1/events' function, the consumer and its aggregates table.
+
+The consumer's mapping bisects a failing batch, retries a bounded number of times, drops records
+older than ``max_record_age`` and sends what it gives up on to an SQS on-failure destination, so a
+poison record delays its shard for minutes, not until the stream's retention runs out. Alarms watch
+the iterator age (the stream's backlog) and read/write throughput exceeded.
+"""
+
+from __future__ import annotations
+
+from aws_cdk import Duration, RemovalPolicy
+from aws_cdk import aws_cloudwatch as cloudwatch
+from aws_cdk import aws_cloudwatch_actions as actions
+from aws_cdk import aws_dynamodb as dynamodb
+from aws_cdk import aws_kinesis as kinesis
+from aws_cdk import aws_lambda as lambda_
+from aws_cdk import aws_lambda_event_sources as sources
+from aws_cdk import aws_sns as sns
+from aws_cdk import aws_sqs as sqs
+from constructs import Construct
+
+from stacks.config import BlueprintConfig
+from stacks.functions import BreakwaterFunction, FunctionFactory
+
+_MINUTE = Duration.minutes(1)
+
+
+class StreamingWorkload(Construct):
+    """The stream, ``events`` (POST /v1/events), ``consumer``, ``aggregates_table``, ``failures``."""
+
+    def __init__(
+        self,
+        scope: Construct,
+        construct_id: str,
+        *,
+        config: BlueprintConfig,
+        functions: FunctionFactory,
+        alarm_topic: sns.ITopic,
+    ) -> None:
+        super().__init__(scope, construct_id)
+        self._config = config
+        self._functions = functions
+        self._topic = alarm_topic
+        self.alarms: list[cloudwatch.Alarm] = []
+        self.stream = self._build_stream()
+        self.aggregates_table = self._build_aggregates_table()
+        self.failures = sqs.Queue(
+            self,
+            "ConsumerFailures",
+            queue_name=f"{config.service_name}-stream-failures",
+            retention_period=Duration.days(14),
+            encryption=sqs.QueueEncryption.SQS_MANAGED,
+            enforce_ssl=True,
+        )
+        self.events = self._build_events()
+        self.consumer = self._build_consumer()
+        self._build_alarms()
+
+    def _build_stream(self) -> kinesis.Stream:
+        streaming = self._config.streaming
+        provisioned = streaming.capacity_mode == "provisioned"
+        return kinesis.Stream(
+            self,
+            "Stream",
+            stream_name=f"{self._config.service_name}-events",
+            stream_mode=kinesis.StreamMode.PROVISIONED if provisioned else kinesis.StreamMode.ON_DEMAND,
+            shard_count=streaming.shard_count if provisioned else None,
+            retention_period=Duration.hours(streaming.retention_hours),
+            encryption=kinesis.StreamEncryption.MANAGED,
+            removal_policy=RemovalPolicy.DESTROY,
+        )
+
+    def _build_aggregates_table(self) -> dynamodb.Table:
+        string = dynamodb.AttributeType.STRING
+        return dynamodb.Table(
+            self,
+            "Aggregates",
+            partition_key=dynamodb.Attribute(name="pk", type=string),
+            sort_key=dynamodb.Attribute(name="sk", type=string),
+            billing_mode=dynamodb.BillingMode.PAY_PER_REQUEST,
+            encryption=dynamodb.TableEncryption.AWS_MANAGED,
+            point_in_time_recovery_specification=dynamodb.PointInTimeRecoverySpecification(
+                point_in_time_recovery_enabled=True
+            ),
+            removal_policy=RemovalPolicy.DESTROY,
+        )
+
+    def _build_events(self) -> BreakwaterFunction:
+        streaming = self._config.streaming
+        events = self._functions.build(
+            "Events",
+            handler="events/handler.handler",
+            description="POST /v1/events: one event or up to 500 into Kinesis, failed subset retried",
+            environment={
+                "STREAM_ARN": self.stream.stream_arn,
+                "PARTITION_KEY_MODE": streaming.partition_key,
+                "MAX_EVENTS_PER_REQUEST": str(streaming.max_events_per_request),
+                "MAX_EVENT_BYTES": str(streaming.max_event_bytes),
+                "PUT_ATTEMPTS": str(streaming.put_attempts),
+            },
+            memory_mb=streaming.events_memory_mb,
+            timeout_seconds=streaming.events_timeout_seconds,
+        )
+        self.stream.grant_write(events.role)
+        return events
+
+    def _build_consumer(self) -> BreakwaterFunction:
+        streaming = self._config.streaming
+        consumer = self._functions.build(
+            "StreamConsumer",
+            handler="stream_consumer/handler.handler",
+            description="Kinesis: one aggregate per key and batch, CAS on (shard, sequence number)",
+            environment={"AGGREGATES_TABLE_NAME": self.aggregates_table.table_name, "MAX_CAS_ATTEMPTS": "3"},
+            memory_mb=streaming.consumer_memory_mb,
+            timeout_seconds=streaming.consumer_timeout_seconds,
+        )
+        self.aggregates_table.grant_read_write_data(consumer.role)
+        consumer.function.add_event_source(
+            sources.KinesisEventSource(
+                self.stream,
+                starting_position=lambda_.StartingPosition.TRIM_HORIZON,
+                batch_size=streaming.batch_size,
+                max_batching_window=Duration.seconds(streaming.batching_window_seconds),
+                bisect_batch_on_error=True,
+                retry_attempts=streaming.retry_attempts,
+                max_record_age=Duration.seconds(streaming.max_record_age_seconds),
+                parallelization_factor=streaming.parallelization_factor,
+                report_batch_item_failures=True,
+                on_failure=sources.SqsDlq(self.failures),
+            )
+        )
+        return consumer
+
+    def _alarm(
+        self, construct_id: str, description: str, metric: cloudwatch.IMetric, threshold: float
+    ) -> None:
+        alarm = cloudwatch.Alarm(
+            self,
+            construct_id,
+            alarm_description=description,
+            metric=metric,
+            threshold=threshold,
+            comparison_operator=cloudwatch.ComparisonOperator.GREATER_THAN_OR_EQUAL_TO_THRESHOLD,
+            evaluation_periods=1,
+            treat_missing_data=cloudwatch.TreatMissingData.NOT_BREACHING,
+        )
+        alarm.add_alarm_action(actions.SnsAction(self._topic))
+        alarm.add_ok_action(actions.SnsAction(self._topic))
+        self.alarms.append(alarm)
+
+    def _build_alarms(self) -> None:
+        streaming = self._config.streaming
+        five_minutes = Duration.minutes(5)
+        self._alarm(
+            "IteratorAge",
+            f"stream consumer more than {streaming.iterator_age_alarm_ms} ms behind: a backlog is building",
+            self.stream.metric_get_records_iterator_age_milliseconds(period=_MINUTE, statistic="Maximum"),
+            streaming.iterator_age_alarm_ms,
+        )
+        self._alarm(
+            "ReadThroughputExceeded",
+            "reads throttled on the stream: consumers exceed the shards' read capacity",
+            self.stream.metric_read_provisioned_throughput_exceeded(period=five_minutes, statistic="Sum"),
+            streaming.throughput_exceeded_alarm,
+        )
+        self._alarm(
+            "WriteThroughputExceeded",
+            "writes throttled: POST /v1/events answers 207/429; add shards or use tenant_and_key",
+            self.stream.metric_write_provisioned_throughput_exceeded(period=five_minutes, statistic="Sum"),
+            streaming.throughput_exceeded_alarm,
+        )
+        self._alarm(
+            "ConsumerGaveUp",
+            "the stream consumer gave up on a batch (its shard and sequence range are in the failures queue)",
+            self.failures.metric_approximate_number_of_messages_visible(period=_MINUTE, statistic="Maximum"),
+            1,
+        )
