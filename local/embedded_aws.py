@@ -82,10 +82,11 @@ class EmbeddedAws:
         host, port = self._server.get_host_and_port()
         return f"http://{host}:{port}"
 
-    def client(self, service: str) -> Any:
-        """A boto3 client for the embedded AWS; its requests are counted in :attr:`requests`."""
+    def client(self, service: str, *, counted: bool = True) -> Any:
+        """A boto3 client for the embedded AWS; counted in :attr:`requests` unless ``counted`` is False."""
         client = self._session.client(service, endpoint_url=self.endpoint, config=self._config)  # type: ignore[call-overload]
-        self.requests.attach(client)
+        if counted:
+            self.requests.attach(client)
         return client
 
     def environment(self) -> dict[str, str]:

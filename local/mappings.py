@@ -116,7 +116,7 @@ class SqsMapping:
         executor: ThreadPoolExecutor,
         *,
         default_max_concurrency: int,
-        on_invocation: Callable[[MappingSpec, list[dict[str, Any]], Invocation], None] | None = None,
+        on_invocation: Callable[[MappingSpec, list[dict[str, Any]], Invocation, float], None] | None = None,
     ) -> None:
         if spec.queue_url is None:
             raise ValueError(f"mapping {spec.uuid} is not an SQS mapping")
@@ -235,6 +235,7 @@ class SqsMapping:
     def _invoke(self, batch: list[dict[str, Any]], report_failures: bool) -> None:
         try:
             event = {"Records": [sqs_record(message, self.spec.source_arn) for message in batch]}
+            delivered_at = time.time()
             invocation = self._pool.invoke(event)
             ids = [message["MessageId"] for message in batch]
             keep = failed_ids(invocation, ids, report_failures)
@@ -255,7 +256,7 @@ class SqsMapping:
             if not invocation.ok:
                 log.warning("mapping %s: function error %s", self.spec.uuid, invocation.error)
             if self._on_invocation is not None:
-                self._on_invocation(self.spec, batch, invocation)
+                self._on_invocation(self.spec, batch, invocation, delivered_at)
         except Exception:
             log.exception("mapping %s: invocation failed", self.spec.uuid)
         finally:

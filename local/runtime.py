@@ -1,4 +1,4 @@
-"""The embedded default: the synthesized stack created in moto; its functions, mappings, API, schedules running.
+"""The embedded default: the synthesized stack created in moto, with its functions, mappings, API, schedules.
 
     with LocalRuntime(context={"breakwater": {"mode": "naive"}}) as runtime:
         runtime.api.url, runtime.invoke("IngestFunction...", event), runtime.metrics
@@ -117,7 +117,10 @@ class LocalRuntime:
         self.api: LocalApi | None = None
         self.api_spec: discovery.ApiSpec | None = None
         self.not_emulated: list[str] = []
-        self.on_invocation: Callable[[MappingSpec, list[dict[str, Any]], Invocation], None] | None = None
+        # Called after each mapping invocation with the batch and when it was handed to the function.
+        self.on_invocation: Callable[[MappingSpec, list[dict[str, Any]], Invocation, float], None] | None = (
+            None
+        )
         self._executor = ThreadPoolExecutor(max_workers=64, thread_name_prefix="invoke")
         self._stop = threading.Event()
         self._threads: list[threading.Thread] = []
@@ -185,10 +188,10 @@ class LocalRuntime:
             self.mappings.append(mapping.start())
 
     def _mapping_invoked(
-        self, spec: MappingSpec, batch: list[dict[str, Any]], invocation: Invocation
+        self, spec: MappingSpec, batch: list[dict[str, Any]], invocation: Invocation, delivered_at: float
     ) -> None:
         if self.on_invocation is not None:
-            self.on_invocation(spec, batch, invocation)
+            self.on_invocation(spec, batch, invocation, delivered_at)
 
     def _start_schedule(self, schedule: ScheduleSpec) -> None:
         if schedule.period_seconds is None or not schedule.enabled:

@@ -1,0 +1,236 @@
+"""The noisy-neighbour scenario: 20 tenants at steady rates, one bursting, driven through the local API.
+
+Time is compressed through the blueprint's own configuration (the same context mechanism a user
+has, see :data:`DEMO_CONTEXT`): smaller tier limits, a 10 s sideline age, a worker that spends
+100 ms per message, and a controller schedule run every few seconds. The load is open-loop (each
+tenant sends on its own schedule whatever happens to earlier requests), as real clients do.
+"""
+
+from __future__ import annotations
+
+import http.client
+import json
+import queue
+import threading
+import time
+from collections import defaultdict
+from dataclasses import dataclass, field
+from typing import Any
+from urllib.parse import urlsplit
+
+from local.discovery import MappingSpec
+from local.functions import Invocation
+from local.runtime import LocalRuntime
+
+# Applied to both runs; the naive run adds {"mode": "naive"}. Every key is one a fork can set in cdk.json.
+DEMO_CONTEXT: dict[str, Any] = {
+    "breakwater": {
+        "tiers": {
+            "standard": {
+                "rate": 10,
+                "burst": 20,
+                "consumer_rate": 5,
+                "concurrency": 2,
+                "concurrency_floor": 1,
+            }
+        },
+        "sideline": {"sideline_age_seconds": 10, "max_defer_seconds": 5, "defer_base_seconds": 1},
+        "worker": {
+            "batch_size": 10,
+            "max_concurrency": 2,
+            "timeout_seconds": 10,
+            "visibility_timeout_multiplier": 3,
+            "heartbeat_seconds": 5,
+            "simulated_work_ms": 100,
+        },
+    }
+}
+
+
+@dataclass(frozen=True)
+class Scenario:
+    tenants: int = 20
+    quiet_rate: float = 1.0  # messages per second, each quiet tenant
+    noisy_rate: float = 1.0  # the noisy tenant outside its burst
+    burst_rate: float = 50.0  # 10 x the tier's consumer_rate (5/s)
+    baseline_s: float = 15.0
+    burst_s: float = 20.0
+    after_s: float = 25.0
+    drain_s: float = 20.0  # at most, after the load stops, for queues to empty
+    senders: int = 12
+    sample_s: float = 1.0
+
+    @property
+    def noisy(self) -> str:
+        return "tenant-01"
+
+    @property
+    def tenant_ids(self) -> list[str]:
+        return [f"tenant-{i:02d}" for i in range(1, self.tenants + 1)]
+
+    @property
+    def duration_s(self) -> float:
+        return self.baseline_s + self.burst_s + self.after_s
+
+    def rate(self, tenant: str, t: float) -> float:
+        if tenant != self.noisy:
+            return self.quiet_rate
+        in_burst = self.baseline_s <= t < self.baseline_s + self.burst_s
+        return self.burst_rate if in_burst else self.noisy_rate
+
+    def phase(self, t: float) -> str:
+        if t < self.baseline_s:
+            return "baseline"
+        if t < self.baseline_s + self.burst_s:
+            return "burst"
+        return "after"
+
+
+@dataclass
+class Observations:
+    """Everything the run saw, with times relative to the start of the load."""
+
+    started: float = 0.0
+    accepted: dict[str, int] = field(default_factory=lambda: defaultdict(int))
+    accepted_at: list[tuple[float, str]] = field(default_factory=list)  # (t of the 202, tenant)
+    throttled: dict[str, int] = field(default_factory=lambda: defaultdict(int))
+    rejected: dict[str, int] = field(default_factory=lambda: defaultdict(int))
+    # (t of first attempt, tenant, age ms, queue role) for records delivered with ApproximateReceiveCount 1
+    first_attempts: list[tuple[float, str, float, str]] = field(default_factory=list)
+    # (t, live visible+in flight, sideline visible+in flight, dlq)
+    depths: list[tuple[float, int, int, int]] = field(default_factory=list)
+    lock: threading.Lock = field(default_factory=threading.Lock)
+
+
+def _queue_role(source_arn: str) -> str:
+    name = source_arn.rsplit(":", 1)[-1]
+    for role in ("spillover", "backlog", "surge"):
+        if role in name:
+            return role
+    return "live"
+
+
+def observe_deliveries(observations: Observations) -> Any:
+    """The runtime's mapping hook: the age of each message at its first delivery to a worker."""
+
+    def on_invocation(
+        spec: MappingSpec, batch: list[dict[str, Any]], invocation: Invocation, at: float
+    ) -> None:
+        role = _queue_role(spec.source_arn)
+        rows = []
+        for message in batch:
+            if message.get("Attributes", {}).get("ApproximateReceiveCount") != "1":
+                continue
+            try:
+                envelope = json.loads(message["Body"])
+                rows.append(
+                    (at - observations.started, envelope["tenant"], at * 1000 - envelope["enqueued_at"], role)
+                )
+            except (ValueError, KeyError, TypeError):
+                continue
+        with observations.lock:
+            observations.first_attempts.extend(rows)
+
+    return on_invocation
+
+
+class LoadGenerator:
+    """Open-loop senders: one schedule per tenant, a pool of keep-alive HTTP connections to the API."""
+
+    def __init__(
+        self, api_url: str, keys: dict[str, str], scenario: Scenario, observations: Observations
+    ) -> None:
+        self.url = urlsplit(api_url)
+        self.host = self.url.hostname or "127.0.0.1"
+        self.keys = keys
+        self.scenario = scenario
+        self.obs = observations
+        self._work: queue.Queue[tuple[str, float] | None] = queue.Queue()
+        self.late = 0
+
+    def _sender(self) -> None:
+        connection = http.client.HTTPConnection(self.host, self.url.port, timeout=30)
+        path = self.url.path.rstrip("/") + "/v1/messages"
+        while True:
+            item = self._work.get()
+            if item is None:
+                return
+            tenant, _ = item
+            body = json.dumps({"type": "demo", "payload": {"tenant": tenant}})
+            headers = {"Authorization": f"Bearer {self.keys[tenant]}", "Content-Type": "application/json"}
+            try:
+                connection.request("POST", path, body=body, headers=headers)
+                response = connection.getresponse()
+                response.read()
+                status = response.status
+            except (OSError, http.client.HTTPException):
+                connection.close()
+                connection = http.client.HTTPConnection(self.host, self.url.port, timeout=30)
+                status = 0
+            with self.obs.lock:
+                if status == 202:
+                    self.obs.accepted[tenant] += 1
+                    self.obs.accepted_at.append((time.time() - self.obs.started, tenant))
+                elif status == 429:
+                    self.obs.throttled[tenant] += 1
+                else:
+                    self.obs.rejected[tenant] += 1
+
+    def run(self, on_tick: Any = None) -> None:
+        senders = [threading.Thread(target=self._sender, daemon=True) for _ in range(self.scenario.senders)]
+        for thread in senders:
+            thread.start()
+        next_send = {tenant: 0.0 for tenant in self.scenario.tenant_ids}
+        start = self.obs.started
+        last_tick = 0.0
+        while True:
+            t = time.time() - start
+            if t >= self.scenario.duration_s:
+                break
+            for tenant in self.scenario.tenant_ids:
+                while next_send[tenant] <= t:
+                    self._work.put((tenant, next_send[tenant]))
+                    next_send[tenant] += 1.0 / self.scenario.rate(tenant, next_send[tenant])
+            if on_tick is not None and t - last_tick >= 1.0:
+                last_tick = t
+                on_tick(t)
+            time.sleep(0.01)
+        for _ in senders:
+            self._work.put(None)
+        for thread in senders:
+            thread.join(30)
+
+
+def create_tenants(runtime: LocalRuntime, tenant_ids: list[str], tier: str = "standard") -> dict[str, str]:
+    """Demo tenants, added as an operator adds them (``bin/tenants add``: ``TenantTable.create``)."""
+    from breakwater.aws.tenants import TenantTable
+
+    table = TenantTable(
+        runtime.output("TenantsTableName"), client=runtime.aws.client("dynamodb", counted=False)
+    )
+    return {tenant: table.create(tenant, tier) for tenant in tenant_ids}
+
+
+def queue_depths(runtime: LocalRuntime, client: Any) -> tuple[int, int, int]:
+    """(live, sideline, dlq) messages: visible + in flight + delayed, from GetQueueAttributes."""
+    assert runtime.deployment is not None
+    live = sideline = dlq = 0
+    for key, url in runtime.deployment.outputs.items():
+        if not key.endswith("Url") or "sqs" not in url:
+            continue
+        attributes = client.get_queue_attributes(
+            QueueUrl=url,
+            AttributeNames=[
+                "ApproximateNumberOfMessages",
+                "ApproximateNumberOfMessagesNotVisible",
+                "ApproximateNumberOfMessagesDelayed",
+            ],
+        )["Attributes"]
+        count = sum(int(value) for value in attributes.values())
+        if "Dlq" in key:
+            dlq += count
+        elif key.startswith("Live"):
+            live += count
+        else:
+            sideline += count
+    return live, sideline, dlq
