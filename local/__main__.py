@@ -1,4 +1,4 @@
-"""``python -m local serve`` keeps the blueprint running; ``python -m local demo`` runs the noisy-neighbour demo."""
+"""``python -m local serve`` keeps the blueprint up; ``python -m local demo`` runs the demo."""
 
 from __future__ import annotations
 
