@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import logging
 import threading
+import urllib.request
 from collections import Counter
 from typing import Any
 
@@ -67,9 +68,13 @@ class EmbeddedAws:
         )
 
     def start(self) -> EmbeddedAws:
+        """Start with empty backends (moto's state is process-wide: a second runtime must not see the first's)."""
         if not self._started:
             self._server.start()
             self._started = True
+            reset = urllib.request.Request(f"{self.endpoint}/moto-api/reset", method="POST")  # noqa: S310 - http://127.0.0.1
+            with urllib.request.urlopen(reset, timeout=30) as response:  # noqa: S310 - our own local server
+                response.read()
         return self
 
     def stop(self) -> None:
