@@ -68,7 +68,7 @@ class EmbeddedAws:
         )
 
     def start(self) -> EmbeddedAws:
-        """Start with empty backends: moto's state is process-wide, a second runtime must not see the first."""
+        """Start with empty backends: moto's state is process-wide; a new runtime must not see the old."""
         if not self._started:
             self._server.start()
             self._started = True
