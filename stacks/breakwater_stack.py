@@ -4,11 +4,13 @@ from __future__ import annotations
 
 from typing import Any
 
-from aws_cdk import CfnOutput, Stack
+from aws_cdk import CfnOutput, Fn, Stack
 from constructs import Construct
 
 from stacks import environment
 from stacks.config import BlueprintConfig
+from stacks.consumers import Consumers
+from stacks.control import ControlPlane
 from stacks.encryption import StackKey
 from stacks.functions import BreakwaterFunction, FunctionFactory
 from stacks.ingress import Ingress
@@ -37,11 +39,43 @@ class BreakwaterStack(Stack):
             authorizer_function=self.authorizer.function,
             ingest_function=self.ingest.function,
         )
-        self.monitoring = Monitoring(self, "Monitoring", config=config, key=self.key)
-        self.monitoring.watch_queues(
-            self.queues.live, oldest_age_seconds=config.alarms.oldest_message_age_seconds, title="Live queues"
+        self.consumers = Consumers(
+            self, "Consumers", config=config, functions=self.functions, tables=self.tables, queues=self.queues
         )
+        self.control = ControlPlane(
+            self,
+            "Control",
+            config=config,
+            functions=self.functions,
+            tables=self.tables,
+            queues=self.queues,
+            sideline_mappings=self.consumers.sideline_mappings,
+        )
+        self.monitoring = self._build_monitoring()
         self._build_outputs()
+
+    def _build_monitoring(self) -> Monitoring:
+        alarms = self.config.alarms
+        monitoring = Monitoring(self, "Monitoring", config=self.config, key=self.key)
+        monitoring.watch_queues(
+            self.queues.live, oldest_age_seconds=alarms.oldest_message_age_seconds, title="Live queues"
+        )
+        monitoring.watch_queues(
+            self.queues.sideline,
+            oldest_age_seconds=alarms.sideline_oldest_message_age_seconds,
+            title="Sideline queues",
+        )
+        # A deferred message waits up to max_defer_seconds by design before it may be received.
+        monitoring.watch_queues(
+            [self.queues.surge],
+            oldest_age_seconds=alarms.oldest_message_age_seconds + self.config.sideline.max_defer_seconds,
+            title="Surge queue",
+        )
+        monitoring.watch_age_of_first_attempt()
+        monitoring.watch_polling_headroom(self.queues.live)
+        monitoring.watch_throttling()
+        monitoring.add_alarm_overview()
+        return monitoring
 
     def _build_authorizer(self) -> BreakwaterFunction:
         authorizer = self.functions.build(
@@ -82,5 +116,10 @@ class BreakwaterStack(Stack):
             name = "".join(part.capitalize() for part in pair.role.split("-"))
             CfnOutput(self, f"{name}QueueUrl", value=pair.queue.queue_url)
             CfnOutput(self, f"{name}DlqUrl", value=pair.dlq.queue_url)
-        for function_id, function in (("Authorizer", self.authorizer), ("Ingest", self.ingest)):
-            CfnOutput(self, f"{function_id}FunctionName", value=function.function.function_name)
+        for function in self.functions.built:
+            CfnOutput(self, f"{function.name}FunctionName", value=function.function.function_name)
+        CfnOutput(
+            self,
+            "SidelineMappingUuids",
+            value=Fn.join(",", [m.event_source_mapping_id for m in self.consumers.sideline_mappings]),
+        )

@@ -9,11 +9,14 @@ from __future__ import annotations
 import json
 from collections.abc import Sequence
 
-from aws_cdk import Fn
+from aws_cdk import Fn, Stack
 from aws_cdk import aws_dynamodb as dynamodb
 from aws_cdk import aws_sqs as sqs
+from constructs import IConstruct
 
 from stacks.config import BlueprintConfig
+from stacks.queue_set import QueueSet
+from stacks.tables import Tables
 
 
 def flag(value: bool) -> str:
@@ -51,4 +54,63 @@ def ingest_environment(
         "DEPTH_REFRESH_SECONDS": str(ingest.depth_refresh_seconds),
         # The naive baseline accepts everything: the comparison the demo draws.
         "THROTTLING_ENABLED": flag(config.mode != "naive"),
+    }
+
+
+def worker_environment(
+    config: BlueprintConfig,
+    *,
+    mode: str,
+    tables: Tables,
+    queues: QueueSet,
+) -> dict[str, str]:
+    worker, sideline, ingest = config.worker, config.sideline, config.ingest
+    return {
+        **tier_environment(config),
+        "WORKER_MODE": mode,
+        "STATE_TABLE_NAME": tables.state.table_name,
+        "IDEMPOTENCY_TABLE_NAME": tables.idempotency.table_name,
+        "TENANTS_TABLE_NAME": tables.tenants.table_name,
+        "SPILLOVER_QUEUE_URL": queues.spillover.queue.queue_url,
+        "BACKLOG_QUEUE_URL": queues.backlog.queue.queue_url,
+        "SURGE_QUEUE_URL": queues.surge.queue.queue_url,
+        "SIDELINE_AGE_SECONDS": str(sideline.sideline_age_seconds),
+        "MAX_DEFER_SECONDS": str(sideline.max_defer_seconds),
+        "DEFER_BASE_SECONDS": str(sideline.defer_base_seconds),
+        "HEARTBEAT_SECONDS": str(worker.heartbeat_seconds),
+        "VISIBILITY_TIMEOUT_SECONDS": str(worker.visibility_timeout_seconds),
+        "LEASE_SECONDS": str(ingest.lease_seconds),
+        "LEASE_MAX_FRACTION": str(ingest.lease_max_fraction),
+        "SIMULATED_WORK_MS": str(worker.simulated_work_ms),
+        "FAIR_QUEUES": flag(config.queue_set.fair_queues),
+        # The naive baseline processes everything in arrival order: no sidelining, no per-tenant gates.
+        "SIDELINING_ENABLED": flag(config.mode != "naive"),
+    }
+
+
+def controller_environment(
+    config: BlueprintConfig, *, tables: Tables, queues: QueueSet, sideline_mapping_ids: Sequence[str]
+) -> dict[str, str]:
+    backpressure = config.backpressure
+    return {
+        **tier_environment(config),
+        "STATE_TABLE_NAME": tables.state.table_name,
+        "TENANTS_TABLE_NAME": tables.tenants.table_name,
+        "LIVE_QUEUE_URLS": queue_urls([pair.queue for pair in queues.live]),
+        "SIDELINE_QUEUE_URLS": queue_urls([pair.queue for pair in queues.sideline]),
+        "SIDELINE_MAPPING_UUIDS": Fn.join(",", list(sideline_mapping_ids)),
+        "BACKLOG_TARGET": str(backpressure.backlog_target),
+        "MIN_MULTIPLIER": str(backpressure.min_multiplier),
+        "GROWTH_STEP": str(backpressure.growth_step),
+        "MAX_MULTIPLIER": str(backpressure.max_multiplier),
+        # Healthy = the live queues' oldest message is younger than the age that would alarm.
+        "HEALTHY_AGE_SECONDS": str(config.alarms.oldest_message_age_seconds),
+    }
+
+
+def redrive_environment(scope: IConstruct, *, tables: Tables, queues: QueueSet) -> dict[str, str]:
+    pairs = {pair.dlq.queue_url: pair.queue.queue_url for pair in queues.all}
+    return {
+        "REDRIVE_PAIRS": Stack.of(scope).to_json_string(pairs),
+        "STATE_TABLE_NAME": tables.state.table_name,
     }

@@ -62,6 +62,122 @@ class Monitoring(Construct):
             cloudwatch.AlarmStatusWidget(title=f"{title}: alarms", alarms=age_alarms + dlq_alarms, width=12),
         )
 
+    def add_alarm_overview(self) -> None:
+        """One status widget with every alarm: "is anything wrong?" at a glance."""
+        overview = cloudwatch.AlarmStatusWidget(title="All alarms", alarms=self.alarms, width=24)
+        self.dashboard.add_widgets(overview)
+
+    def watch_age_of_first_attempt(self) -> None:
+        """p99 of how long a live message waited for its first processing attempt (worker EMF)."""
+        alarms = self._config.alarms
+        metric = self._service_metric(
+            "AgeOfFirstAttempt", statistic="p99", period=_MINUTE, dimensions={"QueueRole": "live"}
+        )
+        alarm = self.alarm(
+            "AgeOfFirstAttemptP99",
+            description=(
+                f"p99 AgeOfFirstAttempt on live queues above the {alarms.age_of_first_attempt_p99_ms} ms SLO"
+            ),
+            metric=metric,
+            threshold=alarms.age_of_first_attempt_p99_ms,
+            comparison=cloudwatch.ComparisonOperator.GREATER_THAN_THRESHOLD,
+            evaluation_periods=5,
+            datapoints_to_alarm=3,
+        )
+        self.dashboard.add_widgets(
+            cloudwatch.GraphWidget(
+                title="AgeOfFirstAttempt p99 (ms) by queue role",
+                left=[
+                    self._service_metric(
+                        "AgeOfFirstAttempt", statistic="p99", period=_MINUTE, dimensions={"QueueRole": role}
+                    ).with_(label=role)
+                    for role in ("live", "surge", "spillover", "backlog")
+                ],
+                left_annotations=[alarm.to_annotation()],
+                width=12,
+            )
+        )
+
+    def watch_polling_headroom(self, live: list[QueueWithDlq]) -> None:
+        """Empty receives / all receives per live queue: near zero while messages flow means the pollers
+        never find the queue empty, i.e. no headroom left before a backlog forms."""
+        minimum = self._config.alarms.empty_receive_ratio_min
+        ratios = [self._empty_receive_ratio(pair, index) for index, pair in enumerate(live)]
+        alarms = [
+            self.alarm(
+                f"PollingHeadroom-{pair.role}",
+                description=(
+                    f"{pair.role}: empty-receive ratio below {minimum} while messages flow: "
+                    "the workers have no polling headroom (raise max concurrency or add queues)"
+                ),
+                metric=ratio,
+                threshold=minimum,
+                comparison=cloudwatch.ComparisonOperator.LESS_THAN_THRESHOLD,
+                evaluation_periods=5,
+                datapoints_to_alarm=5,
+            )
+            for pair, ratio in zip(live, ratios, strict=True)
+        ]
+        self.dashboard.add_widgets(
+            cloudwatch.GraphWidget(
+                title="Live queues: empty-receive ratio",
+                left=ratios,
+                left_annotations=[cloudwatch.HorizontalAnnotation(value=minimum, label="alarm")],
+                width=12,
+            ),
+            cloudwatch.AlarmStatusWidget(title="Polling headroom", alarms=alarms, width=12),
+        )
+
+    def watch_throttling(self) -> None:
+        """Requests the ingest token buckets refused (ingest EMF ``Throttled``)."""
+        threshold = self._config.alarms.throttled_requests
+        metric = self._service_metric("Throttled", statistic="Sum", period=Duration.minutes(5))
+        alarm = self.alarm(
+            "ThrottledRequests",
+            description=f"more than {threshold} requests throttled in 5 minutes: a tenant is over its limits",
+            metric=metric,
+            threshold=threshold,
+            comparison=cloudwatch.ComparisonOperator.GREATER_THAN_THRESHOLD,
+            evaluation_periods=1,
+        )
+        self.dashboard.add_widgets(
+            cloudwatch.GraphWidget(
+                title="Ingest: accepted / throttled / rejected (per 5 min)",
+                left=[
+                    self._service_metric(name, statistic="Sum", period=Duration.minutes(5))
+                    for name in ("Accepted", "Throttled", "Rejected")
+                ],
+                left_annotations=[alarm.to_annotation()],
+                width=12,
+            )
+        )
+
+    def _service_metric(
+        self, name: str, *, statistic: str, period: Duration, dimensions: dict[str, str] | None = None
+    ) -> cloudwatch.Metric:
+        # Powertools Metrics adds the dimension "service" (POWERTOOLS_SERVICE_NAME) to every EMF metric.
+        return cloudwatch.Metric(
+            namespace=self._config.metrics_namespace,
+            metric_name=name,
+            dimensions_map={"service": self._config.service_name, **(dimensions or {})},
+            statistic=statistic,
+            period=period,
+        )
+
+    @staticmethod
+    def _empty_receive_ratio(pair: QueueWithDlq, index: int) -> cloudwatch.MathExpression:
+        empty, received = f"empty{index}", f"received{index}"  # ids must be unique within one graph
+        return cloudwatch.MathExpression(
+            # No message received is idleness, not a lack of headroom: report 1 then.
+            expression=f"IF({received} > 0, {empty} / ({empty} + {received}), 1)",
+            using_metrics={
+                empty: pair.queue.metric_number_of_empty_receives(period=_MINUTE, statistic="Sum"),
+                received: pair.queue.metric_number_of_messages_received(period=_MINUTE, statistic="Sum"),
+            },
+            label=pair.role,
+            period=_MINUTE,
+        )
+
     def alarm(
         self,
         construct_id: str,

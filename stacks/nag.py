@@ -20,6 +20,13 @@ from stacks.functions import BreakwaterFunction
 _NO_ASYNC_DLQ = {
     "Authorizer": "invoked synchronously by API Gateway: a failure is a 5xx to the client, not a lost event",
     "Ingest": "invoked synchronously by API Gateway: a failure is a 5xx the client retries, not a lost event",
+    "LiveWorker": "invoked by SQS event source mappings, never asynchronously: a failed message is retried "
+    "by SQS and lands in its queue's own DLQ (alarmed)",
+    "SidelineWorker": "invoked by SQS event source mappings, never asynchronously: a failed message is "
+    "retried by SQS and lands in its queue's own DLQ (alarmed)",
+    "Controller": "a missed run is superseded by the next one a minute later (EventBridge retries twice, "
+    "events older than a minute are dropped on purpose); keeping stale runs would only replay old state",
+    "Redrive": "invoked synchronously by the operator (bin/redrive), who reads the result; nothing to keep",
 }
 
 _RUNTIME_PINNED = (
@@ -49,6 +56,7 @@ def acknowledge_findings(stack: BreakwaterStack) -> None:
             "an alarm fires on any visible message and bin/redrive moves them back after a fix",
         )
     _acknowledge_ingress(stack)
+    _acknowledge_consumers(stack)
 
 
 def _acknowledge_function(stack: BreakwaterStack, function: BreakwaterFunction) -> None:
@@ -65,6 +73,24 @@ def _acknowledge_function(stack: BreakwaterStack, function: BreakwaterFunction) 
             "resource-level permissions (CDK adds exactly these two actions on '*'); every other statement "
             "names its resources",
         )
+
+
+def _acknowledge_consumers(stack: BreakwaterStack) -> None:
+    for worker in (stack.consumers.live_worker, stack.consumers.sideline_worker):
+        for child in worker.function.node.children:
+            if child.node.id.startswith("SqsEventSource:"):
+                acknowledge(
+                    child,
+                    "Serverless-LambdaEventSourceMappingDestination",
+                    "SQS mappings take no on-failure destination (Kinesis, DynamoDB and Kafka do): a message "
+                    "that keeps failing goes to its queue's own DLQ after maxReceiveCount, which alarms",
+                )
+    acknowledge(
+        stack.control.schedule,
+        "Serverless-EventBusDLQ",
+        "the schedule's event carries nothing: a controller run that could not be delivered is superseded "
+        "by the next one a minute later, so a DLQ would only collect empty, stale ticks",
+    )
 
 
 def _acknowledge_ingress(stack: BreakwaterStack) -> None:

@@ -20,8 +20,6 @@ from stacks.config import BlueprintConfig
 # time in the DLQ, so a shorter DLQ retention would silently drop failed messages.
 _DLQ_RETENTION = Duration.days(14)
 
-SIDELINE_ROLES = ("spillover", "backlog")
-
 
 @dataclass(frozen=True)
 class QueueWithDlq:
@@ -37,10 +35,19 @@ class QueueSet(Construct):
         super().__init__(scope, construct_id)
         self._config = config
         self.live = [self._build_queue(f"live-{i}") for i in range(config.effective_queue_count)]
+        # Sideline old and over-limit traffic so fresh messages are not stuck behind it (Builders' Library).
+        self.spillover = self._build_queue("spillover")
+        self.backlog = self._build_queue("backlog")
+        # Deferred messages wait here (DelaySeconds per message) until their tenant has a free slot.
+        self.surge = self._build_queue("surge")
+
+    @property
+    def sideline(self) -> list[QueueWithDlq]:
+        return [self.spillover, self.backlog]
 
     @property
     def all(self) -> list[QueueWithDlq]:
-        return list(self.live)
+        return [*self.live, *self.sideline, self.surge]
 
     def _build_queue(self, role: str) -> QueueWithDlq:
         construct_id = "".join(part.capitalize() for part in role.split("-"))

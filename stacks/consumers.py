@@ -1,0 +1,83 @@
+"""The consumer side: one worker handler deployed as two functions.
+
+LiveWorker drains the live queues and the surge queue; SidelineWorker drains spillover and backlog.
+Every mapping reports batch item failures, so one bad message is retried (and dead-lettered) alone.
+The sideline mappings are created disabled: the controller enables them only while the live
+queues are healthy, so draining old traffic never competes with fresh traffic during an incident.
+"""
+
+from __future__ import annotations
+
+from aws_cdk import Duration
+from aws_cdk import aws_lambda_event_sources as sources
+from constructs import Construct
+
+from stacks import environment
+from stacks.config import BlueprintConfig
+from stacks.functions import BreakwaterFunction, FunctionFactory
+from stacks.queue_set import QueueSet, QueueWithDlq
+from stacks.tables import Tables
+
+WORKER_HANDLER = "worker/handler.handler"
+
+
+class Consumers(Construct):
+    def __init__(
+        self,
+        scope: Construct,
+        construct_id: str,
+        *,
+        config: BlueprintConfig,
+        functions: FunctionFactory,
+        tables: Tables,
+        queues: QueueSet,
+    ) -> None:
+        super().__init__(scope, construct_id)
+        self._config = config
+        self._functions = functions
+        self._tables = tables
+        self._queues = queues
+        self.live_worker = self._build_worker("LiveWorker", "live")
+        self.sideline_worker = self._build_worker("SidelineWorker", "sideline")
+        self.live_mappings = [
+            self._subscribe(self.live_worker, pair, enabled=True) for pair in [*queues.live, queues.surge]
+        ]
+        self.sideline_mappings = [
+            self._subscribe(self.sideline_worker, pair, enabled=False) for pair in queues.sideline
+        ]
+
+    def _build_worker(self, construct_id: str, mode: str) -> BreakwaterFunction:
+        worker = self._functions.build(
+            construct_id,
+            handler=WORKER_HANDLER,
+            description=f"SQS worker ({mode} mode): drop, sideline, spill, defer or process each message",
+            environment=environment.worker_environment(
+                self._config, mode=mode, tables=self._tables, queues=self._queues
+            ),
+            memory_mb=self._config.worker.memory_mb,
+            timeout_seconds=self._config.worker.timeout_seconds,
+        )
+        self._tables.state.grant_read_write_data(worker.role)
+        self._tables.idempotency.grant_read_write_data(worker.role)
+        self._tables.tenants.grant_read_data(worker.role)
+        # Moves: SIDELINE -> backlog, SPILL -> spillover, DEFER -> surge (or the sideline queue itself).
+        for pair in (self._queues.spillover, self._queues.backlog, self._queues.surge):
+            pair.queue.grant_send_messages(worker.role)
+        return worker
+
+    def _subscribe(
+        self, worker: BreakwaterFunction, pair: QueueWithDlq, *, enabled: bool
+    ) -> sources.SqsEventSource:
+        """Map ``pair.queue`` to ``worker``; grants receive, delete and visibility changes on it only."""
+        settings = self._config.worker
+        window = settings.batching_window_seconds
+        source = sources.SqsEventSource(
+            pair.queue,
+            batch_size=settings.batch_size,
+            max_batching_window=Duration.seconds(window) if window else None,
+            max_concurrency=settings.max_concurrency,
+            report_batch_item_failures=True,
+            enabled=enabled,
+        )
+        worker.function.add_event_source(source)
+        return source

@@ -1,0 +1,107 @@
+"""The control plane: the controller on a one-minute schedule, and the redrive function.
+
+The controller turns backlog into backpressure (a falling per-tenant inbound multiplier), grows
+limits organically, and enables the sideline mappings only while the live queues are healthy. It
+may update exactly those mappings. Redrive moves DLQ messages back to their source after a fix.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+from aws_cdk import Duration
+from aws_cdk import aws_events as events
+from aws_cdk import aws_events_targets as targets
+from aws_cdk import aws_iam as iam
+from aws_cdk import aws_lambda_event_sources as sources
+from constructs import Construct
+
+from stacks import environment
+from stacks.config import BlueprintConfig
+from stacks.functions import BreakwaterFunction, FunctionFactory
+from stacks.queue_set import QueueSet
+from stacks.tables import Tables
+
+# Finishes well inside its minute, so two runs never overlap.
+CONTROLLER_TIMEOUT_SECONDS = 50
+REDRIVE_TIMEOUT_SECONDS = 300
+CONTROL_MEMORY_MB = 512
+
+
+class ControlPlane(Construct):
+    def __init__(
+        self,
+        scope: Construct,
+        construct_id: str,
+        *,
+        config: BlueprintConfig,
+        functions: FunctionFactory,
+        tables: Tables,
+        queues: QueueSet,
+        sideline_mappings: Sequence[sources.SqsEventSource],
+    ) -> None:
+        super().__init__(scope, construct_id)
+        self._config = config
+        self._functions = functions
+        self._tables = tables
+        self._queues = queues
+        self.controller = self._build_controller(sideline_mappings)
+        self.schedule = self._build_schedule()
+        self.redrive = self._build_redrive()
+
+    def _build_controller(self, sideline_mappings: Sequence[sources.SqsEventSource]) -> BreakwaterFunction:
+        controller = self._functions.build(
+            "Controller",
+            handler="controller/handler.handler",
+            description="Every minute: backpressure per tenant, organic growth, sideline drainers on/off",
+            environment=environment.controller_environment(
+                self._config,
+                tables=self._tables,
+                queues=self._queues,
+                sideline_mapping_ids=[m.event_source_mapping_id for m in sideline_mappings],
+            ),
+            memory_mb=CONTROL_MEMORY_MB,
+            timeout_seconds=CONTROLLER_TIMEOUT_SECONDS,
+        )
+        self._tables.state.grant_read_write_data(controller.role)
+        self._tables.tenants.grant_read_data(controller.role)
+        for pair in [*self._queues.live, *self._queues.sideline]:
+            pair.queue.grant(controller.role, "sqs:GetQueueAttributes")  # depth only: no receive, no delete
+        controller.role.add_to_principal_policy(
+            iam.PolicyStatement(
+                sid="ToggleSidelineDrainers",
+                actions=["lambda:GetEventSourceMapping", "lambda:UpdateEventSourceMapping"],
+                resources=[m.event_source_mapping_arn for m in sideline_mappings],
+            )
+        )
+        return controller
+
+    def _build_schedule(self) -> events.Rule:
+        return events.Rule(
+            self,
+            "EveryMinute",
+            description="runs the Breakwater controller",
+            schedule=events.Schedule.rate(Duration.minutes(1)),
+            # A late run is worthless: the next one is a minute away.
+            targets=[
+                targets.LambdaFunction(
+                    self.controller.function, retry_attempts=2, max_event_age=Duration.minutes(1)
+                )
+            ],
+        )
+
+    def _build_redrive(self) -> BreakwaterFunction:
+        redrive = self._functions.build(
+            "Redrive",
+            handler="redrive/handler.handler",
+            description="Operator: move DLQ messages back to their source queue after a fix",
+            environment=environment.redrive_environment(self, tables=self._tables, queues=self._queues),
+            memory_mb=CONTROL_MEMORY_MB,
+            timeout_seconds=REDRIVE_TIMEOUT_SECONDS,
+        )
+        self._tables.state.grant_read_write_data(redrive.role)  # markers of the fallback move
+        for pair in self._queues.all:
+            pair.dlq.grant_consume_messages(redrive.role)
+            pair.dlq.grant(redrive.role, "sqs:StartMessageMoveTask", "sqs:ListMessageMoveTasks")
+            pair.queue.grant_send_messages(redrive.role)
+        return redrive

@@ -1,0 +1,240 @@
+"""Template assertions on the consumer side (issue 3): mappings with batch item failures, DLQs on
+every queue, the controller's schedule and rights, redrive, the alarms and the dashboard."""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+import pytest
+
+from breakwater.settings import ControllerSettings, RedriveSettings, WorkerSettings
+from tests.infrastructure.conftest import Synth
+from tests.infrastructure.test_foundation import _as_list, _contract_names, _env, _role_actions, _statements
+
+pytestmark = pytest.mark.slow
+
+
+def _mappings(synth: Synth, worker: Any) -> dict[str, dict[str, Any]]:
+    """Event source mappings of ``worker``, keyed by the logical id of their queue."""
+    function_id = synth.logical_id(worker.function)
+    return {
+        m["Properties"]["EventSourceArn"]["Fn::GetAtt"][0]: m["Properties"]
+        for m in synth.of_type("AWS::Lambda::EventSourceMapping").values()
+        if m["Properties"]["FunctionName"] == {"Ref": function_id}
+    }
+
+
+def _statements_of(synth: Synth, role: Any) -> list[dict[str, Any]]:
+    role_id = synth.logical_id(role)
+    return [
+        statement
+        for policy in synth.of_type("AWS::IAM::Policy").values()
+        if {"Ref": role_id} in policy["Properties"]["Roles"]
+        for statement in _statements(policy)
+    ]
+
+
+def test_every_queue_has_its_own_dlq(synth: Synth) -> None:
+    queues = synth.stack.queues
+    roles = [pair.role for pair in queues.all]
+    assert roles[-3:] == ["spillover", "backlog", "surge"]
+    assert len(synth.of_type("AWS::SQS::Queue")) == 2 * (synth.config.queue_set.size + 3)
+    for pair in queues.all:
+        redrive = synth.resources[synth.logical_id(pair.queue)]["Properties"]["RedrivePolicy"]
+        assert redrive["deadLetterTargetArn"]["Fn::GetAtt"][0] == synth.logical_id(pair.dlq)
+        assert redrive["maxReceiveCount"] == synth.config.queue_set.max_receive_count
+
+
+def test_live_worker_drains_every_live_queue_and_surge_with_batch_item_failures(synth: Synth) -> None:
+    worker = synth.config.worker
+    mappings = _mappings(synth, synth.stack.consumers.live_worker)
+    queues = synth.stack.queues
+    assert set(mappings) == {synth.logical_id(p.queue) for p in [*queues.live, queues.surge]}
+    for props in mappings.values():
+        assert props["FunctionResponseTypes"] == ["ReportBatchItemFailures"]
+        assert props["BatchSize"] == worker.batch_size
+        assert props["ScalingConfig"] == {"MaximumConcurrency": worker.max_concurrency}
+        assert props["Enabled"] is True
+
+
+def test_sideline_worker_mappings_start_disabled_for_the_controller_to_enable(synth: Synth) -> None:
+    mappings = _mappings(synth, synth.stack.consumers.sideline_worker)
+    assert set(mappings) == {synth.logical_id(p.queue) for p in synth.stack.queues.sideline}
+    for props in mappings.values():
+        assert props["FunctionResponseTypes"] == ["ReportBatchItemFailures"]
+        assert props["Enabled"] is False
+
+
+@pytest.mark.parametrize(
+    ("attribute", "settings_model"),
+    [
+        ("consumers.live_worker", WorkerSettings),
+        ("consumers.sideline_worker", WorkerSettings),
+        ("control.controller", ControllerSettings),
+        ("control.redrive", RedriveSettings),
+    ],
+)
+def test_function_environment_matches_its_settings_model(
+    synth: Synth, attribute: str, settings_model: Any
+) -> None:
+    function: Any = synth.stack
+    for part in attribute.split("."):
+        function = getattr(function, part)
+    env = _env(synth, function)
+    fields = {name.upper() for name in settings_model.model_fields}
+    required = {name.upper() for name, field in settings_model.model_fields.items() if field.is_required()}
+    assert required <= _contract_names(env) <= fields
+
+
+def test_workers_run_in_their_mode_with_the_worker_timeout(synth: Synth) -> None:
+    for worker, mode in (
+        (synth.stack.consumers.live_worker, "live"),
+        (synth.stack.consumers.sideline_worker, "sideline"),
+    ):
+        props = synth.resources[synth.logical_id(worker.function)]["Properties"]
+        assert props["Handler"] == "worker/handler.handler"
+        assert props["Timeout"] == synth.config.worker.timeout_seconds
+        assert props["MemorySize"] == synth.config.worker.memory_mb
+        env = props["Environment"]["Variables"]
+        assert env["WORKER_MODE"] == mode
+        assert env["SIDELINING_ENABLED"] == "true"
+        assert env["VISIBILITY_TIMEOUT_SECONDS"] == str(synth.config.worker.visibility_timeout_seconds)
+
+
+def test_controller_runs_every_minute_and_knows_the_sideline_mappings(synth: Synth) -> None:
+    controller_id = synth.logical_id(synth.stack.control.controller.function)
+    (rule,) = synth.of_type("AWS::Events::Rule").values()
+    assert rule["Properties"]["ScheduleExpression"] == "rate(1 minute)"
+    (target,) = rule["Properties"]["Targets"]
+    assert target["Arn"] == {"Fn::GetAtt": [controller_id, "Arn"]}
+    env = _env(synth, synth.stack.control.controller)
+    sideline_function = {"Ref": synth.logical_id(synth.stack.consumers.sideline_worker.function)}
+    mapping_ids = [
+        key
+        for key, m in synth.of_type("AWS::Lambda::EventSourceMapping").items()
+        if m["Properties"]["FunctionName"] == sideline_function
+    ]
+    assert env["SIDELINE_MAPPING_UUIDS"] == {"Fn::Join": [",", [{"Ref": key} for key in mapping_ids]]}
+    assert env["HEALTHY_AGE_SECONDS"] == str(synth.config.alarms.oldest_message_age_seconds)
+
+
+def test_only_the_controller_updates_mappings_and_only_the_sideline_ones(synth: Synth) -> None:
+    controller = synth.stack.control.controller
+    for function in synth.stack.functions.built:
+        actions = _role_actions(synth, function.role)
+        if function is controller:
+            assert "lambda:UpdateEventSourceMapping" in actions
+        else:
+            assert not {a for a in actions if a.startswith("lambda:")}, function.name
+    (statement,) = [
+        s
+        for s in _statements_of(synth, controller.role)
+        if "lambda:UpdateEventSourceMapping" in _as_list(s["Action"])
+    ]
+    assert len(_as_list(statement["Resource"])) == len(synth.stack.consumers.sideline_mappings)
+    assert "*" not in json.dumps(statement["Resource"])
+    controller_actions = _role_actions(synth, controller.role)
+    assert not {"sqs:ReceiveMessage", "sqs:DeleteMessage", "sqs:SendMessage"} & controller_actions
+
+
+def test_workers_cannot_touch_what_they_do_not_drain(synth: Synth) -> None:
+    sideline = synth.stack.consumers.sideline_worker
+    live_arns = [{"Fn::GetAtt": [synth.logical_id(p.queue), "Arn"]} for p in synth.stack.queues.live]
+    for statement in _statements_of(synth, sideline.role):
+        if "sqs:ReceiveMessage" in _as_list(statement["Action"]):
+            assert not [arn for arn in _as_list(statement["Resource"]) if arn in live_arns]
+    for worker in (synth.stack.consumers.live_worker, sideline):
+        actions = _role_actions(synth, worker.role)
+        assert {"sqs:SendMessage", "sqs:ChangeMessageVisibility", "sqs:DeleteMessage"} <= actions
+        assert "dynamodb:PutItem" in actions  # idempotency records and leases
+
+
+def test_redrive_moves_each_dlq_back_to_its_own_source(synth: Synth) -> None:
+    redrive = synth.stack.control.redrive
+    pairs = json.dumps(_env(synth, redrive)["REDRIVE_PAIRS"])
+    for pair in synth.stack.queues.all:
+        expected = json.dumps(
+            [{"Ref": synth.logical_id(pair.dlq)}, '":"', {"Ref": synth.logical_id(pair.queue)}]
+        )
+        assert expected[1:-1] in pairs, pair.role
+    moves = [
+        s for s in _statements_of(synth, redrive.role) if "sqs:StartMessageMoveTask" in _as_list(s["Action"])
+    ]
+    assert moves
+    moved = {json.dumps(arn) for statement in moves for arn in _as_list(statement["Resource"])}
+    dlq_arns = {json.dumps({"Fn::GetAtt": [synth.logical_id(p.dlq), "Arn"]}) for p in synth.stack.queues.all}
+    assert moved == dlq_arns  # the move task starts on DLQs only
+    for statement in moves:
+        assert "sqs:ListMessageMoveTasks" in _as_list(statement["Action"])
+        assert "sqs:SendMessage" not in _as_list(statement["Action"])
+
+
+def _alarm_props(synth: Synth) -> list[dict[str, Any]]:
+    return [alarm["Properties"] for alarm in synth.of_type("AWS::CloudWatch::Alarm").values()]
+
+
+def test_oldest_age_alarms_cover_the_sideline_queues(synth: Synth) -> None:
+    thresholds = {
+        props["Dimensions"][0]["Value"]["Fn::GetAtt"][0]: props["Threshold"]
+        for props in _alarm_props(synth)
+        if props.get("MetricName") == "ApproximateAgeOfOldestMessage"
+    }
+    for pair in synth.stack.queues.sideline:
+        assert (
+            thresholds[synth.logical_id(pair.queue)]
+            == synth.config.alarms.sideline_oldest_message_age_seconds
+        )
+    assert synth.logical_id(synth.stack.queues.surge.queue) in thresholds
+
+
+def test_p99_age_of_first_attempt_alarms_above_the_slo(synth: Synth) -> None:
+    (props,) = [p for p in _alarm_props(synth) if p.get("MetricName") == "AgeOfFirstAttempt"]
+    assert props["ExtendedStatistic"] == "p99"
+    assert props["Namespace"] == synth.config.metrics_namespace
+    assert props["Threshold"] == synth.config.alarms.age_of_first_attempt_p99_ms
+    assert {"Name": "QueueRole", "Value": "live"} in props["Dimensions"]
+    assert {"Name": "service", "Value": synth.config.service_name} in props["Dimensions"]
+
+
+def test_empty_receive_ratio_alarms_when_polling_headroom_is_gone(synth: Synth) -> None:
+    ratio_alarms = [
+        p
+        for p in _alarm_props(synth)
+        if any("Expression" in m and "empty" in m["Expression"] for m in p.get("Metrics", []))
+    ]
+    assert len(ratio_alarms) == len(synth.stack.queues.live)
+    for props in ratio_alarms:
+        assert props["ComparisonOperator"] == "LessThanThreshold"
+        assert props["Threshold"] == synth.config.alarms.empty_receive_ratio_min
+        names = {m["MetricStat"]["Metric"]["MetricName"] for m in props["Metrics"] if "MetricStat" in m}
+        assert names == {"NumberOfEmptyReceives", "NumberOfMessagesReceived"}
+
+
+def test_throttled_requests_alarm(synth: Synth) -> None:
+    (props,) = [p for p in _alarm_props(synth) if p.get("MetricName") == "Throttled"]
+    assert props["Namespace"] == synth.config.metrics_namespace
+    assert props["Statistic"] == "Sum"
+    assert props["Threshold"] == synth.config.alarms.throttled_requests
+
+
+def test_one_dashboard_shows_the_alarms(synth: Synth) -> None:
+    (dashboard,) = synth.of_type("AWS::CloudWatch::Dashboard").values()
+    body = json.dumps(dashboard["Properties"]["DashboardBody"])
+    for metric in (
+        "ApproximateAgeOfOldestMessage",
+        "AgeOfFirstAttempt",
+        "NumberOfEmptyReceives",
+        "Throttled",
+    ):
+        assert metric in body
+    alarm_ids = set(synth.of_type("AWS::CloudWatch::Alarm"))
+    shown = {alarm_id for alarm_id in alarm_ids if alarm_id in body}
+    assert shown == alarm_ids
+
+
+def test_naive_workers_do_not_sideline(naive_synth: Synth) -> None:
+    for worker in (naive_synth.stack.consumers.live_worker, naive_synth.stack.consumers.sideline_worker):
+        assert _env(naive_synth, worker)["SIDELINING_ENABLED"] == "false"
+    live = _mappings(naive_synth, naive_synth.stack.consumers.live_worker)
+    assert len(live) == 2  # the single live queue and surge
