@@ -1,4 +1,3 @@
-#!/usr/bin/env python3
 """Manage Breakwater tenants and their API keys (the tenants table; only key hashes are stored).
 
   bin/tenants add <tenant> [--tier standard]           create a tenant; prints its API key once
@@ -123,5 +122,3 @@ def main(argv: list[str] | None = None) -> int:
     return 0
 
 
-if __name__ == "__main__":
-    sys.exit(main())

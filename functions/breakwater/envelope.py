@@ -64,7 +64,8 @@ class Envelope(BaseModel):
 
     def moved(self, origin: Origin, *, attempt: int | None = None) -> Envelope:
         """The same message, re-homed to another queue role (its id and ``enqueued_at`` never change)."""
-        return self.model_copy(update={"origin": origin, "attempt": self.attempt if attempt is None else attempt})
+        next_attempt = self.attempt if attempt is None else attempt
+        return self.model_copy(update={"origin": origin, "attempt": next_attempt})
 
 
 def new_envelope_id(now_ms: int | None = None, randomness: bytes | None = None) -> str:

@@ -10,7 +10,7 @@ import pytest
 
 from tests.integration.apigateway import ApiGateway
 
-CLI = Path(__file__).resolve().parents[2] / "bin" / "tenants"
+CLI = Path(__file__).resolve().parents[2] / "bin" / "tenants_cli.py"
 
 
 @pytest.fixture
