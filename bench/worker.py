@@ -69,6 +69,9 @@ from botocore.stub import Stubber  # noqa: E402
 
 CANNED: dict[str, dict[str, Any]] = {
     "GetItem": {},
+    "BatchGetItem": {"Responses": {}},
+    "BatchWriteItem": {"UnprocessedItems": {}},
+    "TransactWriteItems": {},
     "PutItem": {},
     "UpdateItem": {"Attributes": {}},
     "SendMessageBatch": {"Successful": [], "Failed": []},
@@ -138,13 +141,13 @@ def event(batch: int, *, age_ms: int) -> dict[str, Any]:
 def per_message_us(kind: str, batches: int = 300, batch: int = 10) -> tuple[float, float]:
     """(microseconds per message, AWS calls per message) through the decorated handler."""
     from breakwater import processor
-    from breakwater.aws.worker_ports import build_worker_ports
+    from breakwater.aws.worker_ports import build_worker_ports, client_config
     from breakwater.observability import logger, metrics
     from breakwater.settings import WorkerSettings
     from breakwater.worker import Worker, WorkerConfig
 
     settings = WorkerSettings.from_env()
-    ddb, sqs = boto3.client("dynamodb"), boto3.client("sqs")
+    ddb, sqs = boto3.client("dynamodb", config=client_config()), boto3.client("sqs", config=client_config())
     stubs = [CannedStubber(ddb), CannedStubber(sqs)]
     for stub in stubs:
         stub.activate()

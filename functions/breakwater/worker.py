@@ -1,11 +1,14 @@
 """The worker: one SQS batch through the sidelining policy, moves in bulk, admitted messages processed.
 
-Per record (Powertools ``BatchProcessor`` with :class:`EnvelopeSqsRecord`): observe its age, ask
-:func:`breakwater.sideline.decide` (paying for the rate and concurrency gates only when the earlier
-rules let the message through), then either buffer a move, drop it, or process it under a heartbeat.
-After the records: every buffered move goes out through ``SendMessageBatch`` and a failed entry
-turns its original into a batch item failure (nothing is acknowledged before its copy exists).
-Aggregates go out once per batch: per-tenant counters, the oldest age per queue role, the metrics.
+Per record (Powertools ``BatchProcessor`` with :class:`EnvelopeSqsRecord`): observe its age and ask
+:func:`breakwater.sideline.decide`, then buffer a move, drop it, or admit it. The messages the
+rules admitted then pass the gates, paid for per batch rather than per message: the consumer
+token bucket (leased in chunks) and the concurrency leases of all their tenants (one read, one
+write). What passes is locked for idempotency in one write and processed under a heartbeat, one
+after the other. After the batch: every buffered move goes out through ``SendMessageBatch`` and a
+failed entry turns its original into a batch item failure (nothing is acknowledged before its copy
+exists); the idempotency records, the lease releases with the per-tenant counters, the oldest age
+per queue role and the metrics go out once per batch.
 
 This module talks to AWS only through :class:`WorkerPorts`; ``breakwater.aws.worker_ports`` builds
 the real ones, tests and benchmarks can build others.
@@ -81,9 +84,9 @@ class RateGate(Protocol):
 class LeaseGate(Protocol):
     """Per-tenant concurrency leases (``breakwater.aws.concurrency.ConcurrencyLeases``)."""
 
-    def acquire(self, tenant: str, limits: ConcurrencyLimits, expires_at_ms: int) -> Grant: ...
-
-    def release(self, tenant: str, grant: Grant) -> None: ...
+    def acquire_many(
+        self, requests: Mapping[str, ConcurrencyLimits], expires_at_ms: int
+    ) -> dict[str, Grant]: ...
 
 
 @dataclass
@@ -93,12 +96,15 @@ class WorkerPorts:
     tenant_limits: Callable[[str], TierLimits]
     swept_at_ms: Callable[[str], int | None]
     send_moves: Callable[[list[Move]], set[str]]
-    add_counters: Callable[[str, Mapping[str, int]], None]
+    # gives back the batch's leases and adds its per-tenant counters (never fails the batch)
+    settle: Callable[[Mapping[str, Grant], Mapping[str, Mapping[str, int]]], None]
     record_oldest_age: Callable[[str, int, int], object]
     extend_visibility: Callable[[str, str, int], None]  # queue url, receipt handle, seconds
     process: Callable[[Envelope, WorkContext], dict[str, Any]]  # the idempotent processor
     rate: RateGate | None = None
     leases: LeaseGate | None = None
+    lock: Callable[[list[Envelope]], None] = lambda _envelopes: None  # idempotency locks, before processing
+    flush_processed: Callable[[], None] = lambda: None  # idempotency records, after the batch
     register_context: Callable[[LambdaContext], None] = lambda _context: None
     clock_ms: Callable[[], int] = lambda: int(time.time() * 1000)
     monotonic: Callable[[], float] = time.monotonic
@@ -143,11 +149,23 @@ def queue_url_from_arn(arn: str) -> str:
     return f"https://sqs.{region}.{suffix}/{account}/{name}"
 
 
+@dataclass(frozen=True)
+class _Admitted:
+    """A message the rules let through, waiting for the gates and then the processor."""
+
+    record: EnvelopeSqsRecord
+    envelope: Envelope
+    role: QueueRole
+    now: int
+    state: TenantState
+
+
 @dataclass
 class _Batch:
     """What one invocation accumulates; flushed once at the end."""
 
     context: LambdaContext
+    admitted: list[_Admitted] = field(default_factory=list)
     moves: list[Move] = field(default_factory=list)
     moved: dict[str, tuple[str, QueueRole, SidelineDecision]] = field(default_factory=dict)
     grants: dict[str, Grant] = field(default_factory=dict)
@@ -179,15 +197,17 @@ class Worker:
             event_type=EventType.SQS, model=EnvelopeSqsRecord, raise_on_entire_batch_failure=False
         )
         response: dict[str, Any] = {"batchItemFailures": []}
+        failures: set[str] = set()
         try:
             response = dict(
                 process_partial_response(
                     event=event, record_handler=self._record, processor=processor, context=context
                 )
             )
+            failures = self._process_admitted(batch)
         finally:
-            failures = self._flush_moves(batch)
-            self._release_leases(batch)
+            failures |= self._flush_moves(batch)
+            self._flush_processed()
             self._flush_aggregates(batch)
             self._batch = None
             logger.remove_keys(list(LOG_KEYS))
@@ -200,71 +220,111 @@ class Worker:
 
     # -- one record ------------------------------------------------------------------------------------
     def _record(self, record: EnvelopeSqsRecord) -> None:
+        """The rules without the gates: drop, buffer a move, or admit (gates and processing come later)."""
         batch = self._batch
         assert batch is not None
         envelope = record.body
-        logger.append_keys(
-            tenant=envelope.tenant,
-            envelope_id=envelope.id,
-            request_id=envelope.request_id,
-            trace_id=envelope.trace_id,
-        )
+        self._log_keys(envelope)
         now = self.ports.clock_ms()
         role = queue_role(envelope.origin)
         age = envelope.age_ms(now)
         first = record.attributes.ApproximateReceiveCount == "1"
         batch.ages[role].append(("AgeOfFirstAttempt" if first else "AgeOfAttempt", age))
         batch.oldest[role] = max(age, batch.oldest.get(role, 0))
+        self._check_time(batch, envelope, role)
+
+        config = self.config.decision
+        state = TenantState()
+        if config.sidelining_enabled:
+            state = TenantState(swept_at_ms=self.ports.swept_at_ms(envelope.tenant))
+        decision = decide(envelope, now, state, config)
+        if decision.moves:
+            self._buffer_move(record, envelope, role, decision, batch)
+        elif decision.action is SidelineDecision.DROP:
+            logger.info("dropped", extra={"reason": decision.reason.value})
+            batch.count(envelope.tenant, role, _COUNTER[decision.action], _METRIC[decision.action])
+        else:
+            batch.admitted.append(_Admitted(record, envelope, role, now, state))
+
+    def _check_time(self, batch: _Batch, envelope: Envelope, role: QueueRole) -> None:
         if batch.context.get_remaining_time_in_millis() < self.config.safety_margin_s * 1000:
             batch.count(envelope.tenant, role, "failed", "Failed")
             raise OutOfTimeError("too little time left to start this message")
 
-        decision = self._decide(envelope, now, batch)
-        if decision.moves:
-            self._buffer_move(record, envelope, role, decision, batch)
-            return
-        if decision.action is SidelineDecision.DROP:
-            logger.info("dropped", extra={"reason": decision.reason.value})
-            batch.count(envelope.tenant, role, _COUNTER[decision.action], _METRIC[decision.action])
-            return
-        try:
-            self._process(record, envelope, now)
-        except Exception:
-            batch.count(envelope.tenant, role, "failed", "Failed")
-            logger.exception("processing failed")
-            raise
-        batch.count(envelope.tenant, role, "processed", "Processed")
+    @staticmethod
+    def _log_keys(envelope: Envelope) -> None:
+        logger.append_keys(
+            tenant=envelope.tenant,
+            envelope_id=envelope.id,
+            request_id=envelope.request_id,
+            trace_id=envelope.trace_id,
+        )
 
-    def _decide(self, envelope: Envelope, now: int, batch: _Batch) -> Decision:
+    # -- the admitted messages -------------------------------------------------------------------------
+    def _process_admitted(self, batch: _Batch) -> set[str]:
+        """Gates for the batch, one idempotency lock write, then each message; returns the failed ids."""
+        admitted = self._gate(batch) if self.config.decision.sidelining_enabled else batch.admitted
+        failures: set[str] = set()
+        if not admitted:
+            return failures
+        self.ports.lock([each.envelope for each in admitted])
+        for each in admitted:
+            envelope, role = each.envelope, each.role
+            self._log_keys(envelope)
+            try:
+                self._check_time(batch, envelope, role)
+                self._process(each.record, envelope, self.ports.clock_ms())
+            except OutOfTimeError:
+                failures.add(each.record.messageId)
+                continue
+            except Exception:
+                batch.count(envelope.tenant, role, "failed", "Failed")
+                logger.exception("processing failed")
+                failures.add(each.record.messageId)
+                continue
+            batch.count(envelope.tenant, role, "processed", "Processed")
+        return failures
+
+    def _gate(self, batch: _Batch) -> list[_Admitted]:
+        """The consumer rate per message (in record order), then the concurrency of all tenants at once."""
         config = self.config.decision
-        if not config.sidelining_enabled:
-            return decide(envelope, now, TenantState(), config)
-        state = TenantState(swept_at_ms=self.ports.swept_at_ms(envelope.tenant))
-        decision = decide(envelope, now, state, config)
-        if decision.action is not SidelineDecision.PROCESS:
-            return decision
-        # Gates in the order of the rules; each is paid for only by messages the earlier rules admitted.
-        limits = self.ports.tenant_limits(envelope.tenant)
-        if self.ports.rate is not None:
-            within, _ = self.ports.rate.try_acquire(envelope.tenant, consumer_bucket_limits(limits))
-            if not within:
-                return decide(envelope, now, replace(state, within_consumer_rate=False), config)
-        if self.ports.leases is not None and self._grant(envelope.tenant, limits, batch) is Grant.REFUSED:
-            return decide(envelope, now, replace(state, holds_concurrency_slot=False), config)
-        return decision
-
-    def _grant(self, tenant: str, limits: TierLimits, batch: _Batch) -> Grant:
-        """This container's slot of the tenant, taken once per batch (the batch is worked sequentially)."""
-        grant = batch.grants.get(tenant)
-        if grant is None:
-            assert self.ports.leases is not None
-            expires_at = self.ports.clock_ms() + batch.context.get_remaining_time_in_millis() + 1000
-            ceiling = ConcurrencyLimits(
-                floor=min(limits.concurrency_floor, limits.concurrency), ceiling=limits.concurrency
-            )
-            grant = self.ports.leases.acquire(tenant, ceiling, expires_at)
-            batch.grants[tenant] = grant
-        return grant
+        within: list[_Admitted] = []
+        for each in batch.admitted:
+            tenant = each.envelope.tenant
+            if self.ports.rate is not None:
+                limits = consumer_bucket_limits(self.ports.tenant_limits(tenant))
+                if not self.ports.rate.try_acquire(tenant, limits)[0]:
+                    state = replace(each.state, within_consumer_rate=False)
+                    self._buffer_move(
+                        each.record,
+                        each.envelope,
+                        each.role,
+                        decide(each.envelope, each.now, state, config),
+                        batch,
+                    )
+                    continue
+            within.append(each)
+        if self.ports.leases is None or not within:
+            return within
+        tenants = list(dict.fromkeys(each.envelope.tenant for each in within))
+        expires_at = self.ports.clock_ms() + batch.context.get_remaining_time_in_millis() + 1000
+        batch.grants = self.ports.leases.acquire_many(
+            {tenant: concurrency_limits(self.ports.tenant_limits(tenant)) for tenant in tenants}, expires_at
+        )
+        admitted: list[_Admitted] = []
+        for each in within:
+            if batch.grants.get(each.envelope.tenant) is Grant.REFUSED:
+                state = replace(each.state, holds_concurrency_slot=False)
+                self._buffer_move(
+                    each.record,
+                    each.envelope,
+                    each.role,
+                    decide(each.envelope, each.now, state, config),
+                    batch,
+                )
+            else:
+                admitted.append(each)
+        return admitted
 
     def _buffer_move(
         self,
@@ -338,23 +398,19 @@ class Worker:
             logger.error("moves failed; originals stay unacknowledged", extra={"message_ids": sorted(failed)})
         return failed
 
-    def _release_leases(self, batch: _Batch) -> None:
-        assert self.ports.leases is not None or not batch.grants
-        for tenant, grant in batch.grants.items():
-            if grant is Grant.REFUSED or self.ports.leases is None:
-                continue
-            try:
-                self.ports.leases.release(tenant, grant)
-            except Exception as exc:  # the lease expires on its own
-                logger.warning("lease release failed", extra={"tenant_released": tenant, "error": str(exc)})
+    def _flush_processed(self) -> None:
+        try:
+            self.ports.flush_processed()
+        except Exception as exc:  # the records only guard against duplicates; the work is done
+            logger.error("idempotency flush failed", extra={"error": str(exc)})
 
     def _flush_aggregates(self, batch: _Batch) -> None:
         now = self.ports.clock_ms()
-        for tenant, deltas in batch.counters.items():
-            try:
-                self.ports.add_counters(tenant, dict(deltas))
-            except Exception as exc:  # counters only feed estimates; never fail a batch for them
-                logger.warning("counter flush failed", extra={"counter_tenant": tenant, "error": str(exc)})
+        grants = {tenant: grant for tenant, grant in batch.grants.items() if grant is not Grant.REFUSED}
+        try:  # leases expire on their own; counters only feed estimates: never fail a batch for them
+            self.ports.settle(grants, {tenant: dict(deltas) for tenant, deltas in batch.counters.items()})
+        except Exception as exc:
+            logger.warning("lease release and counter flush failed", extra={"error": str(exc)})
         for role, oldest in batch.oldest.items():
             try:
                 self.ports.record_oldest_age(role, oldest, now)
@@ -369,6 +425,13 @@ class Worker:
                 metrics.add_metric(name=name, unit=MetricUnit.Count, value=count)
             if index < len(roles) - 1:  # one dimension set per EMF blob; log_metrics flushes the last
                 metrics.flush_metrics()
+
+
+def concurrency_limits(limits: TierLimits) -> ConcurrencyLimits:
+    """The tenant's floor and ceiling (a floor above the ceiling is capped to it)."""
+    return ConcurrencyLimits(
+        floor=min(limits.concurrency_floor, limits.concurrency), ceiling=limits.concurrency
+    )
 
 
 def consumer_bucket_limits(limits: TierLimits) -> BucketLimits:

@@ -3,8 +3,11 @@
 Optimistic concurrency: read the item, drop expired leases, decide with the pure policy
 (:func:`breakwater.concurrency.grant_for`), write it back on condition that ``version`` did not
 move. A floor lease is one conditional PutItem; a burst lease also takes a place in the pool item
-(``pool#concurrency``/``burst``) in the same TransactWriteItems, so the two never disagree. Cost per
-tenant per batch: one or two reads, one write to acquire, one or two to release.
+(``pool#concurrency``/``burst``) in the same TransactWriteItems, so the two never disagree. A
+batch acquires all its tenants at once (:meth:`ConcurrencyLeases.acquire_many`: one BatchGetItem,
+one TransactWriteItems) and gives them back in one write with its counters (``release_updates``),
+so the cost per batch is three calls whatever the number of tenants; a lost race falls back to one
+tenant at a time.
 """
 
 from __future__ import annotations
@@ -15,7 +18,7 @@ from typing import TYPE_CHECKING, Any
 
 from botocore.exceptions import ClientError
 
-from breakwater.aws.counters import plain, tenant_pk
+from breakwater.aws.counters import batch_get, plain, tenant_pk
 from breakwater.concurrency import ConcurrencyLimits, Grant, Lease, grant_for, live_leases
 
 if TYPE_CHECKING:
@@ -24,6 +27,7 @@ if TYPE_CHECKING:
 CONCURRENCY_SK = "concurrency"
 POOL_PK = "pool#concurrency"
 POOL_SK = "burst"
+MAX_TENANTS_PER_WRITE = 99  # TransactWriteItems takes 100 items: the tenants and the pool
 _CONFLICTS = {
     "ConditionalCheckFailedException",
     "TransactionCanceledException",
@@ -100,6 +104,53 @@ class ConcurrencyLeases:
             return grant
         return Grant.REFUSED  # persistent contention: behave as full, the message is deferred
 
+    def acquire_many(self, requests: Mapping[str, ConcurrencyLimits], expires_at_ms: int) -> dict[str, Grant]:
+        """:meth:`acquire` for every tenant of a batch: one BatchGetItem, one TransactWriteItems.
+
+        If the transaction loses a race (another container wrote one of the items) nothing was
+        written, and each tenant is acquired on its own, as :meth:`acquire` does.
+        """
+        if len(requests) <= 1 or len(requests) > MAX_TENANTS_PER_WRITE:
+            return {
+                tenant: self.acquire(tenant, limits, expires_at_ms) for tenant, limits in requests.items()
+            }
+        now = self._clock_ms()
+        keys = [(tenant_pk(tenant), CONCURRENCY_SK) for tenant in requests]
+        if self.burst_capacity is not None:
+            keys.append((POOL_PK, POOL_SK))
+        found = batch_get(self._client, self._table, keys, consistent=True)
+        pool = found.get((POOL_PK, POOL_SK), {}) if self.burst_capacity is not None else None
+        pool_leases = live_leases(_pool_from(pool), now) if pool is not None else {}
+        grants: dict[str, Grant] = {}
+        items: list[Any] = []
+        for tenant, limits in requests.items():
+            item = found.get((tenant_pk(tenant), CONCURRENCY_SK), {})
+            leases = _leases_from(item)
+            grant = grant_for(self.holder, leases, limits, 0, None, now)
+            if grant is Grant.BURST and pool is not None:
+                grant = grant_for(self.holder, leases, limits, len(pool_leases), self.burst_capacity, now)
+                if grant is Grant.BURST:
+                    pool_leases[f"{tenant}#{self.holder}"] = Lease(expires_at_ms=expires_at_ms, burst=True)
+            grants[tenant] = grant
+            if grant is not Grant.REFUSED:
+                items.append({"Put": self._tenant_put(tenant, item, leases, grant, expires_at_ms, now)})
+        if pool is not None and any(grant is Grant.BURST for grant in grants.values()):
+            items.append({"Put": self._pool_put(pool, pool_leases)})
+        if not items:
+            return grants
+        try:
+            if len(items) == 1:
+                self._client.put_item(**items[0]["Put"])
+            else:
+                self._client.transact_write_items(TransactItems=items)
+        except ClientError as exc:
+            if exc.response.get("Error", {}).get("Code") not in _CONFLICTS:
+                raise
+            return {
+                tenant: self.acquire(tenant, limits, expires_at_ms) for tenant, limits in requests.items()
+            }
+        return grants
+
     def _write(
         self,
         tenant: str,
@@ -110,10 +161,28 @@ class ConcurrencyLeases:
         expires_at_ms: int,
         now: int,
     ) -> None:
+        tenant_put = self._tenant_put(tenant, item, leases, grant, expires_at_ms, now)
+        if pool is None:
+            self._client.put_item(**tenant_put)
+            return
+        pool_leases = live_leases(_pool_from(pool), now)
+        pool_leases[f"{tenant}#{self.holder}"] = Lease(expires_at_ms=expires_at_ms, burst=True)
+        items: list[Any] = [{"Put": tenant_put}, {"Put": self._pool_put(pool, pool_leases)}]
+        self._client.transact_write_items(TransactItems=items)
+
+    def _tenant_put(
+        self,
+        tenant: str,
+        item: Mapping[str, Any],
+        leases: Mapping[str, Lease],
+        grant: Grant,
+        expires_at_ms: int,
+        now: int,
+    ) -> dict[str, Any]:
         kept = live_leases(leases, now)
         kept[self.holder] = Lease(expires_at_ms=expires_at_ms, burst=grant is Grant.BURST)
         version = int(item["version"]) if "version" in item else None
-        tenant_put: dict[str, Any] = {
+        return {
             "TableName": self._table,
             "Item": {
                 "pk": {"S": tenant_pk(tenant)},
@@ -131,13 +200,10 @@ class ConcurrencyLeases:
             },
             **_condition(version),
         }
-        if pool is None:
-            self._client.put_item(**tenant_put)
-            return
+
+    def _pool_put(self, pool: Mapping[str, Any], pool_leases: Mapping[str, Lease]) -> dict[str, Any]:
         pool_version = int(pool["version"]) if "version" in pool else None
-        pool_leases = {key: lease for key, lease in live_leases(_pool_from(pool), now).items()}
-        pool_leases[f"{tenant}#{self.holder}"] = Lease(expires_at_ms=expires_at_ms, burst=True)
-        pool_put: dict[str, Any] = {
+        return {
             "TableName": self._table,
             "Item": {
                 "pk": {"S": POOL_PK},
@@ -147,8 +213,35 @@ class ConcurrencyLeases:
             },
             **_condition(pool_version),
         }
-        items: list[Any] = [{"Put": tenant_put}, {"Put": pool_put}]
-        self._client.transact_write_items(TransactItems=items)
+
+    def release_updates(self, grants: Mapping[str, Grant]) -> list[dict[str, Any]]:
+        """The UpdateItems that give back the batch's leases (one per tenant, one for the pool)."""
+        updates: list[dict[str, Any]] = [
+            {
+                "TableName": self._table,
+                "Key": {"pk": {"S": tenant_pk(tenant)}, "sk": {"S": CONCURRENCY_SK}},
+                "UpdateExpression": "REMOVE leases.#h ADD version :one",
+                "ExpressionAttributeNames": {"#h": self.holder},
+                "ExpressionAttributeValues": {":one": {"N": "1"}},
+            }
+            for tenant, grant in grants.items()
+            if grant is not Grant.REFUSED
+        ]
+        burst = [tenant for tenant, grant in grants.items() if grant is Grant.BURST]
+        if burst and self.burst_capacity is not None:
+            names = {f"#k{i}": f"{tenant}#{self.holder}" for i, tenant in enumerate(burst)}
+            updates.append(
+                {
+                    "TableName": self._table,
+                    "Key": {"pk": {"S": POOL_PK}, "sk": {"S": POOL_SK}},
+                    "UpdateExpression": "REMOVE "
+                    + ", ".join(f"leases.{name}" for name in names)
+                    + " ADD version :one",
+                    "ExpressionAttributeNames": names,
+                    "ExpressionAttributeValues": {":one": {"N": "1"}},
+                }
+            )
+        return updates
 
     def release(self, tenant: str, grant: Grant) -> None:
         """Give the slot back; if this fails the lease still expires on its own."""

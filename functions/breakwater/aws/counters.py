@@ -7,7 +7,7 @@ own bookmarks (``seen_*``) on the same item with ``SET``.
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Mapping
+from collections.abc import Iterable, Mapping, Sequence
 from decimal import Decimal
 from typing import TYPE_CHECKING, Any
 
@@ -31,23 +31,54 @@ def plain(item: Mapping[str, Any]) -> dict[str, Any]:
     return {name: _deserializer.deserialize(value) for name, value in item.items()}
 
 
-def add_counters(client: DynamoDBClient, table_name: str, tenant: str, deltas: Mapping[str, int]) -> None:
-    """ADD ``deltas`` to the tenant's counters in one write; zeros are skipped, unknown names refused."""
+def counters_update(table_name: str, tenant: str, deltas: Mapping[str, int]) -> dict[str, Any] | None:
+    """The UpdateItem arguments that ADD ``deltas`` (None if all are zero); unknown names refused."""
     unknown = set(deltas) - set(COUNTER_NAMES)
     if unknown:
         raise ValueError(f"unknown counter(s) {sorted(unknown)}; known: {COUNTER_NAMES}")
     nonzero = {name: int(value) for name, value in deltas.items() if value}
     if not nonzero:
-        return
+        return None
     names = {f"#c{i}": name for i, name in enumerate(nonzero)}
     values = {f":c{i}": {"N": str(value)} for i, value in enumerate(nonzero.values())}
-    client.update_item(
-        TableName=table_name,
-        Key={"pk": {"S": tenant_pk(tenant)}, "sk": {"S": COUNTERS_SK}},
-        UpdateExpression="ADD " + ", ".join(f"{n} {v}" for n, v in zip(names, values, strict=True)),
-        ExpressionAttributeNames=names,
-        ExpressionAttributeValues=values,
-    )
+    return {
+        "TableName": table_name,
+        "Key": {"pk": {"S": tenant_pk(tenant)}, "sk": {"S": COUNTERS_SK}},
+        "UpdateExpression": "ADD " + ", ".join(f"{n} {v}" for n, v in zip(names, values, strict=True)),
+        "ExpressionAttributeNames": names,
+        "ExpressionAttributeValues": values,
+    }
+
+
+def add_counters(client: DynamoDBClient, table_name: str, tenant: str, deltas: Mapping[str, int]) -> None:
+    """ADD ``deltas`` to the tenant's counters in one write; zeros are skipped, unknown names refused."""
+    update = counters_update(table_name, tenant, deltas)
+    if update is not None:
+        client.update_item(**update)
+
+
+def write_updates(client: DynamoDBClient, updates: Sequence[dict[str, Any]]) -> list[Exception]:
+    """Unconditional UpdateItems of distinct items in as few calls as possible; returns what failed.
+
+    More than one goes out as TransactWriteItems (up to 100 per call); if a transaction is refused
+    (a conflicting transaction on one of the items, throttling) its updates are made one by one.
+    """
+    errors: list[Exception] = []
+    for start in range(0, len(updates), 100):
+        chunk = updates[start : start + 100]
+        if len(chunk) > 1:
+            try:
+                items: list[Any] = [{"Update": update} for update in chunk]
+                client.transact_write_items(TransactItems=items)
+                continue
+            except Exception:  # noqa: S110  (made one by one below)
+                pass
+        for update in chunk:
+            try:
+                client.update_item(**update)
+            except Exception as exc:
+                errors.append(exc)
+    return errors
 
 
 def set_bookmark(client: DynamoDBClient, table_name: str, tenant: str, seen: Mapping[str, float]) -> None:
@@ -64,7 +95,7 @@ def set_bookmark(client: DynamoDBClient, table_name: str, tenant: str, seen: Map
 
 
 def batch_get(
-    client: DynamoDBClient, table_name: str, keys: Iterable[tuple[str, str]]
+    client: DynamoDBClient, table_name: str, keys: Iterable[tuple[str, str]], *, consistent: bool = False
 ) -> dict[tuple[str, str], dict[str, Any]]:
     """Items by (pk, sk), 100 keys per BatchGetItem, retrying unprocessed keys; missing items are absent."""
     pending: list[Any] = [{"pk": {"S": pk}, "sk": {"S": sk}} for pk, sk in dict.fromkeys(keys)]
@@ -73,7 +104,8 @@ def batch_get(
         if not pending:
             break
         chunk, pending = pending[:100], pending[100:]
-        response = client.batch_get_item(RequestItems={table_name: {"Keys": chunk}})
+        request: Any = {"Keys": chunk, "ConsistentRead": consistent}
+        response = client.batch_get_item(RequestItems={table_name: request})
         for item in response.get("Responses", {}).get(table_name, []):
             value = plain(item)
             found[(str(value["pk"]), str(value["sk"]))] = value

@@ -1,13 +1,23 @@
-"""Processing idempotency per envelope id: Powertools idempotency on the idempotency table.
+"""Processing idempotency per envelope id: Powertools idempotency on the idempotency table, per batch.
 
 The key prefix is fixed (not derived from the function name), so the live and the sideline worker,
 two functions, share one record per envelope: a message processed by either is never processed
 again by the other.
+
+Powertools writes two records per call (put INPROGRESS, update COMPLETED). :class:`BatchedPersistenceLayer`
+keeps its ``idempotent_function`` and record layout but moves both writes to the batch
+(docs/decisions.md, D-worker-8): before the batch's admitted messages run, one TransactWriteItems
+takes the INPROGRESS lock of all of them with Powertools' own condition (so two copies of an envelope
+are never worked on in parallel, and a completed one is never run again); the COMPLETED records are
+buffered and written with BatchWriteItem after the batch. A lock the batch could not take (the record
+exists: a duplicate) falls back to Powertools' per-call path, which reads the record and answers
+"already done" or "in progress". A failure deletes its lock at once, so the retry can run.
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable
+import datetime as dt
+from collections.abc import Callable, Iterable
 from typing import TYPE_CHECKING, Any
 
 from aws_lambda_powertools.utilities.idempotency import (
@@ -15,37 +25,205 @@ from aws_lambda_powertools.utilities.idempotency import (
     IdempotencyConfig,
     idempotent_function,
 )
+from aws_lambda_powertools.utilities.idempotency.exceptions import IdempotencyItemAlreadyExistsError
+from aws_lambda_powertools.utilities.idempotency.persistence.datarecord import DataRecord
 from aws_lambda_powertools.utilities.typing import LambdaContext
+from botocore.exceptions import ClientError
 
 from breakwater.envelope import Envelope
+from breakwater.observability import logger
 from breakwater.processor import WorkContext
 
 if TYPE_CHECKING:
     from mypy_boto3_dynamodb import DynamoDBClient
 
 KEY_PREFIX = "breakwater.process"
+MAX_TRANSACT_ITEMS = 100
+MAX_BATCH_WRITE = 25
 
 Processor = Callable[[Envelope, WorkContext], dict[str, Any]]
 
+# Powertools' own condition for taking a lock (persistence/dynamodb.py, _put_record)
+_LOCK_CONDITION = (
+    "attribute_not_exists(#id) OR #expiry < :now OR (#status = :inprogress"
+    " AND attribute_exists(#in_progress_expiry) AND #in_progress_expiry < :now_in_millis)"
+)
 
-def idempotent_processor(
-    process: Processor, table_name: str, expires_after_seconds: int, *, client: DynamoDBClient | None = None
-) -> tuple[Processor, Callable[[LambdaContext], None]]:
-    """``process`` behind Powertools idempotency keyed by ``envelope.id``, and the per-invocation hook.
 
-    Registering the Lambda context lets an in-progress record of a killed invocation expire with it.
-    """
-    persistence = DynamoDBPersistenceLayer(table_name=table_name, boto3_client=client)
-    config = IdempotencyConfig(event_key_jmespath="id", expires_after_seconds=expires_after_seconds)
+class BatchedPersistenceLayer(DynamoDBPersistenceLayer):
+    """Powertools' DynamoDB layer whose INPROGRESS puts and COMPLETED updates are made per batch."""
 
-    @idempotent_function(
-        data_keyword_argument="envelope", persistence_store=persistence, config=config, key_prefix=KEY_PREFIX
-    )
-    def run(*, envelope: Envelope, work: WorkContext) -> dict[str, Any]:
-        return process(envelope, work)
+    def __init__(self, table_name: str, *, client: DynamoDBClient | None = None) -> None:
+        super().__init__(table_name=table_name, boto3_client=client)
+        self._locked: set[str] = set()  # INPROGRESS locks the batch took and no call has used yet
+        self._running: set[str] = set()  # locks a call is using
+        self._completed: dict[str, DataRecord] = {}  # COMPLETED records waiting for the flush
 
-    def call(envelope: Envelope, work: WorkContext) -> dict[str, Any]:
-        result: dict[str, Any] = run(envelope=envelope, work=work)
+    def key_of(self, envelope: Envelope) -> str:
+        key = self._get_hashed_idempotency_key(data={"id": envelope.id})
+        assert key is not None  # the envelope id is never empty
+        return key
+
+    # -- per batch -----------------------------------------------------------------------------------
+    def lock_batch(self, envelopes: Iterable[Envelope], remaining_ms: int) -> None:
+        """Take the INPROGRESS lock of every envelope in one TransactWriteItems per 100.
+
+        All or nothing: if any record exists, nothing is written and those keys are left to the
+        per-call path (which reads the record); the rest is tried again without them.
+        """
+        now = dt.datetime.now()
+        values = {
+            ":now": {"N": str(int(now.timestamp()))},
+            ":now_in_millis": {"N": str(int(now.timestamp() * 1000))},
+            ":inprogress": {"S": "INPROGRESS"},
+        }
+        names = {
+            "#id": self.key_attr,
+            "#expiry": self.expiry_attr,
+            "#in_progress_expiry": self.in_progress_expiry_attr,
+            "#status": self.status_attr,
+        }
+        expiry = {"N": str(self._get_expiry_timestamp())}
+        in_progress_expiry = {
+            "N": str(int((now + dt.timedelta(milliseconds=remaining_ms)).timestamp() * 1000))
+        }
+        keys = list(dict.fromkeys(self.key_of(envelope) for envelope in envelopes))
+        for start in range(0, len(keys), MAX_TRANSACT_ITEMS):
+            pending = keys[start : start + MAX_TRANSACT_ITEMS]
+            for _ in range(3):
+                if not pending:
+                    break
+                items: list[Any] = [
+                    {
+                        "Put": {
+                            "TableName": self.table_name,
+                            "Item": {
+                                self.key_attr: {"S": key},
+                                self.expiry_attr: expiry,
+                                self.status_attr: {"S": "INPROGRESS"},
+                                self.in_progress_expiry_attr: in_progress_expiry,
+                            },
+                            "ConditionExpression": _LOCK_CONDITION,
+                            "ExpressionAttributeNames": names,
+                            "ExpressionAttributeValues": values,
+                        }
+                    }
+                    for key in pending
+                ]
+                try:
+                    self.client.transact_write_items(TransactItems=items)
+                except ClientError as exc:
+                    reasons = exc.response.get("CancellationReasons") or []
+                    taken = {
+                        key
+                        for key, reason in zip(pending, reasons, strict=False)
+                        if reason.get("Code") == "ConditionalCheckFailed"
+                    }
+                    if not taken:  # conflict or throttling: each message takes its own lock
+                        logger.warning("batch idempotency lock failed", extra={"error": str(exc)})
+                        break
+                    pending = [key for key in pending if key not in taken]
+                    continue
+                self._locked.update(pending)
+                break
+
+    def flush(self) -> None:
+        """Write the buffered COMPLETED records (BatchWriteItem, 25 per call, unprocessed ones retried)."""
+        records, self._completed, self._locked, self._running = (
+            list(self._completed.values()),
+            {},
+            set(),
+            set(),
+        )
+        requests: list[Any] = [{"PutRequest": {"Item": self._completed_item(record)}} for record in records]
+        for attempt in range(8):
+            if not requests:
+                return
+            chunk, requests = requests[:MAX_BATCH_WRITE], requests[MAX_BATCH_WRITE:]
+            try:
+                response = self.client.batch_write_item(RequestItems={self.table_name: chunk})
+            except Exception as exc:  # the locks expire with the invocation; a later copy may run again
+                logger.error(
+                    "idempotency records not written", extra={"records": len(chunk), "error": str(exc)}
+                )
+                continue
+            requests.extend((response.get("UnprocessedItems") or {}).get(self.table_name, []))
+            if attempt == 7 and requests:
+                logger.error("idempotency records left unprocessed", extra={"records": len(requests)})
+
+    # -- Powertools' per-call hooks ----------------------------------------------------------------------
+    def _completed_item(self, record: DataRecord) -> dict[str, Any]:
+        return {
+            self.key_attr: {"S": record.idempotency_key},
+            self.expiry_attr: {"N": str(record.expiry_timestamp)},
+            self.status_attr: {"S": record.status},
+            self.data_attr: {"S": record.response_data},
+        }
+
+    def _put_record(self, data_record: DataRecord) -> None:
+        key = data_record.idempotency_key
+        if key in self._completed:  # a second copy in the same batch: done, as the stored record will say
+            raise IdempotencyItemAlreadyExistsError(old_data_record=self._completed[key])
+        if key in self._locked:  # the batch holds the lock: this call uses it
+            self._locked.remove(key)
+            self._running.add(key)
+            return
+        super()._put_record(data_record)
+
+    def _update_record(self, data_record: DataRecord) -> None:
+        key = data_record.idempotency_key
+        if key not in self._running:
+            super()._update_record(data_record)
+            return
+        self._running.remove(key)
+        self._completed[key] = data_record
+
+    def _delete_record(self, data_record: DataRecord) -> None:
+        self._running.discard(data_record.idempotency_key)
+        super()._delete_record(data_record)
+
+
+class IdempotentProcessor:
+    """``process`` behind Powertools idempotency keyed by ``envelope.id``, locked and recorded per batch."""
+
+    def __init__(
+        self,
+        process: Processor,
+        table_name: str,
+        expires_after_seconds: int,
+        *,
+        client: DynamoDBClient | None = None,
+    ) -> None:
+        self.persistence = BatchedPersistenceLayer(table_name, client=client)
+        self.config = IdempotencyConfig(event_key_jmespath="id", expires_after_seconds=expires_after_seconds)
+        # what idempotent_function does at its first call; lock() may come before any call
+        self.persistence.configure(self.config, key_prefix=KEY_PREFIX)
+
+        @idempotent_function(
+            data_keyword_argument="envelope",
+            persistence_store=self.persistence,
+            config=self.config,
+            key_prefix=KEY_PREFIX,
+        )
+        def run(*, envelope: Envelope, work: WorkContext) -> dict[str, Any]:
+            return process(envelope, work)
+
+        self._run = run
+        self._context: LambdaContext | None = None
+
+    def register_context(self, context: LambdaContext) -> None:
+        """Lets an in-progress record of a killed invocation expire with it."""
+        self._context = context
+        self.config.register_lambda_context(context)
+
+    def lock(self, envelopes: list[Envelope]) -> None:
+        if envelopes:
+            remaining = self._context.get_remaining_time_in_millis() if self._context else 0
+            self.persistence.lock_batch(envelopes, remaining)
+
+    def flush(self) -> None:
+        self.persistence.flush()
+
+    def __call__(self, envelope: Envelope, work: WorkContext) -> dict[str, Any]:
+        result: dict[str, Any] = self._run(envelope=envelope, work=work)
         return result
-
-    return call, config.register_lambda_context

@@ -12,13 +12,15 @@ from botocore.config import Config
 
 from breakwater.aws.buckets import LeasedTokenBucket
 from breakwater.aws.concurrency import ConcurrencyLeases
-from breakwater.aws.counters import add_counters, plain, tenant_pk
+from breakwater.aws.counters import counters_update, plain, tenant_pk, write_updates
 from breakwater.aws.health import record_oldest_age
-from breakwater.aws.idempotency import idempotent_processor
+from breakwater.aws.idempotency import IdempotentProcessor
 from breakwater.aws.moves import send_moves
 from breakwater.aws.tenant_limits import TenantLimitsCache
 from breakwater.aws.tenants import TenantTable
+from breakwater.concurrency import Grant
 from breakwater.envelope import Envelope
+from breakwater.observability import logger
 from breakwater.processor import WorkContext
 from breakwater.settings import WorkerSettings
 from breakwater.worker import WorkerPorts
@@ -61,6 +63,16 @@ class SweepCache:
         return swept
 
 
+def client_config() -> Config:
+    """The worker's botocore clients: standard retries, and no client-side parameter validation.
+
+    Every call the worker makes is built by this code from typed values, and DynamoDB and SQS
+    validate requests themselves; botocore's validation walked every parameter of every call
+    (a third of the CPU of a batch's calls, docs/performance.md).
+    """
+    return Config(retries={"mode": "standard", "max_attempts": 3}, parameter_validation=False)
+
+
 def build_worker_ports(
     settings: WorkerSettings,
     process: Callable[[Envelope, WorkContext], dict[str, Any]],
@@ -68,20 +80,29 @@ def build_worker_ports(
     dynamodb: DynamoDBClient | None = None,
     sqs: SQSClient | None = None,
 ) -> WorkerPorts:
-    config = Config(retries={"mode": "standard", "max_attempts": 3})
+    config = client_config()
     ddb: DynamoDBClient = dynamodb or boto3.client("dynamodb", config=config)
     queues: SQSClient = sqs or boto3.client("sqs", config=config)
     table = settings.state_table_name
     tenants = TenantTable(settings.tenants_table_name, client=ddb) if settings.tenants_table_name else None
-    idempotent, register = idempotent_processor(
-        process,
-        settings.idempotency_table_name,
-        settings.idempotency_ttl_seconds,
-        client=ddb,
+    idempotent = IdempotentProcessor(
+        process, settings.idempotency_table_name, settings.idempotency_ttl_seconds, client=ddb
+    )
+    leases = (
+        ConcurrencyLeases(ddb, table, CONTAINER_ID, burst_capacity=settings.concurrency_burst_slots)
+        if settings.sidelining_enabled
+        else None
     )
 
-    def counters(tenant: str, deltas: Mapping[str, int]) -> None:
-        add_counters(ddb, table, tenant, deltas)
+    def settle(grants: Mapping[str, Grant], counters: Mapping[str, Mapping[str, int]]) -> None:
+        """One write for the batch: the lease releases and the counter ADDs of all its tenants."""
+        updates = leases.release_updates(grants) if leases is not None else []
+        for tenant, deltas in counters.items():
+            update = counters_update(table, tenant, deltas)
+            if update is not None:
+                updates.append(update)
+        for error in write_updates(ddb, updates):  # a lease expires on its own; counters feed estimates
+            logger.warning("lease release or counter flush failed", extra={"error": str(error)})
 
     def oldest(role: str, age_ms: int, now_ms: int) -> bool:
         return record_oldest_age(ddb, table, role, age_ms, now_ms)
@@ -95,17 +116,17 @@ def build_worker_ports(
         tenant_limits=TenantLimitsCache(settings, tenants).get,
         swept_at_ms=SweepCache(ddb, table),
         send_moves=lambda moves: send_moves(queues, moves),
-        add_counters=counters,
+        settle=settle,
         record_oldest_age=oldest,
         extend_visibility=extend,
         process=idempotent,
-        register_context=register,
+        register_context=idempotent.register_context,
+        lock=idempotent.lock,
+        flush_processed=idempotent.flush,
     )
     if settings.sidelining_enabled:
         ports.rate = LeasedTokenBucket(
             table, "consumer", time.time, settings.lease_seconds, settings.lease_max_fraction, client=ddb
         )
-        ports.leases = ConcurrencyLeases(
-            ddb, table, CONTAINER_ID, burst_capacity=settings.concurrency_burst_slots
-        )
+        ports.leases = leases
     return ports
