@@ -226,3 +226,24 @@ def test_key_rotation_overlap(api: ApiGateway, keys, tenant_table_adapter, clock
     clock.advance(3600)
     assert api.request(new, {"type": "t"}).status == 202
     assert api.request(old, {"type": "t"}).status == 401
+
+
+def test_header_names_are_case_insensitive(api: ApiGateway, keys):
+    response = api.request(
+        None,
+        {"type": "t"},
+        headers={"authorization": f"Bearer {keys['acme']}", "x-amzn-trace-id": "Root=1-abc-def"},
+    )
+
+    assert response.status == 202
+
+
+def test_a_throttled_tenant_costs_no_more_state_writes(api: ApiGateway, keys, ingest_handler):
+    calls: list[str] = []
+    client = ingest_handler.SERVICE.gate._client
+    client.meta.events.register("before-call.dynamodb.UpdateItem", lambda **_: calls.append("UpdateItem"))
+
+    statuses = [api.request(keys["acme"], {"type": "t"}).status for _ in range(40)]
+
+    assert statuses.count(202) == 10
+    assert len(calls) == 2  # two leases of five; the 30 throttled requests are refused locally
