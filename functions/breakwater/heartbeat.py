@@ -118,7 +118,9 @@ class HeartbeatMonitor:
     """One daemon thread per container that ticks every watched :class:`Heartbeat` when it is due.
 
     Starting a thread per message would cost more than the rest of the worker's per-message
-    overhead; watching is a lock and a notify. ``clock`` must be the clock the plans were made with.
+    overhead; watching is a lock, and a notify only when the new heartbeat is due before the thread
+    would look anyway (waking the thread for every message of a batch cost more CPU than the rest of
+    the message). ``clock`` must be the clock the plans were made with.
     """
 
     def __init__(self, clock: Callable[[], float] = time.monotonic) -> None:
@@ -126,6 +128,7 @@ class HeartbeatMonitor:
         self._cond = threading.Condition()
         self._beats: list[Heartbeat] = []
         self._thread: threading.Thread | None = None
+        self._wake_at = math.inf  # when the thread looks next on its own (its wait's deadline)
 
     @contextmanager
     def watch(self, beat: Heartbeat) -> Iterator[Heartbeat]:
@@ -134,7 +137,8 @@ class HeartbeatMonitor:
                 self._thread = threading.Thread(target=self._run, name="heartbeat", daemon=True)
                 self._thread.start()
             self._beats.append(beat)
-            self._cond.notify()
+            if beat.next_wake < self._wake_at:
+                self._cond.notify()
         try:
             yield beat
         finally:
@@ -149,4 +153,7 @@ class HeartbeatMonitor:
                     if beat.next_wake <= now:
                         beat.tick(now)
                 wake = min((beat.next_wake for beat in self._beats), default=math.inf)
+                # Watches ended since are not notified: the thread looks once more at ``wake`` for
+                # nothing, and the next message of the batch, due later, needs no notify.
+                self._wake_at = wake
                 self._cond.wait(None if wake == math.inf else max(0.0, wake - self._clock()))
