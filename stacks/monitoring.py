@@ -33,8 +33,11 @@ class Monitoring(Construct):
             master_key=key,
             enforce_ssl=True,
         )
-        if config.alarms.email:
+        self.email_subscription = (
             self.topic.add_subscription(subscriptions.EmailSubscription(config.alarms.email))
+            if config.alarms.email
+            else None
+        )
         self.alarms: list[cloudwatch.Alarm] = []
         self.dashboard = cloudwatch.Dashboard(
             self,

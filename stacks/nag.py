@@ -57,6 +57,13 @@ def acknowledge_findings(stack: BreakwaterStack) -> None:
         )
     _acknowledge_ingress(stack)
     _acknowledge_consumers(stack)
+    if stack.monitoring.email_subscription is not None:
+        acknowledge(
+            stack.monitoring.email_subscription,
+            "Serverless-SNSRedrivePolicy",
+            "the optional alarm e-mail: SNS retries delivery, and an alarm that fails to notify stays in "
+            "ALARM on the dashboard; a DLQ would need its own alarm, notifying through this same topic",
+        )
 
 
 def _acknowledge_function(stack: BreakwaterStack, function: BreakwaterFunction) -> None:
