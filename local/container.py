@@ -24,10 +24,10 @@ class LambdaContext:
     """The context object the Python runtime passes; the deadline honours the function's timeout."""
 
     def __init__(self, request_id: str, deadline_ms: int) -> None:
-        self.function_name = os.environ["AWS_LAMBDA_FUNCTION_NAME"]
+        self.function_name = os.environ.get("AWS_LAMBDA_FUNCTION_NAME", "local")
         self.function_version = os.environ.get("AWS_LAMBDA_FUNCTION_VERSION", "$LATEST")
         self.memory_limit_in_mb = int(os.environ.get("AWS_LAMBDA_FUNCTION_MEMORY_SIZE", "128"))
-        self.invoked_function_arn = os.environ["BREAKWATER_LOCAL_FUNCTION_ARN"]
+        self.invoked_function_arn = os.environ.get("BREAKWATER_LOCAL_FUNCTION_ARN", "")
         self.log_group_name = os.environ.get("AWS_LAMBDA_LOG_GROUP_NAME", "")
         self.log_stream_name = os.environ.get("AWS_LAMBDA_LOG_STREAM_NAME", "")
         self.aws_request_id = request_id

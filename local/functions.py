@@ -138,6 +138,9 @@ class _Container:
         self._requests.flush()
         answer = self._read_answer(self.spec.timeout_s + 1.0)
         invocation = Invocation(function=self.spec.logical_id, request_id=request_id)
+        if answer is None and not self.alive:
+            invocation.error = {"errorType": "Runtime.ExitError", "errorMessage": "the runtime exited"}
+            return invocation
         if answer is None:
             self.kill()
             invocation.error = {

@@ -1,0 +1,184 @@
+"""The emulated SQS event source mappings honour Lambda's semantics, against moto's server.
+
+The queue, function and mapping are made through the AWS APIs here (this tests the emulator, not
+the stack); the function is a probe whose record bodies say what to do.
+"""
+
+from __future__ import annotations
+
+import json
+import time
+from collections.abc import Callable, Iterator
+from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from local import mappings as mappings_module
+from local.discovery import MappingSpec
+from local.embedded_aws import EmbeddedAws
+from local.functions import FunctionPool, FunctionSpec
+from local.mappings import SqsMapping
+
+PROBE = Path(__file__).parent / "handlers"
+
+pytestmark = pytest.mark.slow
+
+
+@pytest.fixture(scope="module")
+def aws() -> Iterator[EmbeddedAws]:
+    embedded = EmbeddedAws().start()
+    yield embedded
+    embedded.stop()
+
+
+@pytest.fixture(scope="module")
+def pool(aws: EmbeddedAws) -> Iterator[FunctionPool]:
+    spec = FunctionSpec(
+        "Probe",
+        "probe",
+        "arn:aws:lambda:us-east-1:123456789012:function:probe",
+        "probe/handler.handler",
+        5,
+        128,
+        {},
+        PROBE,
+    )
+    env = {**aws.environment(), "AWS_LAMBDA_FUNCTION_NAME": "probe"}
+    function_pool = FunctionPool(spec, env, lambda _fn, _line: None, max_containers=4)
+    yield function_pool
+    function_pool.stop()
+
+
+@pytest.fixture(autouse=True)
+def fast_refresh(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(mappings_module, "REFRESH_SECONDS", 0.2)
+
+
+def wait_for(condition: Callable[[], bool], timeout: float = 15.0) -> bool:
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if condition():
+            return True
+        time.sleep(0.1)
+    return condition()
+
+
+def depth(aws: EmbeddedAws, url: str) -> int:
+    attributes = aws.client("sqs").get_queue_attributes(QueueUrl=url, AttributeNames=["All"])["Attributes"]
+    return int(attributes["ApproximateNumberOfMessages"]) + int(
+        attributes["ApproximateNumberOfMessagesNotVisible"]
+    )
+
+
+def make_mapping(aws: EmbeddedAws, pool: FunctionPool, name: str, **esm: Any) -> tuple[SqsMapping, str, str]:
+    sqs, lam, iam = aws.client("sqs"), aws.client("lambda"), aws.client("iam")
+    dlq = sqs.create_queue(QueueName=f"{name}-dlq")["QueueUrl"]
+    dlq_arn = sqs.get_queue_attributes(QueueUrl=dlq, AttributeNames=["QueueArn"])["Attributes"]["QueueArn"]
+    url = sqs.create_queue(
+        QueueName=name,
+        Attributes={
+            "VisibilityTimeout": "1",
+            "RedrivePolicy": json.dumps({"deadLetterTargetArn": dlq_arn, "maxReceiveCount": 2}),
+        },
+    )["QueueUrl"]
+    arn = sqs.get_queue_attributes(QueueUrl=url, AttributeNames=["QueueArn"])["Attributes"]["QueueArn"]
+    try:
+        role = iam.create_role(RoleName="probe", AssumeRolePolicyDocument="{}")["Role"]["Arn"]
+        lam.create_function(
+            FunctionName="probe",
+            Runtime="python3.12",
+            Role=role,
+            Handler="probe/handler.handler",
+            Code={"ZipFile": b"PK\x05\x06" + b"\0" * 18},
+        )
+    except lam.exceptions.ResourceConflictException:
+        pass
+    except iam.exceptions.EntityAlreadyExistsException:
+        pass
+    uuid = lam.create_event_source_mapping(EventSourceArn=arn, FunctionName="probe", **esm)["UUID"]
+    spec = MappingSpec(uuid, "Probe", arn, url)
+    mapping = SqsMapping(spec, pool, aws, ThreadPoolExecutor(8), default_max_concurrency=4)
+    return mapping, url, dlq
+
+
+def test_partial_failures_are_retried_then_go_to_the_dlq(aws: EmbeddedAws, pool: FunctionPool) -> None:
+    mapping, url, dlq = make_mapping(
+        aws, pool, "partial", BatchSize=10, FunctionResponseTypes=["ReportBatchItemFailures"]
+    )
+    sqs = aws.client("sqs")
+    for body in ("ok-1", "ok-2", "ok-3", "fail-1"):
+        sqs.send_message(QueueUrl=url, MessageBody=body)
+    mapping.start()
+    try:
+        assert wait_for(lambda: depth(aws, dlq) == 1)
+        assert wait_for(lambda: depth(aws, url) == 0)
+    finally:
+        mapping.stop()
+    moved = sqs.receive_message(QueueUrl=dlq)["Messages"][0]["Body"]
+    assert moved == "fail-1"
+    assert mapping.stats.deleted == 3  # the successes, once; the failure never
+    assert mapping.stats.reported_failures == 2  # delivered twice (maxReceiveCount 2), then redriven by SQS
+
+
+def test_a_function_error_deletes_nothing(aws: EmbeddedAws, pool: FunctionPool) -> None:
+    mapping, url, dlq = make_mapping(
+        aws, pool, "crash", BatchSize=10, FunctionResponseTypes=["ReportBatchItemFailures"]
+    )
+    sqs = aws.client("sqs")
+    for body in ("ok-1", "crash"):
+        sqs.send_message(QueueUrl=url, MessageBody=body)
+    mapping.start()
+    try:
+        assert wait_for(lambda: depth(aws, dlq) == 2)
+    finally:
+        mapping.stop()
+    assert mapping.stats.deleted == 0
+    assert mapping.stats.function_errors >= 1
+
+
+def test_maximum_concurrency_bounds_parallel_invocations(aws: EmbeddedAws, pool: FunctionPool) -> None:
+    mapping, url, _ = make_mapping(aws, pool, "bounded", BatchSize=1, ScalingConfig={"MaximumConcurrency": 2})
+    sqs = aws.client("sqs")
+    for index in range(12):
+        sqs.send_message(QueueUrl=url, MessageBody=f"sleep-{index}")
+    mapping.start()
+    try:
+        assert wait_for(lambda: depth(aws, url) == 0, timeout=30)
+    finally:
+        mapping.stop()
+    assert mapping.stats.max_in_flight == 2  # reached, never exceeded, though the pool has 4 containers
+    assert mapping.stats.batch_sizes and max(mapping.stats.batch_sizes) == 1
+
+
+def test_a_disabled_mapping_does_not_poll(aws: EmbeddedAws, pool: FunctionPool) -> None:
+    mapping, url, _ = make_mapping(aws, pool, "toggled", BatchSize=5, Enabled=False)
+    sqs, lam = aws.client("sqs"), aws.client("lambda")
+    sqs.send_message(QueueUrl=url, MessageBody="ok-waiting")
+    mapping.start()
+    try:
+        time.sleep(1.0)
+        assert mapping.stats.polls == 0
+        assert depth(aws, url) == 1
+        lam.update_event_source_mapping(UUID=mapping.spec.uuid, Enabled=True)  # as the controller does
+        assert wait_for(lambda: depth(aws, url) == 0)
+        lam.update_event_source_mapping(UUID=mapping.spec.uuid, Enabled=False)
+        time.sleep(0.6)
+        polls = mapping.stats.polls
+        time.sleep(1.0)
+        assert mapping.stats.polls == polls
+    finally:
+        mapping.stop()
+
+
+def test_the_context_honours_the_function_timeout(pool: FunctionPool) -> None:
+    lines: list[str] = []
+    probe = FunctionPool(pool.spec, pool._runtime_env, lambda _fn, line: lines.append(line), max_containers=1)
+    try:
+        invocation = probe.invoke({"Records": [{"messageId": "m", "body": "ok"}]})
+    finally:
+        probe.stop()
+    assert invocation.ok and invocation.result == {"batchItemFailures": []}
+    remaining = next(json.loads(line)["remaining_ms"] for line in lines if "remaining_ms" in line)
+    assert 0 < remaining <= 5000
