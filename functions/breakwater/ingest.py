@@ -13,6 +13,7 @@ from typing import Any, Protocol
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
+from breakwater.counting import CounterBuffer
 from breakwater.envelope import Envelope, Origin, new_envelope_id
 from breakwater.errors import (
     BadRequestError,
@@ -257,6 +258,12 @@ class Accepted:
         return {"id": self.envelope.id, "queue": self.queue}
 
 
+class CounterSink(Protocol):
+    """Adds per-tenant counter deltas to the shared counters (one write per tenant)."""
+
+    def add(self, deltas: Mapping[str, Mapping[str, int]]) -> None: ...
+
+
 class IngestService:
     """One call per request: validate, stamp, admit, route, store."""
 
@@ -268,12 +275,16 @@ class IngestService:
         clock: Callable[[], float],
         max_payload_bytes: int,
         max_ttl_seconds: int,
+        counters: CounterSink | None = None,
+        counter_flush_seconds: float = 10.0,
     ) -> None:
         self.router = router
         self.gate = gate  # None: throttling disabled (the naive baseline)
         self._clock = clock
         self.max_payload_bytes = max_payload_bytes
         self.max_ttl_seconds = max_ttl_seconds
+        self._sink = counters
+        self._counts = CounterBuffer(counter_flush_seconds, clock)
 
     def accept(
         self,
@@ -289,6 +300,7 @@ class IngestService:
         if self.gate is not None:
             admitted, retry_after = self.gate.try_acquire(tenant.tenant, tenant.bucket_limits())
             if not admitted:
+                self._count(tenant.tenant, "throttled")
                 raise ThrottledError(
                     f"tenant '{tenant.tenant}' is over its rate limit (base {tenant.rate:g} messages/s, "
                     f"burst {tenant.burst:g}); retry after the Retry-After header's seconds",
@@ -299,4 +311,25 @@ class IngestService:
             request, tenant=tenant.tenant, now_ms=now_ms, request_id=request_id, trace_id=trace_id
         )
         queue = self.router.send(envelope)
+        self._count(tenant.tenant, "accepted")
         return Accepted(envelope=envelope, queue=queue)
+
+    def _count(self, tenant: str, name: str) -> None:
+        """Tally for the controller's backlog estimate; flushed in aggregate, never per request."""
+        if self._sink is None:
+            return
+        self._counts.add(tenant, name)
+        self.flush_counters(force=False)
+
+    def flush_counters(self, *, force: bool = True) -> None:
+        """Write the tallies (all of them if ``force``, else only once the interval has passed)."""
+        if self._sink is None:
+            return
+        taken = self._counts.take_all() if force else self._counts.take_due()
+        if not taken:
+            return
+        try:
+            self._sink.add(taken)
+        except Exception:
+            # counts only feed estimates; keep them for the next flush rather than fail a request
+            self._counts.restore(taken)

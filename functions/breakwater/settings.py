@@ -85,6 +85,7 @@ class IngestSettings(TierSettings):
     lease_max_fraction: float = Field(gt=0, le=1)
     depth_refresh_seconds: float = Field(gt=0)
     throttling_enabled: bool = True
+    counter_flush_seconds: float = Field(default=10.0, ge=0, description="seconds between tally flushes")
 
     _parse_urls = field_validator("live_queue_urls", mode="before")(_split_csv)
 

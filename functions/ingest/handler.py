@@ -15,6 +15,7 @@ from aws_lambda_powertools.metrics import MetricUnit
 from aws_lambda_powertools.utilities.typing import LambdaContext
 
 from breakwater.aws.buckets import LeasedTokenBucket
+from breakwater.aws.counters import TenantCounters
 from breakwater.aws.queues import EnqueueError, LiveQueues
 from breakwater.errors import ApiError, RouteNotFoundError
 from breakwater.ingest import IngestService, Router, TenantContext
@@ -42,6 +43,8 @@ def build_service(settings: IngestSettings, clock: Callable[[], float] = time.ti
         clock=clock,
         max_payload_bytes=settings.max_payload_bytes,
         max_ttl_seconds=settings.max_ttl_seconds,
+        counters=TenantCounters(settings.state_table_name),
+        counter_flush_seconds=settings.counter_flush_seconds,
     )
 
 

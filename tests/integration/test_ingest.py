@@ -247,3 +247,23 @@ def test_a_throttled_tenant_costs_no_more_state_writes(api: ApiGateway, keys, in
 
     assert statuses.count(202) == 10
     assert len(calls) == 2  # two leases of five; the 30 throttled requests are refused locally
+
+
+def test_accepted_and_throttled_counts_are_flushed_in_aggregate(api: ApiGateway, keys, ingest_handler, clock):
+    """The controller's backlog estimate comes from these counters: one write per tenant per interval."""
+    table = boto3.resource("dynamodb").Table(ingest_handler.SETTINGS.state_table_name)
+
+    def counters(tenant: str) -> dict:
+        return table.get_item(Key={"pk": f"tenant#{tenant}", "sk": "counters"}).get("Item", {})
+
+    statuses = [api.request(keys["acme"], {"type": "t"}).status for _ in range(12)]
+    assert statuses.count(202) == 10
+    assert counters("acme") == {}  # nothing written per request
+
+    clock.advance(10.0)
+    api.request(keys["globex"], {"type": "t"})  # any request past the interval flushes every tenant's tally
+
+    acme = counters("acme")
+    assert acme["accepted"] == 10
+    assert acme["throttled"] == 2
+    assert counters("globex") == {"pk": "tenant#globex", "sk": "counters", "accepted": 1}
