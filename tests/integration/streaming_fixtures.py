@@ -165,7 +165,7 @@ def _failures(
     return {item["itemIdentifier"] for item in (response or {}).get("batchItemFailures", [])}
 
 
-def _sqs_record(message: dict[str, Any], queue_url: str) -> dict[str, Any]:
+def _sqs_record(message: Any, queue_url: str) -> dict[str, Any]:
     name = queue_url.rsplit("/", 1)[-1]
     return {
         "messageId": message["MessageId"],
@@ -232,9 +232,9 @@ class KinesisMapping:
     _positions: dict[str, str] = field(default_factory=dict)  # last checkpointed sequence per shard
     _finished: set[str] = field(default_factory=set)
 
-    def _shards(self) -> list[dict[str, Any]]:
+    def _shards(self) -> list[Any]:
         kinesis = boto3.client("kinesis", region_name=REGION)
-        return kinesis.list_shards(StreamARN=self.stream_arn)["Shards"]  # type: ignore[no-any-return]
+        return list(kinesis.list_shards(StreamARN=self.stream_arn)["Shards"])
 
     def lineage(self) -> list[ShardLineage]:
         return [
@@ -242,12 +242,12 @@ class KinesisMapping:
             for s in self._shards()
         ]
 
-    def read_all(self, shard_id: str) -> list[dict[str, Any]]:
+    def read_all(self, shard_id: str) -> list[Any]:
         kinesis = boto3.client("kinesis", region_name=REGION)
         iterator = kinesis.get_shard_iterator(
             StreamARN=self.stream_arn, ShardId=shard_id, ShardIteratorType="TRIM_HORIZON"
         )["ShardIterator"]
-        records: list[dict[str, Any]] = []
+        records: list[Any] = []
         while True:
             page = kinesis.get_records(StreamARN=self.stream_arn, ShardIterator=iterator, Limit=10_000)
             records.extend(page["Records"])

@@ -161,7 +161,7 @@ def test_a_redelivery_after_a_lost_delete_has_no_second_effect(
     assert "Messages" not in sqs.receive_message(QueueUrl=fifo[0])
 
 
-def _receive(queue_url: str, count: int) -> list[dict[str, Any]]:
+def _receive(queue_url: str, count: int) -> list[Any]:
     sqs = boto3.client("sqs", region_name=REGION)
     return sqs.receive_message(
         QueueUrl=queue_url, MaxNumberOfMessages=count, MessageSystemAttributeNames=["All"]

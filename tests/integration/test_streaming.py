@@ -116,7 +116,7 @@ class FlakyKinesis:
         self.calls.append(len(entries))
         failing = {i for i, e in enumerate(entries) if call < self._flaky_calls and self._fails(call, i, e)}
         kept = [e for i, e in enumerate(entries) if i not in failing]
-        written = iter(
+        written: Iterator[Any] = iter(
             self._real.put_records(StreamARN=kwargs["StreamARN"], Records=kept)["Records"] if kept else []
         )
         results = [
