@@ -5,6 +5,7 @@ from __future__ import annotations
 from pathlib import Path
 
 import pytest
+from aws_cdk import Stack
 from aws_cdk import aws_sqs as sqs
 
 from app import STACK_ID, build_app
@@ -15,7 +16,9 @@ pytestmark = pytest.mark.slow
 def test_an_unacknowledged_nag_error_fails_the_synth(tmp_path: Path) -> None:
     app = build_app({"breakwater": {"queue_set": {"size": 1, "shard_size": 1}}}, outdir=str(tmp_path))
     # A queue a fork might add carelessly: no DLQ, no TLS-only policy.
-    sqs.Queue(app.node.find_child(STACK_ID), "CarelessQueue")
+    stack = app.node.find_child(STACK_ID)
+    assert isinstance(stack, Stack)
+    sqs.Queue(stack, "CarelessQueue")
     with pytest.raises(RuntimeError) as error:
         app.synth()
     message = str(error.value)
