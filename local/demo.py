@@ -125,6 +125,9 @@ def run_config(
         sampler.join(5)
         if progress:
             sys.stdout.write("\n")
+        # A consistent point for the accounting: no poller receives and no worker runs any more, so a
+        # message is either counted by the worker that finished with it or still in a queue.
+        runtime.quiesce()
         requests = _requests(runtime) - requests_before
         final_depths = queue_depths(runtime, sampler_client)
         counters = tenant_counters(runtime, scenario.tenant_ids)
@@ -230,6 +233,7 @@ def summarize(
                 "accepted": accepted_total,
                 "processed": delivered,
                 "dropped_expired": dropped_total,
+                "queued": live_left + sideline_left,
                 "waiting_in_live_queues": live_left,
                 "waiting_in_sideline_queues": sideline_left,
                 "in_dlq": dlq,

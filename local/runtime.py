@@ -227,6 +227,21 @@ class LocalRuntime:
         thread.start()
         self._threads.append(thread)
 
+    def quiesce(self, timeout: float = 30.0) -> None:
+        """Stop the schedules and the mappings' polling, then wait for every invocation in flight.
+
+        Afterwards nothing moves a message any more (the API aside), so the queues' depths and the
+        workers' counters read afterwards describe one consistent point: a consumed message is
+        either counted by the worker that finished it or still in its queue, never both or neither.
+        """
+        self._stop.set()
+        for mapping in self.mappings:
+            mapping.stop()
+        for mapping in self.mappings:
+            mapping.drain(timeout)
+        for thread in self._threads:
+            thread.join(timeout)
+
     def stop(self) -> None:
         self._stop.set()
         for mapping in self.mappings:
