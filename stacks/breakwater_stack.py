@@ -15,7 +15,10 @@ from stacks.encryption import StackKey
 from stacks.functions import BreakwaterFunction, FunctionFactory
 from stacks.ingress import Ingress
 from stacks.monitoring import Monitoring
+from stacks.ordered import OrderedWorkload
 from stacks.queue_set import QueueSet
+from stacks.request_schemas import events_schema, ordered_message_schema
+from stacks.streaming import StreamingWorkload
 from stacks.tables import Tables
 
 
@@ -52,6 +55,9 @@ class BreakwaterStack(Stack):
             sideline_mappings=self.consumers.sideline_mappings,
         )
         self.monitoring = self._build_monitoring()
+        self.ordered = self._build_ordered() if config.ordered.enabled else None
+        self.streaming = self._build_streaming() if config.streaming.enabled else None
+        self.monitoring.add_alarm_overview()  # last: every alarm above, the workloads' included
         self._build_outputs()
 
     def _build_monitoring(self) -> Monitoring:
@@ -74,8 +80,30 @@ class BreakwaterStack(Stack):
         monitoring.watch_age_of_first_attempt()
         monitoring.watch_polling_headroom(self.queues.live)
         monitoring.watch_throttling()
-        monitoring.add_alarm_overview()
         return monitoring
+
+    def _build_ordered(self) -> OrderedWorkload:
+        ordered = OrderedWorkload(
+            self, "Ordered", config=self.config, functions=self.functions, state_table=self.tables.state
+        )
+        self.ingress.add_route(
+            "ordered", ordered.ingest.function, "OrderedMessage", ordered_message_schema(self.config)
+        )
+        self.monitoring.watch_queues(
+            ordered.queues,
+            oldest_age_seconds=self.config.alarms.oldest_message_age_seconds,
+            title="Ordered queues",
+        )
+        self.monitoring.watch_ordered()
+        return ordered
+
+    def _build_streaming(self) -> StreamingWorkload:
+        streaming = StreamingWorkload(
+            self, "Streaming", config=self.config, functions=self.functions, alarm_topic=self.monitoring.topic
+        )
+        self.ingress.add_route("events", streaming.events.function, "Events", events_schema(self.config))
+        self.monitoring.watch_stream(streaming.stream, streaming.alarms)
+        return streaming
 
     def _build_authorizer(self) -> BreakwaterFunction:
         authorizer = self.functions.build(
@@ -107,7 +135,8 @@ class BreakwaterStack(Stack):
         return ingest
 
     def _build_outputs(self) -> None:
-        CfnOutput(self, "ApiUrl", value=self.ingress.url, description="base URL; POST v1/messages")
+        routes = ", ".join(f"v1/{path}" for path in self.ingress.routes)
+        CfnOutput(self, "ApiUrl", value=self.ingress.url, description=f"base URL; POST {routes}")
         CfnOutput(self, "TenantsTableName", value=self.tables.tenants.table_name)
         CfnOutput(self, "StateTableName", value=self.tables.state.table_name)
         CfnOutput(self, "IdempotencyTableName", value=self.tables.idempotency.table_name)
@@ -123,3 +152,13 @@ class BreakwaterStack(Stack):
             "SidelineMappingUuids",
             value=Fn.join(",", [m.event_source_mapping_id for m in self.consumers.sideline_mappings]),
         )
+        if self.ordered is not None:
+            CfnOutput(self, "WriteAheadTableName", value=self.ordered.write_ahead_table.table_name)
+            for index, pair in enumerate(self.ordered.queues):
+                CfnOutput(self, f"Ordered{index}QueueUrl", value=pair.queue.queue_url)
+                CfnOutput(self, f"Ordered{index}DlqUrl", value=pair.dlq.queue_url)
+        if self.streaming is not None:
+            CfnOutput(self, "EventStreamName", value=self.streaming.stream.stream_name)
+            CfnOutput(self, "EventStreamArn", value=self.streaming.stream.stream_arn)
+            CfnOutput(self, "AggregatesTableName", value=self.streaming.aggregates_table.table_name)
+            CfnOutput(self, "StreamFailuresQueueUrl", value=self.streaming.failures.queue_url)

@@ -1,8 +1,9 @@
 """The front door: a REST API whose every method sits behind the tenant authorizer.
 
-``POST /v1/messages`` is validated against a JSON schema before it costs a Lambda invocation; every
-error API Gateway produces itself is a JSON body naming the problem; the stage throttles as
-configured, traces and writes structured access logs to an encrypted, retained log group.
+Every ``POST /v1/<route>`` is validated against a JSON schema (``stacks/request_schemas.py``)
+before it costs a Lambda invocation; every error API Gateway produces itself is a JSON body naming
+the problem; the stage throttles as configured, traces and writes structured access logs to an
+encrypted, retained log group.
 """
 
 from __future__ import annotations
@@ -18,6 +19,7 @@ from constructs import Construct
 
 from stacks.config import BlueprintConfig
 from stacks.functions import RETENTION, encrypted_log_group
+from stacks.request_schemas import message_schema
 
 STAGE_NAME = "prod"
 
@@ -73,7 +75,12 @@ class Ingress(Construct):
         self.api = self._build_api()
         self._build_execution_log_group(key)
         self._build_gateway_responses()
-        self._build_messages_route(ingest_function)
+        self._validator = self.api.add_request_validator(
+            "BodyValidator", validate_request_body=True, validate_request_parameters=True
+        )
+        self.v1 = self.api.root.add_resource("v1")
+        self.routes: dict[str, apigw.Method] = {}
+        self.post_message = self.add_route("messages", ingest_function, "Message", message_schema(config))
 
     @property
     def url(self) -> str:
@@ -145,41 +152,21 @@ class Ingress(Construct):
                 },
             )
 
-    def _build_messages_route(self, ingest_function: lambda_.IFunction) -> None:
-        validator = self.api.add_request_validator(
-            "BodyValidator", validate_request_body=True, validate_request_parameters=True
-        )
+    def add_route(
+        self, path: str, function: lambda_.IFunction, model_name: str, schema: apigw.JsonSchema
+    ) -> apigw.Method:
+        """``POST /v1/<path>`` to ``function`` (Lambda proxy), its body checked against ``schema``.
+
+        The method inherits the API's default options, so the tenant authorizer guards it too.
+        """
         model = self.api.add_model(
-            "MessageModel",
-            content_type="application/json",
-            model_name="Message",
-            schema=_message_schema(self._config.ingest.max_ttl_seconds),
+            f"{model_name}Model", content_type="application/json", model_name=model_name, schema=schema
         )
-        messages = self.api.root.add_resource("v1").add_resource("messages")
-        self.post_message = messages.add_method(
+        method = self.v1.add_resource(path).add_method(
             "POST",
-            apigw.LambdaIntegration(ingest_function, proxy=True, allow_test_invoke=False),
-            request_validator=validator,
+            apigw.LambdaIntegration(function, proxy=True, allow_test_invoke=False),
+            request_validator=self._validator,
             request_models={"application/json": model},
         )
-
-
-def _message_schema(max_ttl_seconds: int) -> apigw.JsonSchema:
-    """The body of POST /v1/messages; the tenant never comes from the body (additionalProperties: false)."""
-    string = apigw.JsonSchemaType.STRING
-    return apigw.JsonSchema(
-        schema=apigw.JsonSchemaVersion.DRAFT4,
-        title="Message",
-        type=apigw.JsonSchemaType.OBJECT,
-        required=["type"],
-        additional_properties=False,
-        properties={
-            "type": apigw.JsonSchema(type=string),
-            "payload": apigw.JsonSchema(description="any JSON value"),
-            "dedup_key": apigw.JsonSchema(type=string),
-            "ordering_key": apigw.JsonSchema(type=string),
-            "ttl_seconds": apigw.JsonSchema(
-                type=apigw.JsonSchemaType.INTEGER, minimum=1, maximum=max_ttl_seconds
-            ),
-        },
-    )
+        self.routes[path] = method
+        return method

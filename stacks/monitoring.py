@@ -9,6 +9,7 @@ from __future__ import annotations
 from aws_cdk import Duration
 from aws_cdk import aws_cloudwatch as cloudwatch
 from aws_cdk import aws_cloudwatch_actions as actions
+from aws_cdk import aws_kinesis as kinesis
 from aws_cdk import aws_kms as kms
 from aws_cdk import aws_sns as sns
 from aws_cdk import aws_sns_subscriptions as subscriptions
@@ -153,6 +154,53 @@ class Monitoring(Construct):
                 left_annotations=[alarm.to_annotation()],
                 width=12,
             )
+        )
+
+    def watch_ordered(self) -> None:
+        """The ordered workload's EMF counts; its queues are watched with :meth:`watch_queues`."""
+        five_minutes = Duration.minutes(5)
+        self.dashboard.add_widgets(
+            cloudwatch.GraphWidget(
+                title="Ordered: accepted / processed / duplicates / dropped (per 5 min)",
+                left=[
+                    # Only the FIFO worker emits Processed without a QueueRole dimension.
+                    self._service_metric(name, statistic="Sum", period=five_minutes)
+                    for name in ("AcceptedOrdered", "Processed", "Duplicates", "Dropped")
+                ],
+                width=12,
+            )
+        )
+
+    def watch_stream(self, stream: kinesis.IStream, alarms: list[cloudwatch.Alarm]) -> None:
+        """The stream's backlog (iterator age), its producers' and consumer's EMF counts, and ``alarms``
+        (built with the stream, on this topic), which join the overview."""
+        five_minutes = Duration.minutes(5)
+        self.alarms.extend(alarms)
+        self.dashboard.add_widgets(
+            cloudwatch.GraphWidget(
+                title="Stream: iterator age (ms), the consumer's backlog",
+                left=[
+                    stream.metric_get_records_iterator_age_milliseconds(period=_MINUTE, statistic="Maximum")
+                ],
+                width=12,
+            ),
+            cloudwatch.AlarmStatusWidget(title="Stream: alarms", alarms=alarms, width=12),
+            cloudwatch.GraphWidget(
+                title="Events: written / failed / rejected (per 5 min)",
+                left=[
+                    self._service_metric(name, statistic="Sum", period=five_minutes)
+                    for name in ("EventsWritten", "EventsFailed", "EventsRejected")
+                ],
+                width=12,
+            ),
+            cloudwatch.GraphWidget(
+                title="Stream consumer: records and aggregate writes (per 5 min)",
+                left=[
+                    self._service_metric(name, statistic="Sum", period=five_minutes)
+                    for name in ("RecordsApplied", "RecordsSkipped", "RecordsFailed", "AggregateWrites")
+                ],
+                width=12,
+            ),
         )
 
     def _service_metric(

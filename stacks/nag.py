@@ -27,7 +27,21 @@ _NO_ASYNC_DLQ = {
     "Controller": "a missed run is superseded by the next one a minute later (EventBridge retries twice, "
     "events older than a minute are dropped on purpose); keeping stale runs would only replay old state",
     "Redrive": "invoked synchronously by the operator (bin/redrive), who reads the result; nothing to keep",
+    "OrderedIngest": "invoked synchronously by API Gateway (POST /v1/ordered): a failure is a 5xx the client "
+    "retries with the same dedup_key, not a lost event",
+    "Events": "invoked synchronously by API Gateway (POST /v1/events): the answer says per event what was "
+    "written, so a failure is a 5xx or a 207 the client resends, never a lost event",
+    "FifoWorker": "invoked by SQS FIFO event source mappings, never asynchronously: a failed message is "
+    "retried in order within its group and lands in its queue's own FIFO DLQ (alarmed)",
+    "StreamConsumer": "invoked by the Kinesis event source mapping, never asynchronously: a batch it gives "
+    "up on (bisected, retried, or past the maximum record age) goes to the mapping's on-failure queue, which "
+    "alarms",
 }
+
+_SQS_MAPPING_DESTINATION = (
+    "SQS mappings take no on-failure destination (Kinesis, DynamoDB and Kafka do): a message that keeps "
+    "failing goes to its queue's own DLQ after maxReceiveCount, which alarms"
+)
 
 _RUNTIME_PINNED = (
     "the runtime is chosen by functions.runtime in cdk.json (docs/decisions.md D2/D3): it must match a "
@@ -57,6 +71,8 @@ def acknowledge_findings(stack: BreakwaterStack) -> None:
         )
     _acknowledge_ingress(stack)
     _acknowledge_consumers(stack)
+    _acknowledge_ordered(stack)
+    _acknowledge_streaming(stack)
     if stack.monitoring.email_subscription is not None:
         acknowledge(
             stack.monitoring.email_subscription,
@@ -82,16 +98,15 @@ def _acknowledge_function(stack: BreakwaterStack, function: BreakwaterFunction) 
         )
 
 
+def _acknowledge_sqs_mappings(worker: BreakwaterFunction) -> None:
+    for child in worker.function.node.children:
+        if child.node.id.startswith("SqsEventSource:"):
+            acknowledge(child, "Serverless-LambdaEventSourceMappingDestination", _SQS_MAPPING_DESTINATION)
+
+
 def _acknowledge_consumers(stack: BreakwaterStack) -> None:
     for worker in (stack.consumers.live_worker, stack.consumers.sideline_worker):
-        for child in worker.function.node.children:
-            if child.node.id.startswith("SqsEventSource:"):
-                acknowledge(
-                    child,
-                    "Serverless-LambdaEventSourceMappingDestination",
-                    "SQS mappings take no on-failure destination (Kinesis, DynamoDB and Kafka do): a message "
-                    "that keeps failing goes to its queue's own DLQ after maxReceiveCount, which alarms",
-                )
+        _acknowledge_sqs_mappings(worker)
     acknowledge(
         stack.control.schedule,
         "Serverless-EventBusDLQ",
@@ -108,15 +123,43 @@ def _acknowledge_ingress(stack: BreakwaterStack) -> None:
         "API Gateway's account-level logging role (needed for access logs) is the documented use of this AWS "
         "managed policy; API Gateway, not our code, assumes it",
     )
-    acknowledge(
-        stack.ingress.post_message,
-        "AwsSolutions-COG4",
-        "machine-to-machine API authenticated by per-tenant API keys: the REQUEST authorizer checks the "
-        "key's SHA-256 against the tenants table (docs/decisions.md D1); no end users for a Cognito pool",
-    )
+    for method in stack.ingress.routes.values():
+        acknowledge(
+            method,
+            "AwsSolutions-COG4",
+            "machine-to-machine API authenticated by per-tenant API keys: the REQUEST authorizer checks the "
+            "key's SHA-256 against the tenants table (docs/decisions.md D1); no end users for a Cognito pool",
+        )
     acknowledge(
         api.deployment_stage,
         "AwsSolutions-APIG3",
         "no WAF by default (a fixed monthly cost per web ACL): abuse is bounded by the authorizer, the "
         "per-tenant token bucket and stage throttling; a fork facing the open internet should add a web ACL",
     )
+
+
+def _acknowledge_ordered(stack: BreakwaterStack) -> None:
+    if stack.ordered is None:
+        return
+    _acknowledge_sqs_mappings(stack.ordered.worker)
+    for pair in stack.ordered.queues:
+        acknowledge(
+            pair.dlq,
+            "Serverless-SQSRedrivePolicy",
+            f"this is the FIFO dead-letter queue of {pair.role}: a DLQ of a DLQ would only move the problem; "
+            "an alarm fires on any visible message",
+        )
+
+
+def _acknowledge_streaming(stack: BreakwaterStack) -> None:
+    if stack.streaming is None:
+        return
+    failures = stack.streaming.failures
+    reason = (
+        "this is the Kinesis mapping's on-failure destination, the stream's dead-letter queue: it holds the "
+        "shard and sequence range of a batch the consumer gave up on (the records stay on the stream for its "
+        "retention); the ConsumerGaveUp alarm fires on any visible message, and a DLQ of it would only move "
+        "the problem"
+    )
+    acknowledge(failures, "AwsSolutions-SQS3", reason)
+    acknowledge(failures, "Serverless-SQSRedrivePolicy", reason)

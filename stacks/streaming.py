@@ -12,6 +12,7 @@ from aws_cdk import Duration, RemovalPolicy
 from aws_cdk import aws_cloudwatch as cloudwatch
 from aws_cdk import aws_cloudwatch_actions as actions
 from aws_cdk import aws_dynamodb as dynamodb
+from aws_cdk import aws_iam as iam
 from aws_cdk import aws_kinesis as kinesis
 from aws_cdk import aws_lambda as lambda_
 from aws_cdk import aws_lambda_event_sources as sources
@@ -23,6 +24,17 @@ from stacks.config import BlueprintConfig
 from stacks.functions import BreakwaterFunction, FunctionFactory
 
 _MINUTE = Duration.minutes(1)
+# The data-plane actions a Kinesis resource policy may name for a stream (no wildcard: the policy is
+# checked against the actions Kinesis supports there).
+_STREAM_ACTIONS = [
+    "kinesis:DescribeStream",
+    "kinesis:DescribeStreamSummary",
+    "kinesis:GetRecords",
+    "kinesis:GetShardIterator",
+    "kinesis:ListShards",
+    "kinesis:PutRecord",
+    "kinesis:PutRecords",
+]
 
 
 class StreamingWorkload(Construct):
@@ -59,7 +71,7 @@ class StreamingWorkload(Construct):
     def _build_stream(self) -> kinesis.Stream:
         streaming = self._config.streaming
         provisioned = streaming.capacity_mode == "provisioned"
-        return kinesis.Stream(
+        stream = kinesis.Stream(
             self,
             "Stream",
             stream_name=f"{self._config.service_name}-events",
@@ -69,6 +81,18 @@ class StreamingWorkload(Construct):
             encryption=kinesis.StreamEncryption.MANAGED,
             removal_policy=RemovalPolicy.DESTROY,
         )
+        # TLS only, as the queues and the topic (AWS::Kinesis::ResourcePolicy; docs/decisions.md D-stream-3).
+        stream.add_to_resource_policy(
+            iam.PolicyStatement(
+                sid="DenyPlainHttp",
+                effect=iam.Effect.DENY,
+                principals=[iam.AnyPrincipal()],
+                actions=_STREAM_ACTIONS,
+                resources=[stream.stream_arn],
+                conditions={"Bool": {"aws:SecureTransport": "false"}},
+            )
+        )
+        return stream
 
     def _build_aggregates_table(self) -> dynamodb.Table:
         string = dynamodb.AttributeType.STRING

@@ -55,3 +55,9 @@ def synth(tmp_path_factory: pytest.TempPathFactory) -> Synth:
 def naive_synth(tmp_path_factory: pytest.TempPathFactory) -> Synth:
     """The naive baseline the demo compares against, selected through the same context mechanism."""
     return synthesize(tmp_path_factory.mktemp("cdk-naive"), {"breakwater": {"mode": "naive"}})
+
+
+@pytest.fixture(scope="session")
+def ordered_synth(tmp_path_factory: pytest.TempPathFactory) -> Synth:
+    """cdk.json's configuration with the ordered workload (SQS FIFO, POST /v1/ordered) turned on."""
+    return synthesize(tmp_path_factory.mktemp("cdk-ordered"), {"breakwater": {"ordered": {"enabled": True}}})
