@@ -21,12 +21,15 @@ unknown handles.
 
 Separately, :func:`disable_inline_event_source_delivery` stops moto from invoking Lambda
 synchronously inside ``SendMessage`` for queues with an event source mapping: the local runtime
-polls the queues itself, as the Lambda service does (see ``local/mappings.py``).
+polls the queues itself, as the Lambda service does (see ``local/mappings.py``); the same for
+Kinesis streams inside ``PutRecord(s)`` (see ``local/kinesis_mapping.py``).
+:func:`kinesis_resharding_as_aws` makes a split or merge leave the parents' records where AWS does.
 """
 
 from __future__ import annotations
 
 import functools
+import hashlib
 import json
 import threading
 from collections.abc import Iterator, Mapping, Sequence
@@ -34,6 +37,7 @@ from typing import Any, overload
 
 from moto import backends as moto_backends
 from moto.core.utils import camelcase_to_underscores, unix_time_millis
+from moto.kinesis import models as kinesis_models
 from moto.sqs import models as sqs_models
 
 _lock = threading.Lock()
@@ -228,4 +232,64 @@ def disable_inline_event_source_delivery() -> None:
         _applied["lambda_event_source_mappings"] = True
         sqs_models.Queue.lambda_event_source_mappings = property(  # type: ignore[assignment]
             _no_inline_mappings, _ignore_mappings
+        )
+        # Kinesis: moto invokes the function (in Docker) inside every PutRecord; the runtime's
+        # KinesisMapping reads the shards itself.
+        kinesis_models.Stream.lambda_event_source_mappings = property(  # type: ignore[assignment]
+            _no_inline_mappings, _ignore_mappings
+        )
+
+
+def kinesis_resharding_as_aws() -> None:
+    """After SplitShard / MergeShards, records stay in the closed parents and new puts go to open shards.
+
+    moto 5.2.5's ``split_shard`` empties the parent and re-puts its records through its routing,
+    which does not skip closed shards (so they, and every later put, land in the parent again);
+    ``merge_shards`` copies both parents' records into the child. On AWS a parent keeps its records
+    (readable until retention ends) and only the open child that owns the hash key receives puts.
+    Idempotent; ``tests/integration/streaming_fixtures.split_shard_as_aws`` does the routing part
+    for the in-process tests.
+    """
+    with _lock:
+        if "kinesis_resharding" in _applied:
+            return
+        _applied["kinesis_resharding"] = True
+        route = kinesis_models.Stream.get_shard_for_key
+        split = kinesis_models.Stream.split_shard
+        merge = kinesis_models.Stream.merge_shards
+
+        def open_shard_for_key(self: Any, partition_key: str, explicit_hash_key: str) -> Any:
+            shard = route(self, partition_key, explicit_hash_key)
+            if shard is None or shard.is_open:
+                return shard
+            key = (  # Kinesis maps a partition key to a hash key with MD5
+                int(explicit_hash_key)
+                if explicit_hash_key
+                else int(hashlib.md5(partition_key.encode()).hexdigest(), 16)  # noqa: S324
+            )
+            return next(
+                (s for s in self.shards.values() if s.is_open and s.starting_hash <= key <= s.ending_hash),
+                shard,
+            )
+
+        def keeping_records(original: Any, *names: str) -> Any:
+            def wrapper(self: Any, *args: Any) -> None:
+                parents = [
+                    self.shards[args[index]] for index in range(len(names)) if args[index] in self.shards
+                ]
+                kept = [parent.records for parent in parents]
+                for parent in parents:
+                    parent.records = type(parent.records)()  # nothing for moto to move
+                try:
+                    original(self, *args)
+                finally:
+                    for parent, records in zip(parents, kept, strict=True):
+                        parent.records = records
+
+            return wrapper
+
+        kinesis_models.Stream.get_shard_for_key = open_shard_for_key  # type: ignore[method-assign]
+        kinesis_models.Stream.split_shard = keeping_records(split, "shard_to_split")  # type: ignore[method-assign]
+        kinesis_models.Stream.merge_shards = keeping_records(  # type: ignore[method-assign]
+            merge, "shard_to_merge", "adjacent_shard_to_merge"
         )
