@@ -69,6 +69,11 @@ class FunctionLogs:
                 self._file.close()
                 self._file = None
 
+    def blobs(self) -> list[tuple[str, dict[str, Any]]]:
+        """(function, EMF blob) for every blob so far, in arrival order."""
+        with self._lock:
+            return list(self.emf)
+
     def metric_values(self, name: str) -> list[tuple[int, str, float, dict[str, Any]]]:
         """(timestamp ms, function, value, blob) for every value of metric ``name``."""
         out: list[tuple[int, str, float, dict[str, Any]]] = []

@@ -47,6 +47,10 @@ from breakwater.sideline import (
 )
 
 LOG_KEYS = ("tenant", "envelope_id", "request_id", "trace_id")
+# The EMF property (not a dimension) with the batch's first-attempt ages per tenant, in ms, beside
+# the AgeOfFirstAttempt values of the same blob: per-tenant percentiles come from the logs, at no
+# metric cost and no extra log line.
+FIRST_ATTEMPT_PROPERTY = "AgeOfFirstAttemptByTenant"
 
 # metric and counter name per outcome
 _METRIC = {
@@ -172,6 +176,10 @@ class _Batch:
     counters: dict[str, Counter[str]] = field(default_factory=lambda: defaultdict(Counter))
     outcomes: dict[QueueRole, Counter[str]] = field(default_factory=lambda: defaultdict(Counter))
     ages: dict[QueueRole, list[tuple[str, int]]] = field(default_factory=lambda: defaultdict(list))
+    # per role, tenant -> ages of first attempts: an EMF property (high cardinality), never a dimension
+    first_by_tenant: dict[QueueRole, dict[str, list[int]]] = field(
+        default_factory=lambda: defaultdict(lambda: defaultdict(list))
+    )
     oldest: dict[QueueRole, int] = field(default_factory=dict)
 
     def count(self, tenant: str, role: QueueRole, counter: str, metric: str) -> None:
@@ -230,6 +238,8 @@ class Worker:
         age = envelope.age_ms(now)
         first = record.attributes.ApproximateReceiveCount == "1"
         batch.ages[role].append(("AgeOfFirstAttempt" if first else "AgeOfAttempt", age))
+        if first:
+            batch.first_by_tenant[role][envelope.tenant].append(age)
         batch.oldest[role] = max(age, batch.oldest.get(role, 0))
         self._check_time(batch, envelope, role)
 
@@ -423,6 +433,9 @@ class Worker:
                 metrics.add_metric(name=name, unit=MetricUnit.Milliseconds, value=age)
             for name, count in batch.outcomes.get(role, Counter()).items():
                 metrics.add_metric(name=name, unit=MetricUnit.Count, value=count)
+            by_tenant = batch.first_by_tenant.get(role)
+            if by_tenant:  # a property of this role's blob: searchable in Logs Insights, not a metric
+                metrics.add_metadata(key=FIRST_ATTEMPT_PROPERTY, value=dict(by_tenant))
             if index < len(roles) - 1:  # one dimension set per EMF blob; log_metrics flushes the last
                 metrics.flush_metrics()
 

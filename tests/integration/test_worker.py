@@ -169,3 +169,24 @@ def test_naive_baseline_processes_old_and_limited_messages(
     assert world.item("tenant#acme", "counters")["processed"] == 1
     assert world.item("tenant#busy", "counters")["processed"] == 1
     assert world.depth("backlog")["Visible"] == 0 and world.depth("surge")["Delayed"] == 0
+
+
+def test_first_attempt_ages_per_tenant_are_an_emf_property(
+    world: WorkerWorld, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """Per-tenant ages: a property of the blob beside AgeOfFirstAttempt; QueueRole stays the dimension."""
+    import json
+
+    for tenant, age in (("acme", 1_000), ("acme", 2_000), ("globex", 3_000)):
+        world.send("live-0", make_envelope(tenant, age_ms=age))
+    handler = load(monkeypatch, "worker.handler", world.environment())
+    capsys.readouterr()
+    world.deliver(handler, "live-0")
+    blobs = [json.loads(line) for line in capsys.readouterr().out.splitlines() if '"_aws"' in line]
+    (blob,) = [b for b in blobs if "AgeOfFirstAttempt" in b]
+    by_tenant = blob["AgeOfFirstAttemptByTenant"]
+    assert set(by_tenant) == {"acme", "globex"}
+    assert len(by_tenant["acme"]) == 2 and len(by_tenant["globex"]) == 1
+    assert sorted(a for ages in by_tenant.values() for a in ages) == sorted(blob["AgeOfFirstAttempt"])
+    assert min(by_tenant["acme"]) >= 1_000 and by_tenant["globex"][0] >= 3_000
+    assert all("tenant" not in dims for dims in blob["_aws"]["CloudWatchMetrics"][0]["Dimensions"])
