@@ -70,6 +70,9 @@ demo: install  ## run the main job on the embedded AWS (moto): a noisy neighbour
 
 bench: install  ## run the benchmarks in bench/ (figures go to docs/performance.md by hand)
 	$(PY) bench/ingest.py
+	$(PY) bench/worker.py
+	$(PY) bench/stream.py
+	$(PY) bench/moto_send.py
 
 clean:  ## remove build output (keeps .venv and node_modules)
 	rm -rf $(CDK_OUTDIR) out .pytest_cache .mypy_cache .ruff_cache
