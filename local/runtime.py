@@ -27,6 +27,7 @@ from local.deploy import Deployment, create_stack
 from local.discovery import MappingSpec, ScheduleSpec
 from local.embedded_aws import EmbeddedAws
 from local.functions import FunctionPool, FunctionSpec, Invocation
+from local.kinesis_mapping import KinesisMapping
 from local.mappings import SqsMapping
 
 log = logging.getLogger("breakwater.local")
@@ -118,6 +119,7 @@ class LocalRuntime:
         self.pools: dict[str, FunctionPool] = {}
         self.mapping_specs: list[MappingSpec] = []
         self.mappings: list[SqsMapping] = []
+        self.kinesis_mappings: list[KinesisMapping] = []
         self.schedule_specs: list[ScheduleSpec] = []
         self.api: LocalApi | None = None
         self.api_spec: discovery.ApiSpec | None = None
@@ -178,6 +180,9 @@ class LocalRuntime:
 
     def start_mappings(self) -> None:
         for spec in self.mapping_specs:
+            if ":kinesis:" in spec.source_arn:
+                self._start_kinesis_mapping(spec)
+                continue
             if spec.queue_url is None:
                 self.not_emulated.append(f"event source mapping {spec.uuid} ({spec.source_arn}): not SQS")
                 continue
@@ -191,6 +196,21 @@ class LocalRuntime:
                 on_invocation=self._mapping_invoked,
             )
             self.mappings.append(mapping.start())
+
+    def _start_kinesis_mapping(self, spec: MappingSpec) -> None:
+        assert self.assembly is not None and self.deployment is not None
+        properties = next(  # the template's settings, for any that GetEventSourceMapping leaves out
+            (
+                resource["Properties"]
+                for logical_id, resource in self.assembly.resources("AWS::Lambda::EventSourceMapping").items()
+                if self.deployment.physical_ids.get(logical_id) == spec.uuid
+            ),
+            None,
+        )
+        mapping = KinesisMapping(
+            spec, self.pools[spec.function_logical_id], self.aws, template_properties=properties
+        )
+        self.kinesis_mappings.append(mapping.start())
 
     def _mapping_invoked(
         self, spec: MappingSpec, batch: list[dict[str, Any]], invocation: Invocation, delivered_at: float
@@ -251,6 +271,8 @@ class LocalRuntime:
         self._stop.set()
         for mapping in self.mappings:
             mapping.stop()
+        for kinesis_mapping in self.kinesis_mappings:
+            kinesis_mapping.stop()
         if self.api is not None:
             self.api.stop()
         self._executor.shutdown(wait=True, cancel_futures=True)
@@ -290,8 +312,8 @@ class LocalRuntime:
             "api": self.api.url if self.api else None,
             "functions": {lid: spec.handler for lid, spec in self.functions.items()},
             "mappings": [
-                f"{m.spec.function_logical_id} <- {m.spec.source_arn.rsplit(':', 1)[-1]}"
-                for m in self.mappings
+                f"{spec.function_logical_id} <- {spec.source_arn.rsplit(':', 1)[-1]}"
+                for spec in [m.spec for m in self.mappings] + [k.spec for k in self.kinesis_mappings]
             ],
             "schedules": [
                 f"{s.expression} -> {', '.join(s.function_logical_ids)}" for s in self.schedule_specs
@@ -302,7 +324,7 @@ class LocalRuntime:
                 "AWS::ApiGateway::Authorizer (REQUEST, TTL cache)",
                 "AWS::ApiGateway::RequestValidator + Model (body schema)",
                 "AWS::ApiGateway::GatewayResponse (error bodies)",
-                "AWS::Lambda::EventSourceMapping (SQS polling)",
+                "AWS::Lambda::EventSourceMapping (SQS polling, Kinesis shards in lineage order)",
                 "AWS::Events::Rule (rate schedules)",
             ],
             "not_emulated": self.not_emulated,
