@@ -191,3 +191,19 @@ class StreamConsumerSettings(_EnvModel):
 
     aggregates_table_name: str
     max_cas_attempts: int = Field(default=3, ge=1)
+
+
+class ArchiverSettings(_EnvModel):
+    """The archiver: moves sideline queues' messages into the S3 archive (``breakwater.archive``)."""
+
+    archive_bucket_name: str
+    archive_prefix: str = Field(default="archive/", description="key prefix of the tenant=/dt=/hour= tree")
+    source_queue_urls: list[str] = Field(min_length=1, description="the sideline queues it may drain")
+    max_messages_per_object: int = Field(default=1000, ge=10, le=100_000)
+    max_messages_per_run: int = Field(default=50_000, ge=1)
+    receive_visibility_seconds: int = Field(default=300, ge=30, le=43_200)
+    safety_margin_seconds: float = Field(
+        default=10, ge=0, description="stop receiving this long before timeout"
+    )
+
+    _parse_urls = field_validator("source_queue_urls", mode="before")(_split_csv)

@@ -1,0 +1,110 @@
+"""Adapter: drain a sideline queue into the S3 archive, deleting messages only once their object is written.
+
+A crash between the write and the delete leaves the message on the queue and in the archive: a
+duplicate, never a loss. The replay job drops the duplicate by envelope id.
+"""
+
+from __future__ import annotations
+
+import time
+import uuid
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING
+
+from breakwater.archive import ArchivedMessage, encode_ndjson_gz, group_by_partition, object_key
+from breakwater.observability import logger
+
+if TYPE_CHECKING:
+    from mypy_boto3_s3 import S3Client
+    from mypy_boto3_sqs import SQSClient
+
+_RECEIVE_BATCH = 10  # SQS maximum per ReceiveMessage / DeleteMessageBatch
+
+
+@dataclass(slots=True)
+class ArchiveResult:
+    queue_url: str
+    received: int = 0
+    archived: int = 0
+    deleted: int = 0
+    objects: list[str] = field(default_factory=list)
+    failed_objects: int = 0
+
+
+@dataclass(slots=True)
+class SidelineArchiver:
+    sqs: SQSClient
+    s3: S3Client
+    bucket: str
+    prefix: str
+    max_messages_per_object: int = 1000
+    visibility_seconds: int = 300
+    clock_ms: Callable[[], int] = field(default=lambda: int(time.time() * 1000))
+    new_object_name: Callable[[], str] = field(default=lambda: uuid.uuid4().hex)
+
+    def archive(self, queue_url: str, *, max_messages: int, keep_going: Callable[[], bool]) -> ArchiveResult:
+        """Move up to ``max_messages`` from ``queue_url`` into the archive while ``keep_going()``."""
+        result = ArchiveResult(queue_url=queue_url)
+        while result.received < max_messages and keep_going():
+            batch = self._receive_up_to(
+                queue_url, min(self.max_messages_per_object, max_messages - result.received)
+            )
+            if not batch:
+                break
+            result.received += len(batch)
+            self._write_then_delete(queue_url, batch, result)
+        return result
+
+    def _receive_up_to(self, queue_url: str, limit: int) -> list[ArchivedMessage]:
+        batch: list[ArchivedMessage] = []
+        while len(batch) < limit:
+            response = self.sqs.receive_message(
+                QueueUrl=queue_url,
+                MaxNumberOfMessages=min(_RECEIVE_BATCH, limit - len(batch)),
+                # Long enough that nothing reappears between the receive and the delete.
+                VisibilityTimeout=self.visibility_seconds,
+                WaitTimeSeconds=1 if not batch else 0,
+            )
+            messages = response.get("Messages", [])
+            if not messages:
+                break
+            batch.extend(
+                ArchivedMessage(body=m["Body"], receipt_handle=m["ReceiptHandle"], message_id=m["MessageId"])
+                for m in messages
+            )
+        return batch
+
+    def _write_then_delete(self, queue_url: str, batch: list[ArchivedMessage], result: ArchiveResult) -> None:
+        for partition, messages in group_by_partition(batch, self.clock_ms()).items():
+            key = object_key(partition, self.new_object_name(), self.prefix)
+            try:
+                self.s3.put_object(
+                    Bucket=self.bucket,
+                    Key=key,
+                    Body=encode_ndjson_gz([m.body for m in messages]),
+                    ContentType="application/x-ndjson",
+                    ContentEncoding="gzip",
+                )
+            except Exception:
+                # Not deleted: the messages reappear after the visibility timeout and are archived later.
+                logger.exception("archive object not written; its messages stay queued", extra={"key": key})
+                result.failed_objects += 1
+                continue
+            result.objects.append(key)
+            result.archived += len(messages)
+            result.deleted += self._delete(queue_url, messages)
+
+    def _delete(self, queue_url: str, messages: list[ArchivedMessage]) -> int:
+        deleted = 0
+        for start in range(0, len(messages), _RECEIVE_BATCH):
+            chunk = messages[start : start + _RECEIVE_BATCH]
+            response = self.sqs.delete_message_batch(
+                QueueUrl=queue_url,
+                Entries=[{"Id": str(i), "ReceiptHandle": m.receipt_handle} for i, m in enumerate(chunk)],
+            )
+            deleted += len(response.get("Successful", []))
+            if response.get("Failed"):
+                # Archived but still queued: the message is archived again later, the replay dedups it.
+                logger.warning("archived messages not deleted", extra={"failed": response["Failed"]})
+        return deleted

@@ -1,0 +1,264 @@
+"""Replay a parked backlog from the S3 archive into the live queues, fairly and at a rate the system can take.
+
+Structure: :func:`load` / :func:`transform` / :func:`save` / :func:`main`. The transforms are pure
+(``glue_jobs.replay_transforms``); ``awsglue`` is imported only under ``__main__``, and without it
+the same entry point runs as plain ``spark-submit`` or on a local SparkSession (the embedded default)::
+
+    spark-submit glue_jobs/replay_backlog.py --archive_path out/archive --output_path out/replay \\
+        --queue_urls http://.../live-0,http://.../live-1 --shard_size 2 --target_rate 200
+
+Outputs under ``output_path/run=<run_id>/``: ``rejects/`` (line + reason), ``failures/`` (envelopes
+that could not be sent: replay them next run) and ``report.json``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+import time
+import uuid
+from collections.abc import Mapping, Sequence
+from dataclasses import asdict, dataclass, field
+from datetime import UTC, datetime
+from pathlib import Path
+
+from pyspark.sql import DataFrame, Observation, SparkSession
+from pyspark.sql import functions as F  # noqa: N812 - the usual Spark alias
+
+from glue_jobs import replay_transforms as transforms
+from glue_jobs.replay_load import read_archive
+from glue_jobs.replay_save import SendOptions, send_partition_function
+
+# Job arguments (Glue passes them as --name value; every one has a default in the CDK job).
+ARGUMENT_NAMES = (
+    "archive_path", "output_path", "run_id", "window_start", "window_end", "tenants", "target_rate",
+    "cutoff", "dry_run", "queue_urls", "shard_size", "fair_queues", "partitions", "endpoint_url",
+)  # fmt: skip
+
+
+def _instant_ms(value: str) -> int | None:
+    """Epoch milliseconds or an ISO-8601 instant (UTC when no offset); empty means unbounded."""
+    if not value:
+        return None
+    if value.isdigit():
+        return int(value)
+    moment = datetime.fromisoformat(value)
+    return int((moment if moment.tzinfo else moment.replace(tzinfo=UTC)).timestamp() * 1000)
+
+
+@dataclass(frozen=True, slots=True)
+class ReplayArgs:
+    archive_path: str
+    output_path: str
+    queue_urls: tuple[str, ...] = ()
+    shard_size: int = 1
+    target_rate: float = 100.0
+    run_id: str = field(default_factory=lambda: uuid.uuid4().hex[:12])
+    window_start_ms: int | None = None
+    window_end_ms: int | None = None
+    tenants: tuple[str, ...] = ()
+    cutoff_ms: int | None = None
+    dry_run: bool = False
+    fair_queues: bool = True
+    partitions: int = 0  # 0: twice the cores of the cluster
+    endpoint_url: str | None = None
+
+    @classmethod
+    def from_mapping(cls, raw: Mapping[str, str]) -> ReplayArgs:
+        """From Glue's resolved options or argparse: strings, empty meaning "not set"."""
+
+        def text(name: str) -> str:
+            return str(raw.get(name) or "").strip()
+
+        args = cls(
+            archive_path=text("archive_path"),
+            output_path=text("output_path"),
+            queue_urls=tuple(url for url in text("queue_urls").split(",") if url),
+            shard_size=int(text("shard_size") or 1),
+            target_rate=float(text("target_rate") or 100),
+            run_id=text("run_id") or uuid.uuid4().hex[:12],
+            window_start_ms=_instant_ms(text("window_start")),
+            window_end_ms=_instant_ms(text("window_end")),
+            tenants=tuple(tenant for tenant in text("tenants").split(",") if tenant),
+            cutoff_ms=_instant_ms(text("cutoff")),
+            dry_run=text("dry_run").lower() in {"1", "true", "yes"},
+            fair_queues=text("fair_queues").lower() not in {"0", "false", "no"},
+            partitions=int(text("partitions") or 0),
+            endpoint_url=text("endpoint_url") or None,
+        )
+        if not args.archive_path or not args.output_path:
+            raise ValueError("archive_path and output_path are required")
+        if args.target_rate <= 0:
+            raise ValueError(f"target_rate must be > 0, got {args.target_rate}")
+        if not args.dry_run and not args.queue_urls:
+            raise ValueError("queue_urls are required unless dry_run")
+        return args
+
+    @property
+    def run_path(self) -> str:
+        return f"{self.output_path.rstrip('/')}/run={self.run_id}"
+
+
+@dataclass(frozen=True, slots=True)
+class ReplayReport:
+    run_id: str
+    dry_run: bool
+    read: int
+    rejected: int
+    expired: int
+    before_cutoff: int
+    deduplicated: int
+    replayed: int
+    failed: int
+    target_rate: float
+    send_seconds: float
+
+    @property
+    def achieved_rate(self) -> float:
+        return self.replayed / self.send_seconds if self.send_seconds > 0 else 0.0
+
+
+def load(spark: SparkSession, args: ReplayArgs) -> DataFrame:
+    return read_archive(
+        spark,
+        args.archive_path,
+        window_start_ms=args.window_start_ms,
+        window_end_ms=args.window_end_ms,
+        tenants=args.tenants,
+    )
+
+
+def transform(
+    records: DataFrame, args: ReplayArgs, now_ms: int, partitions: int
+) -> tuple[DataFrame, DataFrame]:
+    """(classified records, envelopes in replay order). Pure: no I/O happens until an action."""
+    classified = transforms.classify(
+        transforms.validate(records),
+        now_ms=now_ms,
+        cutoff_ms=args.cutoff_ms,
+        window_start_ms=args.window_start_ms,
+        window_end_ms=args.window_end_ms,
+        tenants=args.tenants,
+    )
+    return classified, transforms.replay_order(classified, partitions)
+
+
+def save(spark: SparkSession, classified: DataFrame, ordered: DataFrame, args: ReplayArgs) -> ReplayReport:
+    """Two passes: rejects (counting every status on the way), then the paced send."""
+    status = F.col("status")
+    observation = Observation("replay_counts")
+    counted = classified.observe(
+        observation,
+        F.count(F.lit(1)).alias("read"),
+        *(
+            F.sum(F.when(status == value, 1).otherwise(0)).alias(value)
+            for value in (
+                transforms.STATUS_REJECTED,
+                transforms.STATUS_EXPIRED,
+                transforms.STATUS_BEFORE_CUTOFF,
+                transforms.STATUS_OK,
+            )
+        ),
+    )
+    transforms.rejects(counted).write.mode("overwrite").json(f"{args.run_path}/rejects", compression="gzip")
+    counts = {name: int(value or 0) for name, value in observation.get.items()}
+
+    context = spark.sparkContext
+    considered, replayed, failed = context.accumulator(0), context.accumulator(0), context.accumulator(0)
+    concurrent_tasks = max(1, min(ordered.rdd.getNumPartitions(), context.defaultParallelism))
+    options = SendOptions(
+        queue_urls=args.queue_urls,
+        shard_size=args.shard_size,
+        rate_per_task=args.target_rate / concurrent_tasks,
+        run_id=args.run_id,
+        failures_path=f"{args.run_path}/failures",
+        fair_queues=args.fair_queues,
+        dry_run=args.dry_run,
+        endpoint_url=args.endpoint_url,
+        region=context.getConf().get("spark.executorEnv.AWS_REGION") or None,
+    )
+    started = time.monotonic()
+    ordered.foreachPartition(send_partition_function(options, considered, replayed, failed))
+    return ReplayReport(
+        run_id=args.run_id,
+        dry_run=args.dry_run,
+        read=counts["read"],
+        rejected=counts[transforms.STATUS_REJECTED],
+        expired=counts[transforms.STATUS_EXPIRED],
+        before_cutoff=counts[transforms.STATUS_BEFORE_CUTOFF],
+        deduplicated=counts[transforms.STATUS_OK] - int(considered.value),
+        replayed=int(replayed.value),
+        failed=int(failed.value),
+        target_rate=args.target_rate,
+        send_seconds=round(time.monotonic() - started, 3),
+    )
+
+
+def write_report(report: ReplayReport, args: ReplayArgs) -> str:
+    """The run report as JSON next to the run's outputs (S3 on Glue, a file locally)."""
+    body = json.dumps(asdict(report) | {"achieved_rate": round(report.achieved_rate, 2)}, indent=2)
+    target = f"{args.run_path}/report.json"
+    if target.startswith("s3://"):
+        import boto3
+
+        bucket, _, key = target.removeprefix("s3://").partition("/")
+        boto3.client("s3", endpoint_url=args.endpoint_url).put_object(
+            Bucket=bucket, Key=key, Body=body.encode()
+        )
+    else:
+        local = Path(target.removeprefix("file://"))
+        local.parent.mkdir(parents=True, exist_ok=True)
+        local.write_text(body + "\n")
+    return target
+
+
+def main(spark: SparkSession, args: ReplayArgs, *, now_ms: int | None = None) -> ReplayReport:
+    now = int(time.time() * 1000) if now_ms is None else now_ms
+    partitions = args.partitions or 2 * spark.sparkContext.defaultParallelism
+    classified, ordered = transform(load(spark, args), args, now, partitions)
+    report = save(spark, classified, ordered, args)
+    target = write_report(report, args)
+    print(json.dumps({"replay_report": asdict(report), "written_to": target}), flush=True)
+    return report
+
+
+def _parse_cli(argv: Sequence[str]) -> dict[str, str]:
+    parser = argparse.ArgumentParser(
+        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
+    for name in ARGUMENT_NAMES:
+        parser.add_argument(f"--{name}", default="")
+    known, _ = parser.parse_known_args(argv)
+    return {name: str(value) for name, value in vars(known).items()}
+
+
+def ship_runtime_library(spark: SparkSession) -> None:
+    """Locally, do what ``--extra-py-files`` does on Glue: ship ``breakwater`` and ``glue_jobs``."""
+    import shutil
+    import tempfile
+
+    root = Path(__file__).resolve().parent.parent
+    staging = Path(tempfile.mkdtemp(prefix="breakwater-replay-"))
+    shutil.copytree(root / "functions" / "breakwater", staging / "lib" / "breakwater")
+    shutil.copytree(root / "glue_jobs", staging / "lib" / "glue_jobs")
+    archive = shutil.make_archive(str(staging / "runtime"), "zip", staging / "lib")
+    spark.sparkContext.addPyFile(archive)
+
+
+if __name__ == "__main__":
+    try:
+        from awsglue.context import GlueContext
+        from awsglue.job import Job
+        from awsglue.utils import getResolvedOptions
+    except ImportError:  # plain spark-submit / the embedded default
+        session = SparkSession.builder.appName("breakwater-replay").getOrCreate()
+        ship_runtime_library(session)
+        main(session, ReplayArgs.from_mapping(_parse_cli(sys.argv[1:])))
+    else:
+        options = getResolvedOptions(sys.argv, ["JOB_NAME", *ARGUMENT_NAMES])
+        glue_context = GlueContext(SparkSession.builder.getOrCreate().sparkContext)
+        job = Job(glue_context)
+        job.init(options["JOB_NAME"], options)  # job bookmarks: the run is recorded when committed
+        main(glue_context.spark_session, ReplayArgs.from_mapping(options))
+        job.commit()

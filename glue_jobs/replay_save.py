@@ -1,0 +1,229 @@
+"""Save: re-enqueue the interleaved envelopes into the live queue set, paced, from the executors.
+
+Each partition is sent by one task (``foreachPartition``): the same shuffle-sharded routing as
+ingest (``breakwater.routing``), ``origin=replay`` and ``replay_run`` set, ``SendMessageBatch`` of up
+to 10, and a per-task pace of ``target_rate / concurrent tasks`` so the run as a whole holds the
+target rate. Entries that still fail after retries go to the failures output, a replayable archive.
+Nothing is collected to the driver: counts travel back in accumulators.
+
+This module runs on executors with only boto3 and the shipped ``breakwater`` package, so it builds
+the body with ``json`` rather than the pydantic model (Glue does not ship pydantic).
+"""
+
+from __future__ import annotations
+
+import gzip
+import json
+import time
+import uuid
+from collections.abc import Callable, Iterable, Iterator
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from breakwater.routing import choose_queue, shard_for
+
+MAX_BATCH_ENTRIES = 10
+MAX_BATCH_BYTES = 256 * 1024
+SEND_ATTEMPTS = 3
+DEPTH_REFRESH_SECONDS = 5.0
+ENVELOPE_FIELDS = (
+    "v", "id", "tenant", "type", "payload", "request_id", "trace_id", "enqueued_at",
+    "expires_at", "dedup_key", "ordering_key", "attempt", "origin", "replay_run",
+)  # fmt: skip
+
+
+@dataclass(frozen=True, slots=True)
+class SendOptions:
+    """What every sending task needs; small and picklable (it travels in the task closure)."""
+
+    queue_urls: tuple[str, ...]
+    shard_size: int
+    rate_per_task: float
+    run_id: str
+    failures_path: str
+    fair_queues: bool = True
+    dry_run: bool = False
+    endpoint_url: str | None = None
+    region: str | None = None
+
+
+def envelope_body(row: dict[str, Any], run_id: str) -> tuple[str, str]:
+    """(replayed body, archived body): the same envelope, re-homed with ``origin=replay``.
+
+    ``payload`` was read as JSON text, so it is embedded back as JSON, not as a string.
+    """
+    fields = {name: row.get(name) for name in ENVELOPE_FIELDS}
+    fields["payload"] = json.loads(fields["payload"]) if fields["payload"] is not None else None
+    original = json.dumps(fields, separators=(",", ":"))
+    fields["origin"] = "replay"
+    fields["replay_run"] = run_id
+    return json.dumps(fields, separators=(",", ":")), original
+
+
+class Pacer:
+    """Hold ``rate`` messages per second: each send waits for its slot on a fixed schedule."""
+
+    def __init__(
+        self,
+        rate: float,
+        clock: Callable[[], float] = time.monotonic,
+        sleep: Callable[[float], None] = time.sleep,
+    ):
+        self._interval = 1.0 / rate
+        self._clock = clock
+        self._sleep = sleep
+        self._next = clock()
+
+    def wait_for(self, count: int) -> None:
+        delay = self._next - self._clock()
+        if delay > 0:
+            self._sleep(delay)
+        # A slow send is not made up with a burst later: never schedule in the past.
+        self._next = max(self._next, self._clock() - self._interval) + count * self._interval
+
+
+@dataclass(slots=True)
+class _Pending:
+    replayed: str
+    original: str
+    tenant: str
+
+
+class PartitionSender:
+    """Sends one partition's rows; returns (sent, failed) and keeps the failed originals."""
+
+    def __init__(
+        self, options: SendOptions, sqs: Any, pacer: Pacer, clock: Callable[[], float] = time.monotonic
+    ):
+        self.options = options
+        self.sqs = sqs
+        self.pacer = pacer
+        self.clock = clock
+        self.failed_bodies: list[str] = []
+        self.sent = 0
+        self._batches: dict[int, list[_Pending]] = {}
+        self._depths: dict[int, int] = {}
+        self._depths_at = float("-inf")
+
+    def send_all(self, rows: Iterable[dict[str, Any]]) -> None:
+        for row in rows:
+            replayed, original = envelope_body(row, self.options.run_id)
+            queue = self._route(str(row["tenant"]))
+            batch = self._batches.setdefault(queue, [])
+            if batch and sum(len(p.replayed) for p in batch) + len(replayed) > MAX_BATCH_BYTES:
+                self._flush(queue)
+                batch = self._batches.setdefault(queue, [])
+            batch.append(_Pending(replayed, original, str(row["tenant"])))
+            if len(batch) == MAX_BATCH_ENTRIES:
+                self._flush(queue)
+        for queue in list(self._batches):
+            self._flush(queue)
+
+    def _route(self, tenant: str) -> int:
+        """Ingest's routing: the tenant's k queues, then the shortest by a depth refreshed every few s."""
+        candidates = shard_for(tenant, len(self.options.queue_urls), self.options.shard_size)
+        if self.clock() - self._depths_at >= DEPTH_REFRESH_SECONDS:
+            self._depths = {index: self._depth(index) for index in range(len(self.options.queue_urls))}
+            self._depths_at = self.clock()
+        return choose_queue(candidates, self._depths)
+
+    def _depth(self, index: int) -> int:
+        try:
+            attributes = self.sqs.get_queue_attributes(
+                QueueUrl=self.options.queue_urls[index], AttributeNames=["ApproximateNumberOfMessages"]
+            )["Attributes"]
+            return int(attributes.get("ApproximateNumberOfMessages", 0))
+        except Exception:
+            return 0  # unknown depth: the tenant's own order decides
+
+    def _flush(self, queue: int) -> None:
+        batch = self._batches.pop(queue, [])
+        if not batch:
+            return
+        self.pacer.wait_for(len(batch))
+        pending = dict(enumerate(batch))
+        for attempt in range(SEND_ATTEMPTS):
+            entries: list[dict[str, Any]] = []
+            for key, item in pending.items():
+                entry: dict[str, Any] = {"Id": str(key), "MessageBody": item.replayed}
+                if self.options.fair_queues:
+                    entry["MessageGroupId"] = item.tenant  # SQS fair queues, as ingest sends
+                entries.append(entry)
+            try:
+                response = self.sqs.send_message_batch(
+                    QueueUrl=self.options.queue_urls[queue], Entries=entries
+                )
+            except Exception:
+                response = {"Failed": [{"Id": entry["Id"], "SenderFault": False} for entry in entries]}
+            for success in response.get("Successful", []):
+                pending.pop(int(success["Id"]), None)
+                self.sent += 1
+            retryable = [f for f in response.get("Failed", []) if not f.get("SenderFault")]
+            if not pending or not retryable:
+                break
+            time.sleep(0.1 * 2**attempt)
+        self.failed_bodies.extend(item.original for item in pending.values())
+
+
+def write_failures(
+    path: str, partition_id: int, bodies: list[str], endpoint_url: str | None, region: str | None
+) -> str:
+    """One gzipped NDJSON object of failed originals: the next run replays ``path`` as an archive."""
+    name = f"part-{partition_id:05d}-{uuid.uuid4().hex[:8]}.ndjson.gz"
+    blob = gzip.compress("".join(body + "\n" for body in bodies).encode(), mtime=0)
+    target = f"{path.rstrip('/')}/{name}"
+    if target.startswith("s3://"):
+        import boto3
+
+        bucket, _, key = target.removeprefix("s3://").partition("/")
+        boto3.client("s3", endpoint_url=endpoint_url, region_name=region).put_object(
+            Bucket=bucket, Key=key, Body=blob
+        )
+    else:
+        local = Path(target.removeprefix("file://"))
+        local.parent.mkdir(parents=True, exist_ok=True)
+        local.write_bytes(blob)
+    return target
+
+
+def send_partition_function(
+    options: SendOptions, considered: Any, replayed: Any, failed: Any
+) -> Callable[[Iterator[Any]], None]:
+    """The ``foreachPartition`` function: send, count into the accumulators, write failures."""
+
+    def send_partition(rows: Iterator[Any]) -> None:
+        from pyspark import TaskContext
+
+        dicts = (row.asDict() for row in rows)
+        if options.dry_run:
+            considered.add(sum(1 for _ in dicts))
+            return
+        import boto3
+
+        sqs = boto3.client("sqs", endpoint_url=options.endpoint_url, region_name=options.region)
+        sender = PartitionSender(options, sqs, Pacer(options.rate_per_task))
+        seen = 0
+
+        def counted(items: Iterator[dict[str, Any]]) -> Iterator[dict[str, Any]]:
+            nonlocal seen
+            for item in items:
+                seen += 1
+                yield item
+
+        sender.send_all(counted(dicts))
+        considered.add(seen)
+        replayed.add(sender.sent)
+        failed.add(len(sender.failed_bodies))
+        if sender.failed_bodies:
+            context = TaskContext.get()
+            partition_id = context.partitionId() if context else 0
+            write_failures(
+                options.failures_path,
+                partition_id,
+                sender.failed_bodies,
+                options.endpoint_url,
+                options.region,
+            )
+
+    return send_partition

@@ -1,0 +1,154 @@
+"""Pure transforms of the replay job: ``DataFrame -> DataFrame``, importing only pyspark.
+
+The plan is shaped for throughput on a few cores (see docs/performance.md, "Replay"):
+
+* every line is parsed once, by the JSON reader with the envelope's schema and a corrupt-record
+  column (less than half the CPU of text + ``from_json``), so a malformed line becomes a reject with
+  a reason instead of failing the run;
+* the only shuffle is one hash repartition by tenant: after it, dedup, rank and the fair interleave
+  are partition-local windows and sorts (no global sort, no second exchange);
+* the rest is three partition-local sorts (dedup window, rank window, interleave), no global sort.
+"""
+
+from __future__ import annotations
+
+from pyspark.sql import Column, DataFrame, Window
+from pyspark.sql import functions as F  # noqa: N812 - the usual Spark alias
+from pyspark.sql.types import LongType, StringType, StructField, StructType
+
+# The envelope (functions/breakwater/envelope.py) as Spark reads it; a test keeps the two equal.
+# ``payload`` is kept as its JSON text: Spark's JSON reader returns nested values as raw JSON.
+ENVELOPE_SCHEMA = StructType(
+    [
+        StructField("v", LongType(), nullable=False),
+        StructField("id", StringType(), nullable=False),
+        StructField("tenant", StringType(), nullable=False),
+        StructField("type", StringType(), nullable=False),
+        StructField("payload", StringType(), nullable=True),
+        StructField("request_id", StringType(), nullable=True),
+        StructField("trace_id", StringType(), nullable=True),
+        StructField("enqueued_at", LongType(), nullable=False),
+        StructField("expires_at", LongType(), nullable=True),
+        StructField("dedup_key", StringType(), nullable=True),
+        StructField("ordering_key", StringType(), nullable=True),
+        StructField("attempt", LongType(), nullable=False),
+        StructField("origin", StringType(), nullable=False),
+        StructField("replay_run", StringType(), nullable=True),
+    ]
+)
+
+CORRUPT_COLUMN = "_corrupt_record"
+# Spark fills every field of a lenient parse, so required fields are checked explicitly.
+REQUIRED_FIELDS = tuple(field.name for field in ENVELOPE_SCHEMA.fields if not field.nullable)
+# What the loader reads with: the envelope plus the column in which Spark keeps a line it cannot parse.
+READ_SCHEMA = StructType([*ENVELOPE_SCHEMA.fields, StructField(CORRUPT_COLUMN, StringType(), nullable=True)])
+READ_OPTIONS = {"mode": "PERMISSIVE", "columnNameOfCorruptRecord": CORRUPT_COLUMN}
+
+# Reject reasons and row statuses, as written into the rejects output and the run report.
+REASON_MALFORMED = "malformed: not a JSON object of the envelope's types"
+REASON_VERSION = "unsupported envelope version"
+STATUS_OK = "ok"
+STATUS_REJECTED = "rejected"
+STATUS_EXPIRED = "expired"
+STATUS_BEFORE_CUTOFF = "before_cutoff"
+
+ENVELOPE_COLUMNS = tuple(field.name for field in ENVELOPE_SCHEMA.fields)
+
+
+def validate(records: DataFrame) -> DataFrame:
+    """Records read with :data:`READ_SCHEMA` -> envelope fields + ``reject_reason`` (null when valid)."""
+    reason = F.when(F.col(CORRUPT_COLUMN).isNotNull(), F.lit(REASON_MALFORMED))
+    for name in REQUIRED_FIELDS:
+        reason = reason.when(F.col(name).isNull(), F.lit(f"missing required field: {name}"))
+    reason = reason.when(F.col("v") != F.lit(1), F.lit(REASON_VERSION))
+    return records.withColumn("reject_reason", reason)
+
+
+def classify(
+    envelopes: DataFrame,
+    *,
+    now_ms: int,
+    cutoff_ms: int | None = None,
+    window_start_ms: int | None = None,
+    window_end_ms: int | None = None,
+    tenants: tuple[str, ...] = (),
+) -> DataFrame:
+    """Add ``status``: rejected, expired, before_cutoff (older than the anti-entropy sweep) or ok.
+
+    Envelopes outside the time window or the tenant filter are not part of this run and are removed.
+    """
+    in_scope: Column = F.lit(True)
+    if window_start_ms is not None:
+        in_scope = in_scope & (F.col("enqueued_at") >= window_start_ms)
+    if window_end_ms is not None:
+        in_scope = in_scope & (F.col("enqueued_at") < window_end_ms)
+    if tenants:
+        in_scope = in_scope & F.col("tenant").isin(list(tenants))
+    rejected = F.col("reject_reason").isNotNull()
+    status = (
+        F.when(rejected, F.lit(STATUS_REJECTED))
+        .when(F.col("expires_at").isNotNull() & (F.col("expires_at") <= now_ms), F.lit(STATUS_EXPIRED))
+        .when(
+            F.lit(cutoff_ms is not None) & (F.col("enqueued_at") < (cutoff_ms or 0)),
+            F.lit(STATUS_BEFORE_CUTOFF),
+        )
+        .otherwise(F.lit(STATUS_OK))
+    )
+    # A rejected line has no trustworthy tenant or time, so the run's scope never filters it out.
+    return envelopes.filter(rejected | in_scope).withColumn("status", status)
+
+
+def rejects(classified: DataFrame) -> DataFrame:
+    """The records a run could not use, with the reason: the rejects output.
+
+    ``line`` is the archived line when Spark could not parse it, else the fields it did read.
+    """
+    fields = F.to_json(F.struct(*ENVELOPE_COLUMNS), {"ignoreNullFields": "false"})
+    return classified.filter(F.col("status") == STATUS_REJECTED).select(
+        F.coalesce(F.col(CORRUPT_COLUMN), fields).alias("line"), "reject_reason"
+    )
+
+
+def replayable(classified: DataFrame) -> DataFrame:
+    """Valid, unexpired envelopes newer than the cutoff: the envelope's columns only."""
+    return classified.filter(F.col("status") == STATUS_OK).select(*ENVELOPE_COLUMNS)
+
+
+def by_tenant(envelopes: DataFrame, partitions: int) -> DataFrame:
+    """The one shuffle of the job: every envelope of a tenant in one partition, so what follows is local."""
+    return envelopes.repartition(partitions, "tenant")
+
+
+def dedup_and_rank(envelopes: DataFrame) -> DataFrame:
+    """Drop duplicates and number each tenant's envelopes by ``enqueued_at``: ``rank`` 1, 2, ...
+
+    Dedup key: ``dedup_key`` when set (the newest envelope with that key wins), else the envelope
+    ``id`` (an archiver crash may have written the same envelope twice). Ranks are dense over the
+    kept rows, ordered by (``enqueued_at``, ``id``). Partitioned by tenant first (:func:`by_tenant`),
+    both windows are partition-local: a sort each, no exchange. (Measured against a fixed-width hash
+    aggregate joined back: the self-join reads the archive twice, which costs more than the sort.)
+    """
+    key = F.coalesce(F.concat(F.lit("k:"), "dedup_key"), F.concat(F.lit("i:"), "id"))
+    newest_first = Window.partitionBy("tenant", "_key").orderBy(F.desc("enqueued_at"), F.desc("id"))
+    oldest_first = Window.partitionBy("tenant").orderBy("enqueued_at", "id")
+    return (
+        envelopes.withColumn("_key", key)
+        .withColumn("_n", F.row_number().over(newest_first))
+        .filter(F.col("_n") == 1)
+        .drop("_key", "_n")
+        .withColumn("rank", F.row_number().over(oldest_first))
+    )
+
+
+def interleave(ranked: DataFrame) -> DataFrame:
+    """Round-robin the tenants of each partition by rank: every tenant's 1st, then every 2nd, ...
+
+    One tenant's huge backlog then takes one turn per round instead of the whole send, which is the
+    fairness of the replay (the same idea as SQS fair queues). Partition-local: no global sort.
+    """
+    return ranked.sortWithinPartitions("rank", "tenant")
+
+
+def replay_order(classified: DataFrame, partitions: int) -> DataFrame:
+    """ok envelopes -> deduped, ranked within tenant, fairly interleaved, ready to send."""
+    return interleave(dedup_and_rank(by_tenant(replayable(classified), partitions)))
