@@ -182,6 +182,11 @@ class Monitoring(Construct):
                 left=[
                     stream.metric_get_records_iterator_age_milliseconds(period=_MINUTE, statistic="Maximum")
                 ],
+                left_annotations=[
+                    cloudwatch.HorizontalAnnotation(
+                        value=self._config.streaming.iterator_age_alarm_ms, label="alarm"
+                    )
+                ],
                 width=12,
             ),
             cloudwatch.AlarmStatusWidget(title="Stream: alarms", alarms=alarms, width=12),
