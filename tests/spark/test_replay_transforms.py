@@ -1,0 +1,113 @@
+"""Each transform of the replay job on small frames."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from glue_jobs import replay_transforms as transforms
+from glue_jobs.replay_load import read_archive
+from tests.spark.helpers import NOW, T0, archive_envelopes, envelope, rows, write_archive
+
+
+def _classified(spark, root: Path, **kwargs):
+    return transforms.classify(transforms.validate(read_archive(spark, str(root))), now_ms=NOW, **kwargs)
+
+
+def test_malformed_lines_are_rejected_with_a_reason_not_fatal(spark, tmp_path) -> None:
+    good = envelope("acme", T0)
+    no_tenant = good.to_json().replace('"tenant":"acme",', "")
+    wrong_type = good.to_json().replace(f'"enqueued_at":{T0}', '"enqueued_at":"soon"')
+    v2 = good.to_json().replace('"v":1', '"v":2')
+    write_archive(tmp_path, [good.to_json(), "{not json", no_tenant, wrong_type, v2, "[1,2]"])
+
+    classified = _classified(spark, tmp_path)
+    reasons = sorted(r["reject_reason"] for r in rows(transforms.rejects(classified)))
+
+    assert reasons == sorted(
+        [
+            transforms.REASON_MALFORMED,
+            transforms.REASON_MALFORMED,
+            transforms.REASON_MALFORMED,
+            "missing required field: tenant",
+            transforms.REASON_VERSION,
+        ]
+    )
+    assert [r["id"] for r in rows(transforms.replayable(classified))] == [good.id]
+    assert {r["line"] for r in rows(transforms.rejects(classified))} >= {"{not json", wrong_type}
+
+
+def test_payload_is_kept_as_json_text(spark, tmp_path) -> None:
+    archive_envelopes(tmp_path, [envelope("acme", T0, payload={"a": [1, {"b": None}]})])
+    (row,) = rows(transforms.replayable(_classified(spark, tmp_path)))
+    assert row["payload"] == '{"a":[1,{"b":null}]}'
+
+
+def test_expired_and_before_cutoff_are_dropped(spark, tmp_path) -> None:
+    live = envelope("acme", T0 + 10, expires_at=NOW + 1)
+    expired = envelope("acme", T0 + 20, expires_at=NOW)
+    old = envelope("acme", T0 - 1)
+    archive_envelopes(tmp_path, [live, expired, old])
+
+    statuses = {r["id"]: r["status"] for r in rows(_classified(spark, tmp_path, cutoff_ms=T0))}
+
+    assert statuses == {
+        live.id: transforms.STATUS_OK,
+        expired.id: transforms.STATUS_EXPIRED,
+        old.id: transforms.STATUS_BEFORE_CUTOFF,
+    }
+
+
+def test_window_and_tenant_filter_scope_the_run(spark, tmp_path) -> None:
+    inside = envelope("acme", T0 + 5)
+    archive_envelopes(tmp_path, [inside, envelope("acme", T0 + 7_200_000), envelope("zeta", T0 + 5)])
+    records = read_archive(
+        spark, str(tmp_path), window_start_ms=T0, window_end_ms=T0 + 3_600_000, tenants=("acme",)
+    )
+    classified = transforms.classify(
+        transforms.validate(records),
+        now_ms=NOW,
+        window_start_ms=T0,
+        window_end_ms=T0 + 3_600_000,
+        tenants=("acme",),
+    )
+    assert [r["id"] for r in rows(classified)] == [inside.id]
+
+
+def test_duplicates_by_id_and_by_dedup_key_keep_one_the_newest(spark, tmp_path) -> None:
+    first = envelope("acme", T0 + 1)
+    old_key = envelope("acme", T0 + 2, dedup_key="order-7")
+    new_key = envelope("acme", T0 + 3, dedup_key="order-7")
+    other_tenant_same_key = envelope("zeta", T0 + 1, dedup_key="order-7")
+    archive_envelopes(tmp_path, [first, old_key, new_key, other_tenant_same_key], name="a")
+    archive_envelopes(tmp_path, [first, new_key], name="b")  # an archiver crash wrote these twice
+
+    ordered = transforms.replay_order(_classified(spark, tmp_path), partitions=2)
+    ids = sorted(r["id"] for r in rows(ordered))
+
+    assert ids == sorted([first.id, new_key.id, other_tenant_same_key.id])
+
+
+def test_order_within_tenant_and_fair_interleave(spark, tmp_path) -> None:
+    noisy = [envelope("noisy", T0 + i) for i in range(30)]
+    quiet = [envelope(f"quiet-{n}", T0 + 100 + n) for n in range(3)]
+    archive_envelopes(tmp_path, list(reversed(noisy)) + quiet)
+
+    ordered = transforms.replay_order(_classified(spark, tmp_path), partitions=1)
+    sent = [(r["tenant"], r["rank"], r["enqueued_at"]) for r in rows(ordered)]
+
+    # Round 1 holds every tenant's first envelope: quiet tenants are not behind the noisy backlog.
+    assert {tenant for tenant, rank, _ in sent[:4]} == {"noisy", "quiet-0", "quiet-1", "quiet-2"}
+    assert all(rank == 1 for _, rank, _ in sent[:4])
+    noisy_times = [at for tenant, _, at in sent if tenant == "noisy"]
+    assert noisy_times == sorted(noisy_times) and len(noisy_times) == 30
+
+
+def test_interleave_is_partition_local(spark, tmp_path) -> None:
+    archive_envelopes(tmp_path, [envelope(f"t{n}", T0 + n) for n in range(8)])
+    plan = (
+        transforms.replay_order(_classified(spark, tmp_path), partitions=2)
+        ._jdf.queryExecution()
+        .executedPlan()
+    )
+    text = plan.toString()
+    assert text.count("Exchange") == 1  # the one repartition by tenant; no global sort
