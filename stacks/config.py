@@ -123,6 +123,39 @@ class SidelineConfig(_Strict):
     )
 
 
+class ArchiveConfig(_Strict):
+    """The S3 archive of sidelined backlogs and the Glue job that replays it (stacks/archive.py)."""
+
+    expire_after_days: int = Field(default=90, ge=1, description="archived objects are deleted after this")
+    infrequent_access_after_days: int | None = Field(
+        default=30, ge=30, description="move objects to STANDARD_IA after this (None: never)"
+    )
+    noncurrent_versions_days: int = Field(default=7, ge=1, description="old versions are kept this long")
+    access_log_days: int = Field(default=90, ge=1, description="retention of the bucket's access logs")
+    archiver_timeout_seconds: int = Field(default=300, ge=30, le=900)
+    archiver_memory_mb: int = Field(default=512, ge=128, le=10_240)
+    max_messages_per_object: int = Field(default=1000, ge=10, le=100_000)
+    replay_target_rate: float = Field(default=100, gt=0, description="messages/s the replay sends by default")
+    replay_worker_type: Literal["G.1X", "G.2X"] = "G.1X"
+    replay_workers: int = Field(default=2, ge=2, le=100)
+    replay_timeout_minutes: int = Field(default=240, ge=1, le=2880)
+    replay_schedule: str | None = Field(
+        default=None,
+        pattern=r"^cron\(.+\)$",
+        description="optional Glue cron, e.g. cron(0 3 * * ? *); the job is always startable on demand",
+    )
+
+    @model_validator(mode="after")
+    def _transition_before_expiry(self) -> ArchiveConfig:
+        ia_days = self.infrequent_access_after_days
+        if ia_days is not None and ia_days >= self.expire_after_days:
+            raise ValueError(
+                f"infrequent_access_after_days ({ia_days}) must be below expire_after_days "
+                f"({self.expire_after_days})"
+            )
+        return self
+
+
 class BackpressureConfig(_Strict):
     backlog_target: int = Field(
         default=1000, ge=1, description="a tenant's backlog at which its rate starts to fall"
@@ -232,6 +265,7 @@ class BlueprintConfig(_Strict):
     worker: WorkerConfig = WorkerConfig()
     sideline: SidelineConfig = SidelineConfig()
     backpressure: BackpressureConfig = BackpressureConfig()
+    archive: ArchiveConfig = ArchiveConfig()
     alarms: AlarmConfig = AlarmConfig()
     functions: LambdaConfig = LambdaConfig()
     ordered: OrderedConfig = OrderedConfig()
