@@ -54,6 +54,7 @@ class EmbeddedAws:
         moto_patches.apply()
         moto_patches.disable_inline_event_source_delivery()
         moto_patches.kinesis_resharding_as_aws()
+        moto_patches.serialize_dynamodb_writes()
         logging.getLogger("werkzeug").setLevel(logging.ERROR)  # one line per request otherwise
         self._server = ThreadedMotoServer(ip_address="127.0.0.1", port=0, verbose=False)
         self._started = False

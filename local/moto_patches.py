@@ -24,6 +24,7 @@ synchronously inside ``SendMessage`` for queues with an event source mapping: th
 polls the queues itself, as the Lambda service does (see ``local/mappings.py``); the same for
 Kinesis streams inside ``PutRecord(s)`` (see ``local/kinesis_mapping.py``).
 :func:`kinesis_resharding_as_aws` makes a split or merge leave the parents' records where AWS does.
+:func:`serialize_dynamodb_writes` makes moto's DynamoDB transactions safe under the threaded server.
 """
 
 from __future__ import annotations
@@ -37,6 +38,7 @@ from typing import Any, overload
 
 from moto import backends as moto_backends
 from moto.core.utils import camelcase_to_underscores, unix_time_millis
+from moto.dynamodb import models as dynamodb_models
 from moto.kinesis import models as kinesis_models
 from moto.sqs import models as sqs_models
 
@@ -293,3 +295,55 @@ def kinesis_resharding_as_aws() -> None:
         kinesis_models.Stream.merge_shards = keeping_records(  # type: ignore[method-assign]
             merge, "shard_to_merge", "adjacent_shard_to_merge"
         )
+
+
+# moto's DynamoDBBackend methods that read or write a table's items dict; one lock serializes them.
+_DYNAMODB_METHODS = (
+    "transact_write_items",
+    "put_item",
+    "update_item",
+    "delete_item",
+    "get_item",
+    "query",
+    "scan",
+)
+_dynamodb_lock = threading.RLock()
+
+
+def serialize_dynamodb_writes() -> None:
+    """Run moto's DynamoDB item operations one at a time (idempotent).
+
+    moto 5.2.5's ``transact_write_items`` backs up every table it touches with ``copy.deepcopy``
+    (iterating the table's items) and restores that copy if a condition fails; ``update_item``
+    deep-copies the item. Under ``ThreadedMotoServer`` another request inserting into the same
+    table meanwhile raises ``RuntimeError: dictionary changed size during iteration`` (HTTP 500),
+    and a rollback would silently undo writes made by other requests since the backup. A
+    transaction on AWS is atomic and isolated, so the backend's item operations (``BatchWriteItem``
+    goes through ``put_item`` / ``delete_item``) hold one re-entrant lock, as a single-threaded
+    server would.
+    """
+    with _lock:
+        if "dynamodb_lock" in _applied:
+            return
+        _applied["dynamodb_lock"] = {
+            name: dynamodb_models.DynamoDBBackend.__dict__[name] for name in _DYNAMODB_METHODS
+        }
+        for name in _DYNAMODB_METHODS:
+            setattr(dynamodb_models.DynamoDBBackend, name, _serialized(_applied["dynamodb_lock"][name]))
+
+
+def _serialized(original: Any) -> Any:
+    @functools.wraps(original)
+    def serialized(self: Any, *args: Any, **kwargs: Any) -> Any:
+        with _dynamodb_lock:
+            return original(self, *args, **kwargs)
+
+    return serialized
+
+
+def unserialize_dynamodb_writes() -> None:
+    """Undo :func:`serialize_dynamodb_writes` (tests)."""
+    with _lock:
+        originals = _applied.pop("dynamodb_lock", None)
+        for name, method in (originals or {}).items():
+            setattr(dynamodb_models.DynamoDBBackend, name, method)

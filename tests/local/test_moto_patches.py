@@ -1,16 +1,21 @@
-"""The SQS hot-path patch keeps moto's answers: one scripted session gives the same results patched or not."""
+"""The SQS hot-path patch keeps moto's answers: one scripted session gives the same results patched or not.
+
+And moto's DynamoDB under ThreadedMotoServer, serialized, loses nothing to concurrent transactions."""
 
 from __future__ import annotations
 
 import json
+import threading
 import time
 from collections.abc import Iterator
 from typing import Any
 
 import boto3
+import botocore.config
 import pytest
 from botocore.exceptions import ClientError
 from moto import mock_aws
+from moto.server import ThreadedMotoServer
 
 from local import moto_patches
 
@@ -170,3 +175,86 @@ def test_inline_delivery_is_disabled(restore_patches: None) -> None:
         sqs.send_message(QueueUrl=url, MessageBody="stays")
         assert counts(sqs, url) == (1, 0, 0)
         assert lam.get_event_source_mapping(UUID=mapping["UUID"])["BatchSize"] == 5
+
+
+DYNAMODB_THREADS = 8
+DYNAMODB_ROUNDS = 40
+
+
+@pytest.fixture
+def dynamodb_server() -> Iterator[str]:
+    was_applied = "dynamodb_lock" in moto_patches._applied
+    moto_patches.serialize_dynamodb_writes()
+    server = ThreadedMotoServer(ip_address="127.0.0.1", port=0, verbose=False)
+    server.start()
+    host, port = server.get_host_and_port()
+    yield f"http://{host}:{port}"
+    server.stop()
+    if not was_applied:
+        moto_patches.unserialize_dynamodb_writes()
+
+
+def dynamodb_client(url: str) -> Any:
+    return boto3.client(
+        "dynamodb",
+        endpoint_url=url,
+        region_name="us-east-1",
+        aws_access_key_id="testing",
+        aws_secret_access_key="testing",
+        config=botocore.config.Config(retries={"max_attempts": 1}, max_pool_connections=DYNAMODB_THREADS),
+    )
+
+
+def test_concurrent_transactions_and_updates_keep_every_write(dynamodb_server: str) -> None:
+    dynamodb = dynamodb_client(dynamodb_server)
+    dynamodb.create_table(
+        TableName="t",
+        KeySchema=[{"AttributeName": "pk", "KeyType": "HASH"}],
+        AttributeDefinitions=[{"AttributeName": "pk", "AttributeType": "S"}],
+        BillingMode="PAY_PER_REQUEST",
+    )
+    errors: list[str] = []
+
+    def add(key: str) -> dict[str, Any]:
+        return {
+            "Update": {
+                "TableName": "t",
+                "Key": {"pk": {"S": key}},
+                "UpdateExpression": "ADD n :one",
+                "ExpressionAttributeValues": {":one": {"N": "1"}},
+            }
+        }
+
+    def work(worker: int) -> None:
+        own = dynamodb_client(dynamodb_server)
+        try:
+            for n in range(DYNAMODB_ROUNDS):
+                # A transaction on a shared counter and a fresh item (the table grows meanwhile),
+                # an update, and a batch of puts: every kind of write racing the others' deepcopy.
+                own.transact_write_items(TransactItems=[add("shared"), add(f"t-{worker}-{n}")])
+                own.update_item(
+                    TableName="t",
+                    Key={"pk": {"S": f"u-{worker}"}},
+                    UpdateExpression="ADD n :one",
+                    ExpressionAttributeValues={":one": {"N": "1"}},
+                )
+                own.batch_write_item(
+                    RequestItems={"t": [{"PutRequest": {"Item": {"pk": {"S": f"b-{worker}-{n}"}}}}]}
+                )
+        except ClientError as error:
+            errors.append(str(error))
+
+    threads = [threading.Thread(target=work, args=(w,)) for w in range(DYNAMODB_THREADS)]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join(120)
+
+    assert errors == []
+    item = dynamodb.get_item(TableName="t", Key={"pk": {"S": "shared"}})["Item"]
+    assert int(item["n"]["N"]) == DYNAMODB_THREADS * DYNAMODB_ROUNDS
+    for worker in range(DYNAMODB_THREADS):
+        item = dynamodb.get_item(TableName="t", Key={"pk": {"S": f"u-{worker}"}})["Item"]
+        assert int(item["n"]["N"]) == DYNAMODB_ROUNDS
+    items = sum(page["Count"] for page in dynamodb.get_paginator("scan").paginate(TableName="t"))
+    assert items == 1 + DYNAMODB_THREADS + 2 * DYNAMODB_THREADS * DYNAMODB_ROUNDS
