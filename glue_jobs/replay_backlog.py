@@ -256,7 +256,9 @@ if __name__ == "__main__":
         ship_runtime_library(session)
         main(session, ReplayArgs.from_mapping(_parse_cli(sys.argv[1:])))
     else:
-        options = getResolvedOptions(sys.argv, ["JOB_NAME", *ARGUMENT_NAMES])
+        # Resolve only what was passed: an argument left empty may not reach the script at all.
+        present = [name for name in ARGUMENT_NAMES if f"--{name}" in sys.argv]
+        options = getResolvedOptions(sys.argv, ["JOB_NAME", *present])
         glue_context = GlueContext(SparkSession.builder.getOrCreate().sparkContext)
         job = Job(glue_context)
         job.init(options["JOB_NAME"], options)  # job bookmarks: the run is recorded when committed

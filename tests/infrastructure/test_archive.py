@@ -1,0 +1,123 @@
+"""ArchiveAndReplay composed into the stack as the stack composes it: the properties that matter, and cdk-nag."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+import aws_cdk as cdk
+import pytest
+from aws_cdk.assertions import Match, Template
+
+from app import STACK_ID, cdk_json_context, merge_context
+from stacks.archive import ArchiveAndReplay
+from stacks.breakwater_stack import BreakwaterStack
+from stacks.config import load_config
+from stacks.nag import acknowledge_findings, apply_nag_packs
+
+pytestmark = pytest.mark.slow
+
+
+@pytest.fixture(scope="module")
+def synth(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Any]:
+    outdir = tmp_path_factory.mktemp("cdk-archive")
+    overrides = {
+        "breakwater": {"archive": {"replay_schedule": "cron(0 3 * * ? *)", "expire_after_days": 120}}
+    }
+    app = cdk.App(context=merge_context(cdk_json_context(), overrides), outdir=str(outdir))
+    config = load_config(app.node.try_get_context("breakwater"))
+    stack = BreakwaterStack(app, STACK_ID, config=config)
+    archive = ArchiveAndReplay(
+        stack,
+        "Archive",
+        config=config,
+        functions=stack.functions,
+        key=stack.key,
+        live_queues=[pair.queue for pair in stack.queues.live],
+        sideline_queues=[pair.queue for pair in stack.queues.sideline],
+    )
+    archive.grant_start(stack.control.controller.role)
+    apply_nag_packs(app)
+    acknowledge_findings(stack)
+    assembly = app.synth()  # raises on any unacknowledged cdk-nag error
+    return {"template": Template.from_stack(stack), "outdir": Path(assembly.directory), "stack": stack}
+
+
+def _one(template: Template, resource_type: str) -> dict[str, Any]:
+    (resource,) = template.find_resources(resource_type).values()
+    return resource["Properties"]
+
+
+def test_archive_bucket_is_encrypted_versioned_logged_and_expires(synth: dict[str, Any]) -> None:
+    template: Template = synth["template"]
+    template.has_resource_properties(
+        "AWS::S3::Bucket",
+        {
+            "BucketEncryption": {
+                "ServerSideEncryptionConfiguration": [
+                    Match.object_like(
+                        {"ServerSideEncryptionByDefault": Match.object_like({"SSEAlgorithm": "aws:kms"})}
+                    )
+                ]
+            },
+            "VersioningConfiguration": {"Status": "Enabled"},
+            "LoggingConfiguration": Match.object_like({"LogFilePrefix": "archive-bucket/"}),
+            "LifecycleConfiguration": {
+                "Rules": [
+                    Match.object_like(
+                        {"ExpirationInDays": 120, "NoncurrentVersionExpiration": {"NoncurrentDays": 7}}
+                    )
+                ]
+            },
+            "PublicAccessBlockConfiguration": Match.object_like({"BlockPublicAcls": True}),
+        },
+    )
+    policies = json.dumps(template.find_resources("AWS::S3::BucketPolicy"))
+    assert '"aws:SecureTransport": "false"' in policies
+
+
+def test_replay_job_is_glue_5_with_security_configuration_and_bookmarks(synth: dict[str, Any]) -> None:
+    job = _one(synth["template"], "AWS::Glue::Job")
+    assert job["GlueVersion"] == "5.0" and job["Command"]["Name"] == "glueetl"
+    assert job["SecurityConfiguration"]
+    assert job["MaxRetries"] == 0 and job["ExecutionProperty"]["MaxConcurrentRuns"] == 1
+    arguments = job["DefaultArguments"]
+    assert arguments["--job-bookmark-option"] == "job-bookmark-enable"
+    assert "--extra-py-files" in arguments and "--queue_urls" in arguments and "--target_rate" in arguments
+    security = _one(synth["template"], "AWS::Glue::SecurityConfiguration")["EncryptionConfiguration"]
+    assert security["CloudWatchEncryption"]["CloudWatchEncryptionMode"] == "SSE-KMS"
+    assert security["JobBookmarksEncryption"]["JobBookmarksEncryptionMode"] == "CSE-KMS"
+
+
+def test_runtime_library_zip_holds_both_packages(synth: dict[str, Any]) -> None:
+    job = _one(synth["template"], "AWS::Glue::Job")
+    key = job["DefaultArguments"]["--extra-py-files"]["Fn::Join"][1][-1].lstrip("/")
+    staged = synth["outdir"] / f"asset.{key.removesuffix('.zip')}"
+    names = {path.relative_to(staged).as_posix() for path in staged.rglob("*.py")}
+    assert {"breakwater/routing.py", "glue_jobs/replay_transforms.py", "glue_jobs/replay_save.py"} <= names
+    assert not any("__pycache__" in name for name in names)
+
+
+def test_triggers_on_demand_and_scheduled(synth: dict[str, Any]) -> None:
+    triggers = synth["template"].find_resources("AWS::Glue::Trigger")
+    kinds = sorted(trigger["Properties"]["Type"] for trigger in triggers.values())
+    assert kinds == ["ON_DEMAND", "SCHEDULED"]
+
+
+def test_archiver_environment_and_least_privilege(synth: dict[str, Any]) -> None:
+    template: Template = synth["template"]
+    functions = template.find_resources(
+        "AWS::Lambda::Function", {"Properties": {"Handler": "archiver/handler.handler"}}
+    )
+    (archiver,) = functions.values()
+    variables = archiver["Properties"]["Environment"]["Variables"]
+    assert {
+        "ARCHIVE_BUCKET_NAME",
+        "ARCHIVE_PREFIX",
+        "SOURCE_QUEUE_URLS",
+        "RECEIVE_VISIBILITY_SECONDS",
+    } <= set(variables)
+    policies = json.dumps(template.find_resources("AWS::IAM::Policy"))
+    assert '"s3:*"' not in policies and '"sqs:*"' not in policies and '"glue:*"' not in policies
+    assert "glue:StartJobRun" in policies
