@@ -1,4 +1,4 @@
-"""ArchiveAndReplay composed into the stack as the stack composes it: the properties that matter, and cdk-nag."""
+"""ArchiveAndReplay composed into the stack as the stack would: the properties that matter, and cdk-nag."""
 
 from __future__ import annotations
 
