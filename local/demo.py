@@ -30,6 +30,7 @@ from local.scenario import (
     observe_deliveries,
     queue_depths,
 )
+from local.stream_load import consumed_events
 
 FIRST_ATTEMPT_PROPERTY = "AgeOfFirstAttemptByTenant"  # breakwater.worker.FIRST_ATTEMPT_PROPERTY
 COUNTER_NAMES = ("processed", "dropped", "sidelined", "spilled", "deferred", "failed")
@@ -114,7 +115,9 @@ def run_config(
         obs.started = time.time()
         sampler = threading.Thread(target=sample, daemon=True)
         sampler.start()
-        LoadGenerator(runtime.api.url if runtime.api else "", keys, scenario, obs).run(on_tick=tick)
+        generator = LoadGenerator(runtime.api.url if runtime.api else "", keys, scenario, obs)
+        generator.run(on_tick=tick)
+        events_read_at = time.time() + 1.0  # the Kinesis mapping's last batches, a second after the load
         drain_until = time.time() + scenario.drain_s
         while workers_deployed and time.time() < drain_until:
             with obs.lock:
@@ -125,6 +128,8 @@ def run_config(
             time.sleep(0.5)
         stop_sampling.set()
         sampler.join(5)
+        time.sleep(max(0.0, events_read_at - time.time()))
+        events = {**generator.events.summary(), "consumed": consumed_events(runtime)}
         if progress:
             sys.stdout.write("\n")
         # A consistent point for the accounting: no poller receives and no worker runs any more, so a
@@ -138,7 +143,7 @@ def run_config(
             for (_, _, v, blob) in runtime.logs.metric_values("AgeOfFirstAttempt")
             if blob.get("QueueRole") == "live"
         ]
-        return summarize(
+        report = summarize(
             name,
             scenario,
             obs,
@@ -151,6 +156,8 @@ def run_config(
             setup_s,
             workers_deployed,
         )
+        report["events"] = events
+        return report
     finally:
         runtime.stop()
 

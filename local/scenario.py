@@ -21,6 +21,7 @@ from urllib.parse import urlsplit
 from local.discovery import MappingSpec
 from local.functions import Invocation
 from local.runtime import LocalRuntime
+from local.stream_load import EventTraffic
 
 # Applied to both runs; the naive run adds {"mode": "naive"}. Every key is one a fork can set in cdk.json.
 DEMO_CONTEXT: dict[str, Any] = {
@@ -147,6 +148,7 @@ class LoadGenerator:
         self.obs = observations
         self._work: queue.Queue[tuple[str, float] | None] = queue.Queue()
         self.late = 0
+        self.events = EventTraffic(api_url, keys)  # a share of each tenant's requests, as events
 
     def _sender(self) -> None:
         connection = http.client.HTTPConnection(self.host, self.url.port, timeout=30)
@@ -156,6 +158,8 @@ class LoadGenerator:
             if item is None:
                 return
             tenant, _ = item
+            if self.events.divert(tenant):
+                continue
             body = json.dumps({"type": "demo", "payload": {"tenant": tenant}})
             headers = {"Authorization": f"Bearer {self.keys[tenant]}", "Content-Type": "application/json"}
             try:
