@@ -94,6 +94,7 @@ class RuntimeOptions:
     workdir: Path = ROOT / "out" / "local"
     max_containers: int = 4  # per function: concurrent execution environments
     warm: bool = True
+    warm_containers: int = 1  # per function, started before the first invocation when ``warm``
     schedule_speedup: float = 1.0  # rate(1 minute) runs every 60 / speedup seconds
     extra_function_env: dict[str, str] = field(default_factory=dict)
     start_api: bool = True
@@ -161,7 +162,10 @@ class LocalRuntime:
             }
             self.pools[logical_id] = FunctionPool(spec, env, self.logs, self.options.max_containers)
         if self.options.warm:
-            warmers = [threading.Thread(target=pool.warm, args=(1,)) for pool in self.pools.values()]
+            warmers = [
+                threading.Thread(target=pool.warm, args=(self.options.warm_containers,))
+                for pool in self.pools.values()
+            ]
             for thread in warmers:
                 thread.start()
             for thread in warmers:
