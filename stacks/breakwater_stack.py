@@ -8,6 +8,7 @@ from aws_cdk import CfnOutput, Fn, Stack
 from constructs import Construct
 
 from stacks import environment
+from stacks.archive import ArchiveAndReplay
 from stacks.config import BlueprintConfig
 from stacks.consumers import Consumers
 from stacks.control import ControlPlane
@@ -55,6 +56,15 @@ class BreakwaterStack(Stack):
             sideline_mappings=self.consumers.sideline_mappings,
         )
         self.monitoring = self._build_monitoring()
+        self.archive = ArchiveAndReplay(
+            self,
+            "Archive",
+            config=config,
+            functions=self.functions,
+            key=self.key,
+            live_queues=[pair.queue for pair in self.queues.live],
+            sideline_queues=[pair.queue for pair in self.queues.sideline],
+        )
         self.ordered = self._build_ordered() if config.ordered.enabled else None
         self.streaming = self._build_streaming() if config.streaming.enabled else None
         self.monitoring.add_alarm_overview()  # last: every alarm above, the workloads' included
@@ -141,6 +151,8 @@ class BreakwaterStack(Stack):
         CfnOutput(self, "StateTableName", value=self.tables.state.table_name)
         CfnOutput(self, "IdempotencyTableName", value=self.tables.idempotency.table_name)
         CfnOutput(self, "AlarmTopicArn", value=self.monitoring.topic.topic_arn)
+        CfnOutput(self, "ArchiveBucketName", value=self.archive.bucket.bucket_name)
+        CfnOutput(self, "ReplayJobName", value=self.archive.job.job_name)
         for pair in self.queues.all:
             name = "".join(part.capitalize() for part in pair.role.split("-"))
             CfnOutput(self, f"{name}QueueUrl", value=pair.queue.queue_url)
