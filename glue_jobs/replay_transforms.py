@@ -1,13 +1,14 @@
 """Pure transforms of the replay job: ``DataFrame -> DataFrame``, importing only pyspark.
 
-The plan is shaped for throughput on a few cores (see docs/performance.md, "Replay"):
+The plan is shaped for throughput on a few cores (docs/performance.md, "Replay"):
 
 * every line is parsed once, by the JSON reader with the envelope's schema and a corrupt-record
   column (less than half the CPU of text + ``from_json``), so a malformed line becomes a reject with
   a reason instead of failing the run;
-* the only shuffle is one hash repartition by tenant: after it, dedup, rank and the fair interleave
-  are partition-local windows and sorts (no global sort, no second exchange);
-* the rest is three partition-local sorts (dedup window, rank window, interleave), no global sort.
+* the only shuffle is one hash repartition by tenant; dedup, rank and the fair interleave are then
+  partition-local windows and sorts: no global sort, no second exchange;
+* sort keys are 64-bit longs (hashes, time), strings only break ties; the interleave sorts on one
+  long, which Spark does as a radix sort.
 """
 
 from __future__ import annotations
@@ -115,8 +116,22 @@ def replayable(classified: DataFrame) -> DataFrame:
 
 
 def by_tenant(envelopes: DataFrame, partitions: int) -> DataFrame:
-    """The one shuffle of the job: every envelope of a tenant in one partition, so what follows is local."""
-    return envelopes.repartition(partitions, "tenant")
+    """The one shuffle of the job: every envelope of a tenant in one partition, so what follows is local.
+
+    Partitioned on ``_tenant_hash`` (xxhash64 of the tenant), the key the windows group by.
+    """
+    return envelopes.withColumn("_tenant_hash", F.xxhash64("tenant")).repartition(partitions, "_tenant_hash")
+
+
+# Sort keys are 64-bit longs wherever possible: Spark compares them without touching strings, and
+# a sort on one long key is a radix sort. Strings follow only as tie-breakers.
+_ID_BITS = 20  # enqueued_at (ms, < 2**43) * 2**20 + 20 bits of the id's hash fits a signed long
+_TENANT_BITS = 32  # slot = rank * 2**32 + 32 bits of the tenant's hash
+
+
+def _order_key() -> Column:
+    """(enqueued_at, id) as one long: time first, then a hash of the id to break same-ms ties."""
+    return F.col("enqueued_at") * (1 << _ID_BITS) + F.pmod(F.xxhash64("id"), F.lit(1 << _ID_BITS))
 
 
 def dedup_and_rank(envelopes: DataFrame) -> DataFrame:
@@ -124,19 +139,28 @@ def dedup_and_rank(envelopes: DataFrame) -> DataFrame:
 
     Dedup key: ``dedup_key`` when set (the newest envelope with that key wins), else the envelope
     ``id`` (an archiver crash may have written the same envelope twice). Ranks are dense over the
-    kept rows, ordered by (``enqueued_at``, ``id``). Partitioned by tenant first (:func:`by_tenant`),
-    both windows are partition-local: a sort each, no exchange. (Measured against a fixed-width hash
-    aggregate joined back: the self-join reads the archive twice, which costs more than the sort.)
+    kept rows, in (``enqueued_at``, ``id``) order. Partitioned by tenant first (:func:`by_tenant`),
+    both windows are partition-local: a sort each, no exchange.
+
+    The dedup window groups by (tenant hash, key hash, tenant, key): the strings only break hash
+    ties, so a collision costs a comparison, never a wrong dedup. The rank window groups by the
+    tenant's 64-bit hash alone: a collision would merely share one rank sequence between two
+    tenants (fairness, not correctness). (Measured against a fixed-width hash aggregate joined back:
+    the self-join reads the archive twice, which costs more than this sort.)
     """
     key = F.coalesce(F.concat(F.lit("k:"), "dedup_key"), F.concat(F.lit("i:"), "id"))
-    newest_first = Window.partitionBy("tenant", "_key").orderBy(F.desc("enqueued_at"), F.desc("id"))
-    oldest_first = Window.partitionBy("tenant").orderBy("enqueued_at", "id")
+    newest_first = Window.partitionBy("_tenant_hash", "_key_hash", "tenant", "_key").orderBy(
+        F.desc("_order"), F.desc("id")
+    )
+    oldest_first = Window.partitionBy("_tenant_hash").orderBy("_order", "id")
     return (
         envelopes.withColumn("_key", key)
+        .withColumn("_key_hash", F.xxhash64("_key"))
+        .withColumn("_order", _order_key())
         .withColumn("_n", F.row_number().over(newest_first))
         .filter(F.col("_n") == 1)
-        .drop("_key", "_n")
         .withColumn("rank", F.row_number().over(oldest_first))
+        .drop("_key", "_key_hash", "_n", "_order")
     )
 
 
@@ -144,9 +168,12 @@ def interleave(ranked: DataFrame) -> DataFrame:
     """Round-robin the tenants of each partition by rank: every tenant's 1st, then every 2nd, ...
 
     One tenant's huge backlog then takes one turn per round instead of the whole send, which is the
-    fairness of the replay (the same idea as SQS fair queues). Partition-local: no global sort.
+    fairness of the replay (the same idea as SQS fair queues). Partition-local: no global sort, and
+    the key is one long (rank, then the tenant's hash), so the sort is a radix sort.
     """
-    return ranked.sortWithinPartitions("rank", "tenant")
+    tenant_hash = F.col("_tenant_hash") if "_tenant_hash" in ranked.columns else F.xxhash64("tenant")
+    slot = F.col("rank") * (1 << _TENANT_BITS) + F.pmod(tenant_hash, F.lit(1 << _TENANT_BITS))
+    return ranked.withColumn("_slot", slot).sortWithinPartitions("_slot").drop("_slot", "_tenant_hash")
 
 
 def replay_order(classified: DataFrame, partitions: int) -> DataFrame:
