@@ -23,7 +23,8 @@ class FakeClock:
 
 class FakeSqs:
     def __init__(self, clock: FakeClock, fail_ids: set[str] | None = None) -> None:
-        self.clock, self.fail_ids, self.sent = clock, fail_ids or set(), []
+        self.clock, self.fail_ids = clock, fail_ids or set()
+        self.sent: list[tuple[float, str, dict[str, Any]]] = []
 
     def send_message_batch(self, QueueUrl: str, Entries: list[dict[str, Any]]) -> dict[str, Any]:  # noqa: N803
         ok = [e for e in Entries if json.loads(e["MessageBody"])["id"] not in self.fail_ids]
