@@ -6,7 +6,7 @@ to 10, and a per-task pace of ``target_rate / concurrent tasks`` so the run as a
 target rate. Entries that still fail after retries go to the failures output, a replayable archive.
 Nothing is collected to the driver: counts travel back in accumulators.
 
-This module runs on executors with only boto3 and the shipped ``breakwater`` package, so it builds
+This module runs on executors with pyspark, boto3 and the shipped ``breakwater`` package; it builds
 the body with ``json`` rather than the pydantic model (Glue does not ship pydantic).
 """
 
@@ -20,6 +20,8 @@ from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
+
+from pyspark.accumulators import AccumulatorParam
 
 from breakwater.routing import choose_queue, shard_for
 
@@ -62,25 +64,41 @@ def envelope_body(row: dict[str, Any], run_id: str) -> tuple[str, str]:
 
 
 class Pacer:
-    """Hold ``rate`` messages per second: each send waits for its slot on a fixed schedule."""
+    """Hold ``rate`` messages per second on a fixed schedule, with at most ``catch_up`` seconds of burst.
+
+    A send slower than its slot (a slow API call) may be made up by sending the next ones without
+    waiting, but never more than ``catch_up`` seconds' worth: a token bucket whose burst is one
+    second of the rate, so the run holds its rate without bursting at the live queues.
+    """
 
     def __init__(
         self,
         rate: float,
         clock: Callable[[], float] = time.monotonic,
         sleep: Callable[[float], None] = time.sleep,
+        catch_up: float = 1.0,
     ):
         self._interval = 1.0 / rate
         self._clock = clock
         self._sleep = sleep
+        self._catch_up = catch_up
         self._next = clock()
 
     def wait_for(self, count: int) -> None:
-        delay = self._next - self._clock()
-        if delay > 0:
-            self._sleep(delay)
-        # A slow send is not made up with a burst later: never schedule in the past.
-        self._next = max(self._next, self._clock() - self._interval) + count * self._interval
+        now = self._clock()
+        if self._next > now:
+            self._sleep(self._next - now)
+        self._next = max(self._next, self._clock() - self._catch_up) + count * self._interval
+
+
+class Extremes(AccumulatorParam):
+    """Accumulates (earliest, latest) epoch seconds over tasks: the run's send window."""
+
+    def zero(self, value: tuple[float, float]) -> tuple[float, float]:
+        return (float("inf"), float("-inf"))
+
+    def addInPlace(self, first: tuple[float, float], second: tuple[float, float]) -> tuple[float, float]:  # noqa: N802
+        return (min(first[0], second[0]), max(first[1], second[1]))
 
 
 @dataclass(slots=True)
@@ -188,7 +206,7 @@ def write_failures(
 
 
 def send_partition_function(
-    options: SendOptions, considered: Any, replayed: Any, failed: Any
+    options: SendOptions, considered: Any, replayed: Any, failed: Any, window: Any
 ) -> Callable[[Iterator[Any]], None]:
     """The ``foreachPartition`` function: send, count into the accumulators, write failures."""
 
@@ -211,7 +229,10 @@ def send_partition_function(
                 seen += 1
                 yield item
 
+        started = time.time()
         sender.send_all(counted(dicts))
+        if sender.sent:
+            window.add((started, time.time()))
         considered.add(seen)
         replayed.add(sender.sent)
         failed.add(len(sender.failed_bodies))

@@ -52,6 +52,19 @@ def test_pacer_holds_the_rate() -> None:
     assert clock.now == pytest.approx(99 * 10 / 50)  # 1000 messages at 50/s: the last batch at 19.8 s
 
 
+def test_pacer_catches_up_after_a_slow_call_but_never_bursts_more_than_a_second() -> None:
+    clock = FakeClock()
+    pacer = Pacer(10, clock=clock, sleep=clock.sleep, catch_up=1.0)
+    pacer.wait_for(1)
+    clock.now += 5.0  # one call took five seconds
+    sleeps_before = clock.now
+    for _ in range(11):
+        pacer.wait_for(1)  # this slot plus one second of catch-up (ten) go out without waiting
+    assert clock.now == sleeps_before
+    pacer.wait_for(1)
+    assert clock.now > sleeps_before  # then the schedule holds again
+
+
 def test_sender_paces_batches_and_routes_like_ingest() -> None:
     clock = FakeClock()
     sqs = FakeSqs(clock)
