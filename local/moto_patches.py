@@ -25,6 +25,8 @@ polls the queues itself, as the Lambda service does (see ``local/mappings.py``);
 Kinesis streams inside ``PutRecord(s)`` (see ``local/kinesis_mapping.py``).
 :func:`kinesis_resharding_as_aws` makes a split or merge leave the parents' records where AWS does.
 :func:`serialize_dynamodb_writes` makes moto's DynamoDB transactions safe under the threaded server.
+:func:`route_lambda_invocations` hands Lambda ``Invoke`` to the caller's dispatcher (the runtime's
+containers) instead of moto's Docker runner.
 """
 
 from __future__ import annotations
@@ -33,10 +35,11 @@ import functools
 import hashlib
 import json
 import threading
-from collections.abc import Iterator, Mapping, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from typing import Any, overload
 
 from moto import backends as moto_backends
+from moto.awslambda import models as lambda_models
 from moto.core.utils import camelcase_to_underscores, unix_time_millis
 from moto.dynamodb import models as dynamodb_models
 from moto.kinesis import models as kinesis_models
@@ -347,3 +350,49 @@ def unserialize_dynamodb_writes() -> None:
         originals = _applied.pop("dynamodb_lock", None)
         for name, method in (originals or {}).items():
             setattr(dynamodb_models.DynamoDBBackend, name, method)
+
+
+# (function name, payload bytes, invocation type) -> the response payload (b"" for an Event).
+LambdaDispatch = Callable[[str, bytes, str], bytes]
+
+
+def route_lambda_invocations(dispatch: LambdaDispatch) -> None:
+    """Send every Lambda ``Invoke`` to ``dispatch`` instead of moto's runner (replaces a previous one).
+
+    moto 5.2.5's ``LambdaBackend.invoke`` runs the function in Docker, synchronously even for
+    ``InvocationType=Event`` (the controller starting the archiver). The runtime runs functions in its
+    own containers, so the backend's invoke resolves the function (name, ARN or qualifier, with moto's
+    errors for unknown ones) and hands the payload over; an ``Event`` dispatcher returns at once.
+    """
+    with _lock:
+        if "lambda_invoke" not in _applied:
+            _applied["lambda_invoke"] = lambda_models.LambdaBackend.invoke
+        _applied["lambda_dispatch"] = dispatch
+
+        def invoke(
+            self: lambda_models.LambdaBackend,
+            function_name: str,
+            qualifier: str | None,
+            body: Any,
+            headers: Any,
+            response_headers: Any,
+        ) -> bytes:
+            function = self.get_function(function_name, qualifier)
+            invocation_type = headers.get("X-Amz-Invocation-Type") or headers.get("x-amz-invocation-type")
+            payload = body if isinstance(body, bytes) else (body or "").encode()
+            return bytes(
+                _applied["lambda_dispatch"](
+                    function.function_name, payload, invocation_type or "RequestResponse"
+                )
+            )
+
+        lambda_models.LambdaBackend.invoke = invoke  # type: ignore[method-assign]
+
+
+def unroute_lambda_invocations() -> None:
+    """Undo :func:`route_lambda_invocations` (tests)."""
+    with _lock:
+        _applied.pop("lambda_dispatch", None)
+        original = _applied.pop("lambda_invoke", None)
+        if original is not None:
+            lambda_models.LambdaBackend.invoke = original  # type: ignore[method-assign]

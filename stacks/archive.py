@@ -320,7 +320,11 @@ class ArchiveAndReplay(Construct):
     # -- for the controller -----------------------------------------------------------------------
 
     def grant_start(self, grantee: iam.IGrantable) -> None:
-        """Let ``grantee`` (the controller) start the archiver and the replay job."""
+        """Let ``grantee`` (the controller) start the archiver; the replay is an operator's decision.
+
+        Only the archiver: when to bring a parked backlog back (and at what rate, for which tenants)
+        is for an operator (``bin/replay``) or the optional schedule, so no function may start the job.
+        """
         self.archiver.function.grant_invoke(grantee)  # the function and its versions (<arn>:*)
         if isinstance(grantee, iam.Role):
             _acknowledge(
@@ -328,13 +332,7 @@ class ArchiveAndReplay(Construct):
                 f"AwsSolutions-IAM5[Resource::<{self._archiver_id}.Arn>:*]",
                 "CDK's grantInvoke: the archiver function and its versions, nothing else",
             )
-        iam.Grant.add_to_principal(
-            grantee=grantee, actions=["glue:StartJobRun", "glue:GetJobRuns"], resource_arns=[self.job.job_arn]
-        )
 
     def controller_environment(self) -> dict[str, str]:
-        """What the controller needs to start them (merge into its environment)."""
-        return {
-            "ARCHIVER_FUNCTION_NAME": self.archiver.function.function_name,
-            "REPLAY_JOB_NAME": self.job.job_name,
-        }
+        """What the controller needs to start the archiver (merge into its environment)."""
+        return {"ARCHIVER_FUNCTION_NAME": self.archiver.function.function_name}

@@ -65,6 +65,10 @@ class BreakwaterStack(Stack):
             live_queues=[pair.queue for pair in self.queues.live],
             sideline_queues=[pair.queue for pair in self.queues.sideline],
         )
+        # The controller parks a sideline queue past its budget: it may start the archiver, nothing more.
+        self.archive.grant_start(self.control.controller.role)
+        for name, value in self.archive.controller_environment().items():
+            self.control.controller.function.add_environment(name, value)
         self.ordered = self._build_ordered() if config.ordered.enabled else None
         self.streaming = self._build_streaming() if config.streaming.enabled else None
         self.monitoring.add_alarm_overview()  # last: every alarm above, the workloads' included

@@ -98,6 +98,10 @@ def controller_environment(
         "TENANTS_TABLE_NAME": tables.tenants.table_name,
         "LIVE_QUEUE_URLS": queue_urls([pair.queue for pair in queues.live]),
         "SIDELINE_QUEUE_URLS": queue_urls([pair.queue for pair in queues.sideline]),
+        "SIDELINE_QUEUE_ROLES": ",".join(pair.role for pair in queues.sideline),  # their workers' age reports
+        # Past either budget a sideline queue is parked in S3 (ARCHIVER_FUNCTION_NAME: stacks/archive.py).
+        "ARCHIVE_AGE_SECONDS": str(config.sideline.archive_age_seconds),
+        "ARCHIVE_DEPTH": str(config.sideline.archive_depth),
         "SIDELINE_MAPPING_UUIDS": Fn.join(",", list(sideline_mapping_ids)),
         "BACKLOG_TARGET": str(backpressure.backlog_target),
         "MIN_MULTIPLIER": str(backpressure.min_multiplier),

@@ -4,8 +4,10 @@ Reads the aggregate counters (one item per tenant, flushed by ingest and the wor
 into a backlog estimate and a utilisation, and writes each tenant's inbound multiplier where ingest
 reads it (``bucket#ingest``.``multiplier``). Then it looks at the live queues (depth from SQS, oldest
 age from the workers' reports) and lets the sideline drainers run only while the live set is
-healthy: old work never competes with fresh work for the same workers. Every decision is a log line
-(with the tenant) and the totals are metrics. AWS is reached only through :class:`ControllerPorts`.
+healthy: old work never competes with fresh work for the same workers. Last, a sideline queue whose
+oldest message or depth passed the archive budget is handed to the archiver (asynchronously), so no
+sidelined backlog grows without bound. Every decision is a log line (with the tenant) and the totals
+are metrics. AWS is reached only through :class:`ControllerPorts`.
 """
 
 from __future__ import annotations
@@ -18,6 +20,7 @@ from typing import Any
 
 from aws_lambda_powertools.metrics import MetricUnit
 
+from breakwater.archive_budget import ArchiveBudget, ArchiveDue, SidelineObservation, archive_due
 from breakwater.backpressure import (
     BackpressureConfig,
     LiveHealth,
@@ -47,6 +50,8 @@ class ControllerPorts:
     live_depth: Callable[[], int]
     live_oldest: Callable[[], tuple[int | None, int | None]]  # (age ms, observed at epoch ms)
     set_sideline_enabled: Callable[[bool], Iterable[str]]  # returns the mappings it changed
+    sideline_observations: Callable[[], Sequence[SidelineObservation]] = lambda: ()
+    start_archiver: Callable[[ArchiveDue], None] | None = None  # None: no archiver configured
     clock_ms: Callable[[], int] = lambda: int(time.time() * 1000)
 
 
@@ -54,6 +59,7 @@ class ControllerPorts:
 class ControllerConfig:
     backpressure: BackpressureConfig
     healthy_age_s: int
+    archive_budget: ArchiveBudget = field(default_factory=lambda: ArchiveBudget(age_s=3600, depth=100_000))
 
     @classmethod
     def from_settings(cls, settings: ControllerSettings) -> ControllerConfig:
@@ -65,6 +71,7 @@ class ControllerConfig:
                 max_multiplier=settings.max_multiplier,
             ),
             healthy_age_s=settings.healthy_age_seconds,
+            archive_budget=ArchiveBudget(age_s=settings.archive_age_seconds, depth=settings.archive_depth),
         )
 
 
@@ -76,6 +83,7 @@ class ControllerReport:
     health: LiveHealth | None = None
     sideline_enabled: bool = False
     mappings_changed: list[str] = field(default_factory=list)
+    archiving: list[ArchiveDue] = field(default_factory=list)
 
 
 def _number(counters: Mapping[str, Any], name: str) -> float:
@@ -141,8 +149,31 @@ def run_controller(config: ControllerConfig, ports: ControllerPorts) -> Controll
             "mappings_changed": report.mappings_changed,
         },
     )
+    if ports.start_archiver is not None:
+        report.archiving = _start_archiving(config, ports, now)
     _emit_metrics(report)
     return report
+
+
+def _start_archiving(config: ControllerConfig, ports: ControllerPorts, now: int) -> list[ArchiveDue]:
+    """Start the archiver for each sideline queue past its budget; a failed start is retried next run."""
+    assert ports.start_archiver is not None
+    started = []
+    for due in archive_due(ports.sideline_observations(), config.archive_budget, now):
+        extra = {
+            "role": due.role,
+            "reason": due.reason.value,
+            "depth": due.depth,
+            "oldest_age_s": due.oldest_age_s,
+        }
+        try:
+            ports.start_archiver(due)
+        except Exception as exc:  # the other decisions of this run stand
+            logger.error("archiver start failed", extra=extra | {"error": str(exc)})
+            continue
+        logger.info("sideline queue past its archive budget: archiver started", extra=extra)
+        started.append(due)
+    return started
 
 
 def _emit_metrics(report: ControllerReport) -> None:
@@ -154,3 +185,4 @@ def _emit_metrics(report: ControllerReport) -> None:
     metrics.add_metric(name="TenantsThrottled", unit=MetricUnit.Count, value=report.changes["throttle"])
     metrics.add_metric(name="TenantsReleased", unit=MetricUnit.Count, value=report.changes["release"])
     metrics.add_metric(name="TenantsGrown", unit=MetricUnit.Count, value=report.changes["grow"])
+    metrics.add_metric(name="ArchiverStarts", unit=MetricUnit.Count, value=len(report.archiving))

@@ -135,9 +135,19 @@ class ControllerSettings(TierSettings):
     tenants_table_name: str | None = Field(
         default=None, description="tenant list and limits; else scan the counters"
     )
+    sideline_queue_roles: list[str] = Field(
+        default_factory=list, description="role of each SIDELINE_QUEUE_URLS entry (its workers' age reports)"
+    )
+    archiver_function_name: str | None = Field(default=None, description="started past the archive budget")
+    archive_age_seconds: int = Field(default=3600, ge=1, description="oldest sideline age that archives")
+    archive_depth: int = Field(default=100_000, ge=1, description="sideline depth that archives")
 
     _parse_urls = field_validator(
-        "live_queue_urls", "sideline_queue_urls", "sideline_mapping_uuids", mode="before"
+        "live_queue_urls",
+        "sideline_queue_urls",
+        "sideline_mapping_uuids",
+        "sideline_queue_roles",
+        mode="before",
     )(_split_csv)
 
 

@@ -1,4 +1,5 @@
-"""Controller (EventBridge, every minute): backpressure, organic growth, sideline drainers on live health."""
+"""Controller (EventBridge, every minute): backpressure, organic growth, sideline drainers on live health,
+and the archiver started for a sideline queue past its archive budget."""
 
 from __future__ import annotations
 
@@ -26,4 +27,5 @@ def handler(event: dict[str, Any], context: LambdaContext) -> dict[str, Any]:
         "backlogs": report.backlogs,
         "sideline_enabled": report.sideline_enabled,
         "mappings_changed": report.mappings_changed,
+        "archiving": [{"queue_url": due.queue_url, "reason": due.reason.value} for due in report.archiving],
     }

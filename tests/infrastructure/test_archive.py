@@ -109,6 +109,27 @@ def test_archiver_environment_and_least_privilege(synth: dict[str, Any]) -> None
     } <= set(variables)
     policies = json.dumps(template.find_resources("AWS::IAM::Policy"))
     assert '"s3:*"' not in policies and '"sqs:*"' not in policies and '"glue:*"' not in policies
-    # Nothing in the stack starts the job or the archiver yet (the controller does not archive yet,
-    # see docs/decisions.md), so no role may start them: least privilege until it does.
+    # The replay is started by an operator (bin/replay) or the optional schedule: no role may start it.
     assert "glue:StartJobRun" not in policies
+
+
+def test_controller_may_start_the_archiver_and_knows_its_budget(synth: dict[str, Any]) -> None:
+    template: Template = synth["template"]
+    stack: Any = synth["stack"]
+    controller_id = stack.get_logical_id(stack.control.controller.function.node.default_child)
+    archiver_id = stack.get_logical_id(stack.archive.archiver.function.node.default_child)
+    variables = template.to_json()["Resources"][controller_id]["Properties"]["Environment"]["Variables"]
+    assert variables["ARCHIVER_FUNCTION_NAME"] == {"Ref": archiver_id}
+    assert variables["SIDELINE_QUEUE_ROLES"] == "spillover,backlog"
+    config = stack.config.sideline
+    assert variables["ARCHIVE_AGE_SECONDS"] == str(config.archive_age_seconds)
+    assert variables["ARCHIVE_DEPTH"] == str(config.archive_depth)
+    role_id = stack.get_logical_id(stack.control.controller.role.node.default_child)
+    invokers = []
+    for policy in template.find_resources("AWS::IAM::Policy").values():
+        for statement in policy["Properties"]["PolicyDocument"]["Statement"]:
+            if statement["Action"] == "lambda:InvokeFunction" and archiver_id in json.dumps(
+                statement["Resource"]
+            ):
+                invokers.extend(role["Ref"] for role in policy["Properties"]["Roles"])
+    assert invokers == [role_id]  # only the controller may start the archiver

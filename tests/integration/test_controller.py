@@ -11,6 +11,7 @@ import boto3
 import pytest
 
 from breakwater.aws.counters import add_counters
+from local import moto_patches
 from tests.integration import worker_fixtures
 from tests.integration.worker_fixtures import (
     REGION,
@@ -26,20 +27,27 @@ from tests.integration.worker_fixtures import (
 world = worker_fixtures.world  # the fixture
 
 
-def sideline_mapping(world: WorkerWorld) -> str:
+def create_function(name: str) -> None:
     iam = boto3.client("iam", region_name=REGION)
-    role = iam.create_role(RoleName="worker", AssumeRolePolicyDocument="{}")["Role"]["Arn"]
+    try:
+        role = iam.get_role(RoleName="function")["Role"]["Arn"]
+    except iam.exceptions.NoSuchEntityException:
+        role = iam.create_role(RoleName="function", AssumeRolePolicyDocument="{}")["Role"]["Arn"]
     archive = io.BytesIO()
     with zipfile.ZipFile(archive, "w") as zipped:
         zipped.writestr("handler.py", "def handler(event, context):\n    return {}\n")
-    functions = boto3.client("lambda", region_name=REGION)
-    functions.create_function(
-        FunctionName="sideline-worker",
+    boto3.client("lambda", region_name=REGION).create_function(
+        FunctionName=name,
         Runtime="python3.11",
         Role=role,
         Handler="handler.handler",
         Code={"ZipFile": archive.getvalue()},
     )
+
+
+def sideline_mapping(world: WorkerWorld) -> str:
+    create_function("sideline-worker")
+    functions = boto3.client("lambda", region_name=REGION)
     mapping = functions.create_event_source_mapping(
         EventSourceArn=world.arn(world.urls["backlog"]), FunctionName="sideline-worker", Enabled=False
     )
@@ -71,10 +79,10 @@ def mapping_state(uuid: str) -> str:
     return str(boto3.client("lambda", region_name=REGION).get_event_source_mapping(UUID=uuid)["State"])
 
 
-def report_live_age(world: WorkerWorld, age_ms: int) -> None:
+def report_live_age(world: WorkerWorld, age_ms: int, role: str = "live") -> None:
     world.put(
         {
-            "pk": {"S": "queue#live"},
+            "pk": {"S": f"queue#{role}"},
             "sk": {"S": "health"},
             "oldest_age_ms": {"N": str(age_ms)},
             "observed_at": {"N": str(now_ms())},
@@ -111,3 +119,53 @@ def test_controller_throttles_a_growing_backlog_and_releases_it_after(
     assert last["sideline_enabled"] is True and mapping_state(mapping) == "Enabled"
     # ingest's own attributes are never touched: the controller SETs only the multiplier
     assert set(world.item("tenant#noisy", "bucket#ingest")) == {"pk", "sk", "multiplier"}
+
+
+@pytest.fixture
+def invocations() -> Any:
+    """Lambda Invoke requests as moto receives them (its own runner would start Docker)."""
+    received: list[tuple[str, dict[str, Any], str]] = []
+
+    def record(function_name: str, payload: bytes, invocation_type: str) -> bytes:
+        received.append((function_name, json.loads(payload), invocation_type))
+        return b""
+
+    moto_patches.route_lambda_invocations(record)
+    yield received
+    moto_patches.unroute_lambda_invocations()
+
+
+def test_controller_starts_the_archiver_for_a_sideline_queue_past_its_budget(
+    world: WorkerWorld, monkeypatch: pytest.MonkeyPatch, invocations: list[tuple[str, dict[str, Any], str]]
+) -> None:
+    add_tenant("noisy", "standard")
+    mapping = sideline_mapping(world)
+    create_function("archiver")
+    env = environment(world, mapping) | {
+        "SIDELINE_QUEUE_ROLES": "spillover,backlog",
+        "ARCHIVER_FUNCTION_NAME": "archiver",
+        "ARCHIVE_AGE_SECONDS": "600",
+        "ARCHIVE_DEPTH": "5",
+    }
+    controller = load(monkeypatch, "controller.handler", env)
+    context: Any = worker_fixtures.FakeLambdaContext()
+    for _ in range(3):  # within both budgets
+        world.sqs.send_message(QueueUrl=world.urls["spillover"], MessageBody="{}")
+        world.sqs.send_message(QueueUrl=world.urls["backlog"], MessageBody="{}")
+    # Live set behind: the drainers stay off (and moto's own mapping delivery never runs).
+    report_live_age(world, 120_000)
+    report_live_age(world, 599_000, role="spillover")
+    assert controller.handler({}, context)["archiving"] == [] and invocations == []
+
+    report_live_age(world, 601_000, role="spillover")  # the spillover's oldest is past the age budget
+    for _ in range(2):  # the backlog reaches the depth budget
+        world.sqs.send_message(QueueUrl=world.urls["backlog"], MessageBody="{}")
+    report = controller.handler({}, context)
+    assert report["archiving"] == [
+        {"queue_url": world.urls["spillover"], "reason": "age"},
+        {"queue_url": world.urls["backlog"], "reason": "depth"},
+    ]
+    assert invocations == [
+        ("archiver", {"queue_url": world.urls["spillover"], "reason": "age"}, "Event"),
+        ("archiver", {"queue_url": world.urls["backlog"], "reason": "depth"}, "Event"),
+    ]

@@ -1,14 +1,16 @@
-"""The controller's real ports: the tenants and state tables, the live queues, the sideline mappings."""
+"""The controller's real ports: tenants and state tables, queues, sideline mappings, the archiver."""
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+import json
+from collections.abc import Callable, Mapping, Sequence
 from decimal import Decimal
 from typing import TYPE_CHECKING
 
 import boto3
 from botocore.config import Config
 
+from breakwater.archive_budget import ArchiveDue, SidelineObservation
 from breakwater.auth import effective_limits, record_from_item
 from breakwater.aws.counters import COUNTERS_SK, batch_get, plain, set_bookmark, tenant_pk
 from breakwater.aws.health import queue_depth, read_oldest_age
@@ -33,6 +35,46 @@ def set_multiplier(client: DynamoDBClient, table_name: str, tenant: str, multipl
         UpdateExpression="SET multiplier = :m",
         ExpressionAttributeValues={":m": {"N": str(Decimal(str(multiplier)))}},
     )
+
+
+def waiting_messages(client: SQSClient, queue_url: str) -> int:
+    """Visible plus delayed: what waits to be worked (in-flight messages are being worked or archived)."""
+    attributes = client.get_queue_attributes(
+        QueueUrl=queue_url,
+        AttributeNames=["ApproximateNumberOfMessages", "ApproximateNumberOfMessagesDelayed"],
+    )["Attributes"]
+    return sum(int(value) for value in attributes.values())
+
+
+def sideline_observations(
+    ddb: DynamoDBClient, sqs: SQSClient, settings: ControllerSettings
+) -> list[SidelineObservation]:
+    """Each sideline queue's depth and, when its role is known, the oldest age its workers reported."""
+    roles = dict(zip(settings.sideline_queue_urls, settings.sideline_queue_roles, strict=False))
+    observations = []
+    for url in settings.sideline_queue_urls:
+        role = roles.get(url)
+        age_ms, observed_at = (
+            read_oldest_age(ddb, settings.state_table_name, role) if role is not None else (None, None)
+        )
+        depth = waiting_messages(sqs, url)
+        observations.append(SidelineObservation(role or url, url, depth, age_ms, observed_at))
+    return observations
+
+
+def start_archiver(client: LambdaClient, function_name: str, due: ArchiveDue) -> None:
+    """Invoke the archiver asynchronously (InvocationType=Event) for one queue: the run outlives ours."""
+    client.invoke(
+        FunctionName=function_name,
+        InvocationType="Event",
+        Payload=json.dumps({"queue_url": due.queue_url, "reason": due.reason.value}).encode(),
+    )
+
+
+def _archiver_starter(client: LambdaClient, function_name: str | None) -> Callable[[ArchiveDue], None] | None:
+    if function_name is None:
+        return None
+    return lambda due: start_archiver(client, function_name, due)
 
 
 def _tenant_ids_from_counters(client: DynamoDBClient, table_name: str) -> list[str]:
@@ -99,4 +141,6 @@ def build_controller_ports(
         set_sideline_enabled=lambda enabled: set_mappings_enabled(
             functions, settings.sideline_mapping_uuids, enabled
         ),
+        sideline_observations=lambda: sideline_observations(ddb, queues, settings),
+        start_archiver=_archiver_starter(functions, settings.archiver_function_name),
     )
