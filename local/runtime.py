@@ -15,12 +15,12 @@ import shutil
 import threading
 import time
 from collections.abc import Callable
-from concurrent.futures import ThreadPoolExecutor
+from concurrent.futures import Future, ThreadPoolExecutor, wait
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from local import discovery
+from local import discovery, moto_patches
 from local.api import LocalApi
 from local.assembly import CloudAssembly, synthesize
 from local.deploy import Deployment, create_stack
@@ -29,6 +29,7 @@ from local.embedded_aws import EmbeddedAws
 from local.functions import FunctionPool, FunctionSpec, Invocation
 from local.kinesis_mapping import KinesisMapping
 from local.mappings import SqsMapping
+from local.replay import LocalRun, ReplayRequest, discover_target, run_local
 
 log = logging.getLogger("breakwater.local")
 
@@ -132,6 +133,7 @@ class LocalRuntime:
         self._executor = ThreadPoolExecutor(max_workers=64, thread_name_prefix="invoke")
         self._stop = threading.Event()
         self._threads: list[threading.Thread] = []
+        self.async_invocations: list[Future[Invocation]] = []
 
     # -- lifecycle ---------------------------------------------------------------------------------------
     def start(self) -> LocalRuntime:
@@ -161,6 +163,8 @@ class LocalRuntime:
                 "_HANDLER": spec.handler,
             }
             self.pools[logical_id] = FunctionPool(spec, env, self.logs, self.options.max_containers)
+        # Lambda Invoke (the controller starting the archiver) runs in these containers, not in Docker.
+        moto_patches.route_lambda_invocations(self._dispatch_invoke)
         if self.options.warm:
             warmers = [
                 threading.Thread(target=pool.warm, args=(self.options.warm_containers,))
@@ -256,6 +260,41 @@ class LocalRuntime:
         thread.start()
         self._threads.append(thread)
 
+    def _dispatch_invoke(self, function_name: str, payload: bytes, invocation_type: str) -> bytes:
+        """moto's Lambda ``Invoke``: ``Event`` runs in the background (202 at once), others wait."""
+        pool = next((p for p in self.pools.values() if p.spec.name == function_name), None)
+        if pool is None:
+            raise KeyError(f"no local container pool for function {function_name}")
+        event = json.loads(payload or b"{}")
+        if invocation_type == "Event":
+            self.async_invocations.append(self._executor.submit(self._invoke_event, pool, event))
+            return b""
+        invocation = pool.invoke(event)
+        return json.dumps(invocation.result if invocation.ok else {"errorMessage": invocation.error}).encode()
+
+    def _invoke_event(self, pool: FunctionPool, event: Any) -> Invocation:
+        invocation = pool.invoke(event)
+        if not invocation.ok:
+            log.warning("async invocation of %s failed: %s", pool.spec.name, invocation.error)
+        return invocation
+
+    def run_replay(self, request: ReplayRequest | None = None) -> LocalRun:
+        """Emulate ``StartJobRun`` of the replay job (moto creates no Glue job): run it on local[2]."""
+        assert self.assembly is not None
+        target = discover_target(
+            self.aws.client("cloudformation", counted=False),
+            self.aws.client("lambda", counted=False),
+            self.assembly.stack_name,
+            self.aws.endpoint,
+        )
+        return run_local(
+            target,
+            request or ReplayRequest(),
+            self.options.workdir / "replay",
+            s3=self.aws.client("s3", counted=False),
+            env=self.aws.environment(),
+        )
+
     def quiesce(self, timeout: float = 30.0) -> None:
         """Stop the schedules and the mappings' polling, then wait for every invocation in flight.
 
@@ -270,6 +309,10 @@ class LocalRuntime:
             mapping.drain(timeout)
         for thread in self._threads:
             thread.join(timeout)
+        # The archiver runs the controller started: they move messages too.
+        _, pending = wait(list(self.async_invocations), timeout)
+        if pending:
+            log.warning("%d asynchronous invocations still running after %.0f s", len(pending), timeout)
 
     def stop(self) -> None:
         self._stop.set()
@@ -279,6 +322,7 @@ class LocalRuntime:
             kinesis_mapping.stop()
         if self.api is not None:
             self.api.stop()
+        moto_patches.unroute_lambda_invocations()
         self._executor.shutdown(wait=True, cancel_futures=True)
         for pool in self.pools.values():
             pool.stop()
@@ -330,6 +374,8 @@ class LocalRuntime:
                 "AWS::ApiGateway::GatewayResponse (error bodies)",
                 "AWS::Lambda::EventSourceMapping (SQS polling, Kinesis shards in lineage order)",
                 "AWS::Events::Rule (rate schedules)",
+                "Lambda Invoke (RequestResponse and Event) in the local containers",
+                "AWS::Glue::Job (run_replay: the job's entry point on local[2], archive staged from S3)",
             ],
             "not_emulated": self.not_emulated,
             "layer_stand_ins": self.deployment.layer_stand_ins,
