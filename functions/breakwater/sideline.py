@@ -122,7 +122,10 @@ def decide(envelope: Envelope, now_ms: int, tenant_state: TenantState, config: D
         return Decision(SidelineDecision.DROP, Reason.SWEPT)
 
     sideline_mode = config.mode == "sideline"
-    if not sideline_mode and envelope.age_ms(now_ms) > config.sideline_age_ms:
+    # A replayed envelope is old by definition and already paced by the replay: sidelining it for its
+    # age would park it again (archive -> replay -> backlog -> archive). The gates still apply.
+    replayed = envelope.origin is Origin.REPLAY
+    if not sideline_mode and not replayed and envelope.age_ms(now_ms) > config.sideline_age_ms:
         return Decision(SidelineDecision.SIDELINE, Reason.TOO_OLD, Origin.BACKLOG)
 
     if not tenant_state.within_consumer_rate:

@@ -139,3 +139,10 @@ def test_defer_delay_grows_with_attempt_and_is_capped(attempt: int, delay: int) 
 def test_replayed_messages_count_as_live() -> None:
     assert queue_role(Origin.REPLAY) == "live"
     assert queue_role(Origin.SURGE) == "surge"
+
+
+def test_a_replayed_message_is_not_sidelined_for_its_age_but_still_gated() -> None:
+    old = envelope(age_ms=3_600_000, origin=Origin.REPLAY, replay_run="r1")
+    assert decide(old, NOW, TenantState(), LIVE).action is SidelineDecision.PROCESS
+    over_rate = decide(old, NOW, TenantState(within_consumer_rate=False), LIVE)
+    assert over_rate.action is SidelineDecision.SPILL
