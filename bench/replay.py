@@ -76,13 +76,14 @@ def measure_transform(size: int) -> dict[str, Any]:
     """One size, in this (fresh) process: generate or reuse the archive, run the transform once."""
     from bench.replay_data import generate_archive
     from glue_jobs import replay_transforms as transforms
+    from glue_jobs.replay_backlog import default_partitions
     from glue_jobs.replay_load import read_archive
 
     spark = _session(f"bench-replay-{size}")
     jvm_pid = int(spark.sparkContext._jvm.java.lang.ProcessHandle.current().pid())
     path = generate_archive(spark, str(ROOT / "out" / f"replay-archive-{size}"), size)
     lines = int(spark.read.text(path).count())  # generated + duplicates (metadata-cheap relative to the run)
-    partitions = 2 * spark.sparkContext.defaultParallelism
+    partitions = default_partitions(spark)
 
     def run(archive: str = path) -> tuple[float, float]:
         classified = transforms.classify(transforms.validate(read_archive(spark, archive)), now_ms=NOW_MS)
