@@ -4,8 +4,10 @@ Per tenant group (noisy / quiet): p50 and p99 AgeOfFirstAttempt on the live queu
 workers' EMF output: the per-tenant property beside the metric), peak live
 backlog, recovery time after the burst, the workers' dropped / sidelined / spilled / deferred
 counts, and AWS API requests per delivered message (botocore ``before-call`` events, counted in
-every function container and in the mapping pollers). Written to ``out/report.json``, plotted to
-``out/age_by_tenant.png``, printed as a table.
+every function container and in the mapping pollers). In the Breakwater run, what the archiver
+parked in S3 during the burst is replayed after the load (``LocalRuntime.run_replay``: the Glue job's
+entry point on local[2]); its first attempts are reported apart from the scenario's ages. Written
+to ``out/report.json``, plotted to ``out/age_by_tenant.png``, printed as a table.
 """
 
 from __future__ import annotations
@@ -20,6 +22,7 @@ from dataclasses import asdict
 from pathlib import Path
 from typing import Any
 
+from local.replay import ReplayRequest
 from local.runtime import ROOT, LocalRuntime, RuntimeOptions
 from local.scenario import (
     DEMO_CONTEXT,
@@ -128,6 +131,9 @@ def run_config(
                 break
             tick(time.time() - obs.started)
             time.sleep(0.5)
+        parked = None
+        if scenario.replay and any(s.handler.startswith("archiver/") for s in runtime.functions.values()):
+            parked = park_and_replay(runtime, scenario, obs, progress, tick)
         stop_sampling.set()
         sampler.join(5)
         time.sleep(max(0.0, events_read_at - time.time()))
@@ -145,11 +151,24 @@ def run_config(
             for (_, _, v, blob) in runtime.logs.metric_values("AgeOfFirstAttempt")
             if blob.get("QueueRole") == "live"
         ]
+        first_attempts = emf_first_attempts(runtime, obs.started)
+        if parked is not None and parked["replay_started_t"] is not None:
+            # Replayed envelopes are old by design: their first attempts are reported on their own.
+            cut = parked["replay_started_t"]
+            replayed_ages = [age for (t, _, age, role) in first_attempts if t >= cut and role == "live"]
+            parked["replayed_first_attempts"] = len(replayed_ages)
+            parked["replayed_age_p50_ms"] = percentile(replayed_ages, 50)
+            first_attempts = [row for row in first_attempts if row[0] < cut]
+            obs.first_attempts = [row for row in obs.first_attempts if row[0] < cut]
+            parked["peak_live_depth_during_replay"] = max(
+                (d[1] for d in obs.depths if d[0] >= cut), default=0
+            )
+            obs.depths = [row for row in obs.depths if row[0] < cut]
         report = summarize(
             name,
             scenario,
             obs,
-            emf_first_attempts(runtime, obs.started),
+            first_attempts,
             counters,
             requests,
             final_depths,
@@ -157,6 +176,7 @@ def run_config(
             runtime.summary(),
             setup_s,
             workers_deployed,
+            parked,
         )
         report["events"] = events
         return report
@@ -191,6 +211,42 @@ def _requests(runtime: LocalRuntime) -> Counter[str]:
     return total
 
 
+def park_and_replay(
+    runtime: LocalRuntime, scenario: Scenario, obs: Observations, progress: bool, tick: Any
+) -> dict[str, Any]:
+    """What the archiver parked during the run, then the replay job run on it (if anything was parked).
+
+    The controller's schedule stops first (no new archiver run), and the archiver runs it started
+    finish; the mappings keep draining, so the replayed envelopes are worked like any live message.
+    """
+    runtime.stop_schedules()
+    runs = [inv.result for inv in runtime.wait_async(120.0) if inv.ok and isinstance(inv.result, dict)]
+    results = [r for run in runs for r in run.get("results", [])]
+    parked: dict[str, Any] = {
+        "archiver_runs": len(runtime.async_invocations),
+        "archived": sum(int(r.get("deleted", 0)) for r in results),  # archived and gone from the queue
+        "archived_objects": sum(len(r.get("objects", [])) for r in results),
+        "replay": None,
+        "replay_started_t": None,
+    }
+    if parked["archived"] == 0:
+        return parked
+    if progress:
+        sys.stdout.write(f"\n   parked {parked['archived']} messages in S3; replaying them on local[2] ...\n")
+    parked["replay_started_t"] = time.time() - obs.started
+    run = runtime.run_replay(ReplayRequest(target_rate=scenario.replay_rate, run_id="demo"))
+    parked["replay"] = {**run.report, "staged_objects": run.staged_objects, "job_seconds": run.seconds}
+    drain_until = time.time() + scenario.drain_s
+    while time.time() < drain_until:
+        time.sleep(0.5)
+        with obs.lock:
+            live, sideline = (obs.depths[-1][1], obs.depths[-1][2]) if obs.depths else (1, 1)
+        if live == 0 and sideline == 0:
+            break
+        tick(time.time() - obs.started)
+    return parked
+
+
 def summarize(
     name: str,
     scenario: Scenario,
@@ -203,6 +259,7 @@ def summarize(
     runtime_summary: dict[str, Any],
     setup_s: float,
     workers_deployed: bool,
+    parked: dict[str, Any] | None = None,
 ) -> dict[str, Any]:
     burst_start, burst_end = scenario.baseline_s, scenario.baseline_s + scenario.burst_s
     groups = {"noisy": {scenario.noisy}, "quiet": set(scenario.tenant_ids) - {scenario.noisy}}
@@ -253,6 +310,9 @@ def summarize(
     accepted_total = sum(g["accepted"] for g in result["groups"].values())
     dropped_total = sum(g["dropped"] for g in result["groups"].values())
     live_left, sideline_left, dlq = final_depths
+    # Left the queues for S3 (deleted once archived), and came back by the replay.
+    archived = parked["archived"] if parked else 0
+    replayed = parked["replay"]["replayed"] if parked and parked["replay"] else 0
     result.update(
         {
             "quiet_p99_ratio_burst_vs_baseline": ratio,
@@ -275,8 +335,18 @@ def summarize(
                 "waiting_in_live_queues": live_left,
                 "waiting_in_sideline_queues": sideline_left,
                 "in_dlq": dlq,
-                "unaccounted": accepted_total - delivered - dropped_total - live_left - sideline_left - dlq,
+                "archived": archived,
+                "replayed": replayed,
+                "parked_in_archive": archived - replayed,
+                "unaccounted": accepted_total
+                - delivered
+                - dropped_total
+                - live_left
+                - sideline_left
+                - dlq
+                - (archived - replayed),
             },
+            "archive_and_replay": parked,
             "workers_deployed": workers_deployed,
             "setup_s": setup_s,
             "scenario": asdict(scenario),
@@ -340,6 +410,16 @@ def table(results: list[dict[str, Any]]) -> str:
             f"AWS requests per delivered message = {'-' if per_message is None else f'{per_message:.1f}'}; "
             f"unaccounted = {result['accounting']['unaccounted']}"
         )
+        parked = result.get("archive_and_replay")
+        if parked:
+            replay = parked["replay"] or {}
+            lines.append(
+                f"{result['config']:10s} archived (in S3, {parked['archiver_runs']} archiver runs) = "
+                f"{parked['archived']}; replayed after the load = {replay.get('replayed', 0)} "
+                f"(read {replay.get('read', 0)}, deduplicated {replay.get('deduplicated', 0)}, "
+                f"expired {replay.get('expired', 0)}, failed {replay.get('failed', 0)}; "
+                f"job {replay.get('job_seconds', 0):.0f} s on local[2])"
+            )
     return "\n".join(lines)
 
 

@@ -132,6 +132,7 @@ class LocalRuntime:
         )
         self._executor = ThreadPoolExecutor(max_workers=64, thread_name_prefix="invoke")
         self._stop = threading.Event()
+        self._schedules_stop = threading.Event()  # set alone by stop_schedules, with _stop by quiesce/stop
         self._threads: list[threading.Thread] = []
         self.async_invocations: list[Future[Invocation]] = []
 
@@ -235,7 +236,7 @@ class LocalRuntime:
         period = schedule.period_seconds / self.options.schedule_speedup
 
         def run() -> None:
-            while not self._stop.wait(period):
+            while not self._schedules_stop.wait(period):
                 for target in schedule.function_logical_ids:
                     event = {
                         "version": "0",
@@ -303,19 +304,36 @@ class LocalRuntime:
         either counted by the worker that finished it or still in its queue, never both or neither.
         """
         self._stop.set()
+        self._schedules_stop.set()
         for mapping in self.mappings:
             mapping.stop()
         for mapping in self.mappings:
             mapping.drain(timeout)
         for thread in self._threads:
             thread.join(timeout)
-        # The archiver runs the controller started: they move messages too.
-        _, pending = wait(list(self.async_invocations), timeout)
+        self.wait_async(timeout)  # the archiver runs the controller started: they move messages too
+
+    def stop_schedules(self, timeout: float = 30.0) -> None:
+        """Stop the schedules (the controller) and wait for their runs and the invocations they started.
+
+        The mappings keep polling: the queues drain with the drainers as the controller last set them.
+        """
+        self._schedules_stop.set()
+        for thread in self._threads:
+            if thread.name.startswith("schedule-"):
+                thread.join(timeout)
+        self.wait_async(timeout)
+
+    def wait_async(self, timeout: float = 30.0) -> list[Invocation]:
+        """Wait for the ``Event`` invocations started so far; the finished ones' outcomes."""
+        done, pending = wait(list(self.async_invocations), timeout)
         if pending:
             log.warning("%d asynchronous invocations still running after %.0f s", len(pending), timeout)
+        return [future.result() for future in done]
 
     def stop(self) -> None:
         self._stop.set()
+        self._schedules_stop.set()
         for mapping in self.mappings:
             mapping.stop()
         for kinesis_mapping in self.kinesis_mappings:

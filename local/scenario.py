@@ -3,7 +3,9 @@
 Time is compressed through the blueprint's own configuration (the same context mechanism a user
 has, see :data:`DEMO_CONTEXT`): smaller tier limits, a 10 s sideline age, a worker that spends
 100 ms per message, and a controller schedule run every few seconds. The load is open-loop (each
-tenant sends on its own schedule whatever happens to earlier requests), as real clients do.
+tenant sends on its own schedule whatever happens to earlier requests), as real clients do. A
+sideline queue past 40 waiting messages is archived (the controller starts the archiver); after the
+load the demo replays the archive with the job's own entry point on a local SparkSession.
 """
 
 from __future__ import annotations
@@ -35,7 +37,15 @@ DEMO_CONTEXT: dict[str, Any] = {
                 "concurrency_floor": 1,
             }
         },
-        "sideline": {"sideline_age_seconds": 10, "max_defer_seconds": 5, "defer_base_seconds": 1},
+        # Archive budgets compressed like the rest: a sideline queue of 40 waiting messages is parked
+        # in S3 (the age budget's floor is a minute, longer than a sidelined message waits here).
+        "sideline": {
+            "sideline_age_seconds": 10,
+            "max_defer_seconds": 5,
+            "defer_base_seconds": 1,
+            "archive_age_seconds": 60,
+            "archive_depth": 40,
+        },
         "worker": {
             "batch_size": 10,
             "max_concurrency": 2,
@@ -60,6 +70,8 @@ class Scenario:
     drain_s: float = 20.0  # at most, after the load stops, for queues to empty
     senders: int = 12
     sample_s: float = 1.0
+    replay: bool = True  # after the drain, replay what the archiver parked (when it parked anything)
+    replay_rate: float = 20.0  # messages/s: the noisy tenant's consumer rate is 5/s, and 19 quiet tenants
 
     @property
     def noisy(self) -> str:

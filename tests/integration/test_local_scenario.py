@@ -5,7 +5,10 @@ in moto, tenants added, open-loop load through the emulated API, the workers on 
 mappings, the report computed. Phases are too short to measure isolation *quantitatively* (that is
 the demo's job, docs/performance.md); this asserts the report's shape and the property
 qualitatively: quiet tenants are served throughout, the noisy one is held back, and every accepted
-message is accounted for exactly (processed, dropped as expired, still queued, or in a DLQ).
+message is accounted for exactly (processed, dropped as expired, still queued, in a DLQ, or parked in
+the archive and not replayed). With an archive budget of 5 waiting messages, the controller starts the
+archiver (Lambda Invoke to the local containers) during the burst, and the replay job runs on local[2]
+after the load: the whole park-and-replay path, end to end.
 """
 
 from __future__ import annotations
@@ -14,7 +17,7 @@ from typing import Any
 
 import pytest
 
-from local.demo import COUNTER_NAMES, DEMO_CONTEXT, run_config
+from local.demo import COUNTER_NAMES, DEMO_CONTEXT, merge, run_config
 from local.scenario import Scenario
 
 pytestmark = [pytest.mark.slow, pytest.mark.filterwarnings("ignore:Tried to parse:UserWarning")]
@@ -38,7 +41,8 @@ GROUP_KEYS = {
 
 @pytest.fixture(scope="module")
 def report() -> dict[str, Any]:
-    return run_config("test-breakwater", DEMO_CONTEXT, SHORT, progress=False)
+    context = merge(DEMO_CONTEXT, {"breakwater": {"sideline": {"archive_depth": 5}}})
+    return run_config("test-breakwater", context, SHORT, progress=False)
 
 
 def test_the_report_has_its_shape(report: dict[str, Any]) -> None:
@@ -82,7 +86,21 @@ def test_every_accepted_message_is_accounted_for(report: dict[str, Any]) -> None
     assert accounting["accepted"] == sum(g["accepted"] for g in report["groups"].values())
     assert accounting["accepted"] > 0
     assert (
-        accounting["processed"] + accounting["dropped_expired"] + accounting["queued"] + accounting["in_dlq"]
+        accounting["processed"]
+        + accounting["dropped_expired"]
+        + accounting["queued"]
+        + accounting["in_dlq"]
+        + accounting["parked_in_archive"]
         == accounting["accepted"]
     ), accounting
     assert accounting["unaccounted"] == 0
+
+
+def test_a_parked_backlog_is_replayed(report: dict[str, Any]) -> None:
+    parked = report["archive_and_replay"]
+    assert parked["archiver_runs"] >= 1 and parked["archived"] > 0, parked
+    replay = parked["replay"]
+    assert replay["failed"] == 0 and replay["rejected"] == 0
+    # Every archived envelope comes back once, unless it expired in the archive.
+    assert replay["replayed"] + replay["expired"] == parked["archived"], parked
+    assert report["accounting"]["replayed"] == replay["replayed"]
