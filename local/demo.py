@@ -236,7 +236,7 @@ def park_and_replay(
     parked["replay_started_t"] = time.time() - obs.started
     run = runtime.run_replay(ReplayRequest(target_rate=scenario.replay_rate, run_id="demo"))
     parked["replay"] = {**run.report, "staged_objects": run.staged_objects, "job_seconds": run.seconds}
-    drain_until = time.time() + scenario.drain_s
+    drain_until = time.time() + scenario.replay_drain_s
     while time.time() < drain_until:
         time.sleep(0.5)
         with obs.lock:
@@ -411,7 +411,7 @@ def table(results: list[dict[str, Any]]) -> str:
             f"unaccounted = {result['accounting']['unaccounted']}"
         )
         parked = result.get("archive_and_replay")
-        if parked:
+        if parked and parked["archiver_runs"]:
             replay = parked["replay"] or {}
             lines.append(
                 f"{result['config']:10s} archived (in S3, {parked['archiver_runs']} archiver runs) = "

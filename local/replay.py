@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import json
 import os
+import shutil
 import subprocess
 import sys
 import time
@@ -137,7 +138,8 @@ def job_environment(extra: dict[str, str] | None = None) -> dict[str, str]:
         "PYSPARK_PYTHON": sys.executable,
         "PYSPARK_SUBMIT_ARGS": (
             "--master local[2] --conf spark.ui.enabled=false --conf spark.ui.showConsoleProgress=false "
-            "--conf spark.driver.bindAddress=127.0.0.1 --conf spark.sql.session.timeZone=UTC pyspark-shell"
+            "--conf spark.driver.bindAddress=127.0.0.1 --conf spark.sql.session.timeZone=UTC "
+            "--conf spark.sql.shuffle.partitions=4 --conf spark.default.parallelism=2 pyspark-shell"
         ),
     }
 
@@ -168,6 +170,7 @@ def run_local(
     run_id = request.run_id or uuid.uuid4().hex[:12]
     request = ReplayRequest(**{**request.__dict__, "run_id": run_id})
     archive_dir, output_dir = workdir / f"archive-{run_id}", workdir / "replay"
+    shutil.rmtree(archive_dir, ignore_errors=True)  # a rerun of a run id stages afresh
     archive_dir.mkdir(parents=True, exist_ok=True)
     staged = stage_archive(s3, target.bucket, archive_dir, request.tenants)
     started = time.monotonic()

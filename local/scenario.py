@@ -71,7 +71,10 @@ class Scenario:
     senders: int = 12
     sample_s: float = 1.0
     replay: bool = True  # after the drain, replay what the archiver parked (when it parked anything)
-    replay_rate: float = 20.0  # messages/s: the noisy tenant's consumer rate is 5/s, and 19 quiet tenants
+    replay_rate: float = 50.0  # messages/s into the live queues (the workers still gate each tenant)
+    # After the replay, at most this long for the replayed envelopes to be worked; what is left is
+    # reported as queued (a parked tenant's envelopes drain at its consumer rate, 5/s here).
+    replay_drain_s: float = 5.0
 
     @property
     def noisy(self) -> str:
