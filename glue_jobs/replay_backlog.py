@@ -28,7 +28,7 @@ from pyspark.sql import functions as F  # noqa: N812 - the usual Spark alias
 
 from glue_jobs import replay_transforms as transforms
 from glue_jobs.replay_load import read_archive
-from glue_jobs.replay_save import Extremes, SendOptions, send_partition_function
+from glue_jobs.replay_save import Extremes, SendOptions, partition_rates, send_partition_function
 
 # Job arguments (Glue passes them as --name value; every one has a default in the CDK job).
 ARGUMENT_NAMES = (
@@ -161,6 +161,14 @@ def save(spark: SparkSession, classified: DataFrame, ordered: DataFrame, args: R
     """Two passes: rejects (counting every status on the way), then the paced send."""
     status = F.col("status")
     observation = Observation("replay_counts")
+    partitions = ordered.rdd.getNumPartitions()
+    partition = transforms.partition_of(partitions)
+    ok_in = (  # each send partition's ok rows (before dedup): the pacing's shares
+        F.sum(F.when((status == transforms.STATUS_OK) & (partition == index), 1).otherwise(0)).alias(
+            f"_partition_{index}"
+        )
+        for index in range(partitions)
+    )
     counted = classified.observe(
         observation,
         F.count(F.lit(1)).alias("read"),
@@ -173,6 +181,7 @@ def save(spark: SparkSession, classified: DataFrame, ordered: DataFrame, args: R
                 transforms.STATUS_OK,
             )
         ),
+        *ok_in,
     )
     transforms.rejects(counted).write.mode("overwrite").json(f"{args.run_path}/rejects", compression="gzip")
     counts = {name: int(value or 0) for name, value in observation.get.items()}
@@ -180,7 +189,8 @@ def save(spark: SparkSession, classified: DataFrame, ordered: DataFrame, args: R
     context = spark.sparkContext
     considered, replayed, failed = context.accumulator(0), context.accumulator(0), context.accumulator(0)
     window = context.accumulator((float("inf"), float("-inf")), Extremes())
-    concurrent_tasks = max(1, min(ordered.rdd.getNumPartitions(), context.defaultParallelism))
+    concurrent_tasks = max(1, min(partitions, context.defaultParallelism))
+    shares = [counts.get(f"_partition_{index}", 0) for index in range(partitions)]
     options = SendOptions(
         queue_urls=args.queue_urls,
         shard_size=args.shard_size,
@@ -191,6 +201,7 @@ def save(spark: SparkSession, classified: DataFrame, ordered: DataFrame, args: R
         dry_run=args.dry_run,
         endpoint_url=args.endpoint_url,
         region=context.getConf().get("spark.executorEnv.AWS_REGION") or None,
+        partition_rates=partition_rates(shares, args.target_rate, concurrent_tasks),
     )
     started = time.monotonic()
     ordered.foreachPartition(send_partition_function(options, considered, replayed, failed, window))

@@ -16,7 +16,7 @@ import gzip
 import json
 import time
 import uuid
-from collections.abc import Callable, Iterable, Iterator
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -48,6 +48,45 @@ class SendOptions:
     dry_run: bool = False
     endpoint_url: str | None = None
     region: str | None = None
+    partition_rates: tuple[float, ...] = ()  # by partition index; rate_per_task where absent
+
+    def rate_for(self, partition_id: int) -> float:
+        if 0 <= partition_id < len(self.partition_rates) and self.partition_rates[partition_id] > 0:
+            return self.partition_rates[partition_id]
+        return self.rate_per_task
+
+
+def partition_rates(counts: Sequence[int], target_rate: float, slots: int) -> tuple[float, ...]:
+    """Each partition's send rate, so that the tasks together hold ``target_rate`` to the end.
+
+    An equal share (``target / slots``) lets the task of a big partition run long after the others
+    (one noisy tenant's partition holds most rows): the run's tail sends at a fraction of the target.
+    Instead, each of the ``slots`` concurrent task slots gets the share of the target that its rows
+    are of the run (``target * rows(slot) / rows``), so every slot ends at ``rows / target``. Which
+    partitions share a slot is Spark's schedule (next partition index to the first free slot),
+    simulated here until it agrees with the rates it implies (it does after a pass or two).
+    """
+    total = sum(max(0, count) for count in counts)
+    equal = target_rate / max(1, min(slots, len(counts)))
+    if total == 0 or slots < 1:
+        return tuple(equal for _ in counts)
+    rates = [equal for _ in counts]
+    assignment: list[int] = []
+    for _ in range(8):
+        free = [0.0] * slots
+        placed: list[int] = []
+        for count, rate in zip(counts, rates, strict=True):
+            slot = min(range(slots), key=lambda index: (free[index], index))
+            placed.append(slot)
+            free[slot] += max(0, count) / rate
+        loads = [0] * slots
+        for slot, count in zip(placed, counts, strict=True):
+            loads[slot] += max(0, count)
+        rates = [target_rate * loads[slot] / total if loads[slot] else equal for slot in placed]
+        if placed == assignment:
+            break
+        assignment = placed
+    return tuple(rates)
 
 
 def envelope_body(row: dict[str, Any], run_id: str) -> tuple[str, str]:
@@ -220,7 +259,9 @@ def send_partition_function(
         import boto3
 
         sqs = boto3.client("sqs", endpoint_url=options.endpoint_url, region_name=options.region)
-        sender = PartitionSender(options, sqs, Pacer(options.rate_per_task))
+        context = TaskContext.get()
+        partition_id = context.partitionId() if context else 0
+        sender = PartitionSender(options, sqs, Pacer(options.rate_for(partition_id)))
         seen = 0
 
         def counted(items: Iterator[dict[str, Any]]) -> Iterator[dict[str, Any]]:
@@ -237,8 +278,6 @@ def send_partition_function(
         replayed.add(sender.sent)
         failed.add(len(sender.failed_bodies))
         if sender.failed_bodies:
-            context = TaskContext.get()
-            partition_id = context.partitionId() if context else 0
             write_failures(
                 options.failures_path,
                 partition_id,

@@ -123,6 +123,14 @@ def by_tenant(envelopes: DataFrame, partitions: int) -> DataFrame:
     return envelopes.withColumn("_tenant_hash", F.xxhash64("tenant")).repartition(partitions, "_tenant_hash")
 
 
+def partition_of(partitions: int) -> Column:
+    """The partition :func:`by_tenant` puts a row in (Spark's hash partitioning: pmod(murmur3, n)).
+
+    Lets a pass before the shuffle count each partition's rows, for the send's pacing.
+    """
+    return F.pmod(F.hash(F.xxhash64("tenant")), F.lit(partitions))
+
+
 # Sort keys are 64-bit longs wherever possible: Spark compares them without touching strings, and
 # a sort on one long key is a radix sort. Strings follow only as tie-breakers.
 _ID_BITS = 20  # enqueued_at (ms, < 2**43) * 2**20 + 20 bits of the id's hash fits a signed long

@@ -111,3 +111,14 @@ def test_interleave_is_partition_local(spark, tmp_path) -> None:
     )
     text = plan.toString()
     assert text.count("Exchange") == 1  # the one repartition by tenant; no global sort
+
+
+def test_partition_of_is_the_partition_by_tenant_puts_a_row_in(spark, tmp_path) -> None:
+    from pyspark.sql import functions as F  # noqa: N812
+
+    archive_envelopes(tmp_path, [envelope(f"t{n}", T0 + n) for n in range(40)])
+    replayable = transforms.replayable(_classified(spark, tmp_path))
+    placed = transforms.by_tenant(replayable, 4).select(
+        (transforms.partition_of(4) == F.spark_partition_id()).alias("same")
+    )
+    assert all(r["same"] for r in rows(placed))

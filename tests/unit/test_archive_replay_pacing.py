@@ -101,3 +101,24 @@ def test_envelope_body_round_trips_the_fields() -> None:
     assert {k: v for k, v in json.loads(replayed).items() if k not in {"origin", "replay_run"}} == {
         k: v for k, v in json.loads(original).items() if k not in {"origin", "replay_run"}
     }
+
+
+def test_partition_rates_hold_the_target_when_one_partition_is_huge() -> None:
+    from glue_jobs.replay_save import partition_rates
+
+    counts = [620, 130, 120, 130]  # the noisy tenant's partition first, 2 slots
+    rates = partition_rates(counts, 500, slots=2)
+    # Spark's schedule: partition 0 alone on one slot, 1-3 one after another on the other.
+    assert rates[0] == pytest.approx(500 * 0.62)
+    assert rates[1:] == pytest.approx([500 * 0.38] * 3)
+    # Both slots end together, at rows / target: the run as a whole sends at the target.
+    assert counts[0] / rates[0] == pytest.approx(sum(counts[1:]) / rates[1]) == pytest.approx(1000 / 500)
+
+
+def test_partition_rates_equal_shares_and_edge_cases() -> None:
+    from glue_jobs.replay_save import partition_rates
+
+    assert partition_rates([100] * 4, 200, slots=2) == pytest.approx([100] * 4)
+    assert partition_rates([0, 0], 200, slots=2) == pytest.approx([100, 100])
+    assert all(rate > 0 for rate in partition_rates([50, 0, 0, 0], 200, slots=2))
+    assert partition_rates([30, 70], 100, slots=4) == pytest.approx([30, 70])
