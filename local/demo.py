@@ -124,10 +124,14 @@ def run_config(
         generator.run(on_tick=tick)
         events_read_at = time.time() + 1.0  # the Kinesis mapping's last batches, a second after the load
         drain_until = time.time() + scenario.drain_s
+        replay_follows = scenario.replay and any(  # only the Breakwater configuration sidelines
+            spec.environment.get("SIDELINING_ENABLED") == "true" for spec in runtime.functions.values()
+        )
         while workers_deployed and time.time() < drain_until:
             with obs.lock:
                 live, sideline = (obs.depths[-1][1], obs.depths[-1][2]) if obs.depths else (1, 1)
-            if live == 0 and sideline == 0:
+            # With a replay to come, the sideline queues keep draining (or are parked) meanwhile.
+            if live == 0 and (sideline == 0 or replay_follows):
                 break
             tick(time.time() - obs.started)
             time.sleep(0.5)
