@@ -9,7 +9,7 @@ record per message in its own table before the side effect (docs/ordering-and-st
 
 from __future__ import annotations
 
-from aws_cdk import Duration, RemovalPolicy
+from aws_cdk import Duration
 from aws_cdk import aws_dynamodb as dynamodb
 from aws_cdk import aws_lambda_event_sources as sources
 from aws_cdk import aws_sqs as sqs
@@ -17,9 +17,8 @@ from constructs import Construct
 
 from stacks.config import BlueprintConfig
 from stacks.functions import BreakwaterFunction, FunctionFactory
-from stacks.queue_set import QueueWithDlq
-
-_DLQ_RETENTION = Duration.days(14)
+from stacks.queue_set import QueueWithDlq, dead_letter_queue
+from stacks.tables import build_table
 
 
 class OrderedWorkload(Construct):
@@ -50,15 +49,7 @@ class OrderedWorkload(Construct):
         ordered = self._config.ordered
         role = f"ordered-{index}"
         name = f"{self._config.service_name}-{role}"
-        dlq = sqs.Queue(
-            self,
-            f"Ordered{index}Dlq",
-            queue_name=f"{name}-dlq.fifo",
-            fifo=True,
-            retention_period=_DLQ_RETENTION,
-            encryption=sqs.QueueEncryption.SQS_MANAGED,
-            enforce_ssl=True,
-        )
+        dlq = dead_letter_queue(self, f"Ordered{index}Dlq", f"{name}-dlq.fifo", fifo=True)
         queue = sqs.Queue(
             self,
             f"Ordered{index}",
@@ -76,20 +67,7 @@ class OrderedWorkload(Construct):
         return QueueWithDlq(role=role, queue=queue, dlq=dlq)
 
     def _build_write_ahead_table(self) -> dynamodb.Table:
-        string = dynamodb.AttributeType.STRING
-        return dynamodb.Table(
-            self,
-            "WriteAhead",
-            partition_key=dynamodb.Attribute(name="pk", type=string),
-            sort_key=dynamodb.Attribute(name="sk", type=string),
-            time_to_live_attribute="ttl",
-            billing_mode=dynamodb.BillingMode.PAY_PER_REQUEST,
-            encryption=dynamodb.TableEncryption.AWS_MANAGED,
-            point_in_time_recovery_specification=dynamodb.PointInTimeRecoverySpecification(
-                point_in_time_recovery_enabled=True
-            ),
-            removal_policy=RemovalPolicy.DESTROY,
-        )
+        return build_table(self, "WriteAhead", partition_key="pk", sort_key="sk", ttl_attribute="ttl")
 
     def _build_worker(self) -> BreakwaterFunction:
         ordered = self._config.ordered

@@ -21,6 +21,21 @@ from stacks.config import BlueprintConfig
 _DLQ_RETENTION = Duration.days(14)
 
 
+def dead_letter_queue(
+    scope: Construct, construct_id: str, queue_name: str, *, fifo: bool | None = None
+) -> sqs.Queue:
+    """A queue for what its source gives up on: kept 14 days, SQS-managed encryption, TLS only."""
+    return sqs.Queue(
+        scope,
+        construct_id,
+        queue_name=queue_name,
+        fifo=fifo,
+        retention_period=_DLQ_RETENTION,
+        encryption=sqs.QueueEncryption.SQS_MANAGED,
+        enforce_ssl=True,
+    )
+
+
 @dataclass(frozen=True)
 class QueueWithDlq:
     """A queue and its own DLQ; ``role`` is its name in docs/architecture.md (``live-0``, ``surge``)."""
@@ -52,14 +67,7 @@ class QueueSet(Construct):
     def _build_queue(self, role: str) -> QueueWithDlq:
         construct_id = "".join(part.capitalize() for part in role.split("-"))
         name = f"{self._config.service_name}-{role}"
-        dlq = sqs.Queue(
-            self,
-            f"{construct_id}Dlq",
-            queue_name=f"{name}-dlq",
-            retention_period=_DLQ_RETENTION,
-            encryption=sqs.QueueEncryption.SQS_MANAGED,
-            enforce_ssl=True,
-        )
+        dlq = dead_letter_queue(self, f"{construct_id}Dlq", f"{name}-dlq")
         queue = sqs.Queue(
             self,
             construct_id,

@@ -17,11 +17,12 @@ from aws_cdk import aws_kinesis as kinesis
 from aws_cdk import aws_lambda as lambda_
 from aws_cdk import aws_lambda_event_sources as sources
 from aws_cdk import aws_sns as sns
-from aws_cdk import aws_sqs as sqs
 from constructs import Construct
 
 from stacks.config import BlueprintConfig
 from stacks.functions import BreakwaterFunction, FunctionFactory
+from stacks.queue_set import dead_letter_queue
+from stacks.tables import build_table
 
 _MINUTE = Duration.minutes(1)
 # The data-plane actions a Kinesis resource policy may name for a stream (no wildcard: the policy is
@@ -56,14 +57,7 @@ class StreamingWorkload(Construct):
         self.alarms: list[cloudwatch.Alarm] = []
         self.stream = self._build_stream()
         self.aggregates_table = self._build_aggregates_table()
-        self.failures = sqs.Queue(
-            self,
-            "ConsumerFailures",
-            queue_name=f"{config.service_name}-stream-failures",
-            retention_period=Duration.days(14),
-            encryption=sqs.QueueEncryption.SQS_MANAGED,
-            enforce_ssl=True,
-        )
+        self.failures = dead_letter_queue(self, "ConsumerFailures", f"{config.service_name}-stream-failures")
         self.events = self._build_events()
         self.consumer = self._build_consumer()
         self._build_alarms()
@@ -95,19 +89,7 @@ class StreamingWorkload(Construct):
         return stream
 
     def _build_aggregates_table(self) -> dynamodb.Table:
-        string = dynamodb.AttributeType.STRING
-        return dynamodb.Table(
-            self,
-            "Aggregates",
-            partition_key=dynamodb.Attribute(name="pk", type=string),
-            sort_key=dynamodb.Attribute(name="sk", type=string),
-            billing_mode=dynamodb.BillingMode.PAY_PER_REQUEST,
-            encryption=dynamodb.TableEncryption.AWS_MANAGED,
-            point_in_time_recovery_specification=dynamodb.PointInTimeRecoverySpecification(
-                point_in_time_recovery_enabled=True
-            ),
-            removal_policy=RemovalPolicy.DESTROY,
-        )
+        return build_table(self, "Aggregates", partition_key="pk", sort_key="sk")
 
     def _build_events(self) -> BreakwaterFunction:
         streaming = self._config.streaming

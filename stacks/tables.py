@@ -16,13 +16,13 @@ from constructs import Construct
 class Tables(Construct):
     def __init__(self, scope: Construct, construct_id: str) -> None:
         super().__init__(scope, construct_id)
-        self.tenants = _build_table(
+        self.tenants = build_table(
             self,
             "Tenants",
             partition_key="tenant_id",
             keep=True,
         )
-        self.state = _build_table(
+        self.state = build_table(
             self,
             "State",
             partition_key="pk",
@@ -31,7 +31,7 @@ class Tables(Construct):
             keep=False,
         )
         # Powertools idempotency layout: key "id", TTL "expiration".
-        self.idempotency = _build_table(
+        self.idempotency = build_table(
             self,
             "Idempotency",
             partition_key="id",
@@ -40,15 +40,20 @@ class Tables(Construct):
         )
 
 
-def _build_table(
+def build_table(
     scope: Construct,
     construct_id: str,
     *,
     partition_key: str,
     sort_key: str | None = None,
     ttl_attribute: str | None = None,
-    keep: bool,
+    keep: bool | None = None,
 ) -> dynamodb.Table:
+    """An on-demand table of string keys, AWS-managed encryption and point-in-time recovery.
+
+    ``keep=True`` retains it and protects it from deletion; otherwise it goes with the stack
+    (``None`` leaves DeletionProtectionEnabled unset, as the workloads' tables always had it).
+    """
     string = dynamodb.AttributeType.STRING
     return dynamodb.Table(
         scope,
