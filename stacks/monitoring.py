@@ -21,6 +21,35 @@ from stacks.queue_set import QueueWithDlq
 _MINUTE = Duration.minutes(1)
 
 
+def notifying_alarm(
+    scope: Construct,
+    construct_id: str,
+    *,
+    topic: sns.ITopic,
+    description: str,
+    metric: cloudwatch.IMetric,
+    threshold: float,
+    comparison: cloudwatch.ComparisonOperator,
+    evaluation_periods: int,
+    datapoints_to_alarm: int | None = None,
+) -> cloudwatch.Alarm:
+    """An alarm that notifies ``topic`` when it fires and when it recovers; no data is not an incident."""
+    alarm = cloudwatch.Alarm(
+        scope,
+        construct_id,
+        alarm_description=description,
+        metric=metric,
+        threshold=threshold,
+        comparison_operator=comparison,
+        evaluation_periods=evaluation_periods,
+        datapoints_to_alarm=datapoints_to_alarm,
+        treat_missing_data=cloudwatch.TreatMissingData.NOT_BREACHING,
+    )
+    alarm.add_alarm_action(actions.SnsAction(topic))
+    alarm.add_ok_action(actions.SnsAction(topic))
+    return alarm
+
+
 class Monitoring(Construct):
     def __init__(
         self, scope: Construct, construct_id: str, *, config: BlueprintConfig, key: kms.IKey
@@ -246,19 +275,17 @@ class Monitoring(Construct):
         datapoints_to_alarm: int | None = None,
     ) -> cloudwatch.Alarm:
         """An alarm that notifies the topic when it fires and when it recovers; no data is not an incident."""
-        alarm = cloudwatch.Alarm(
+        alarm = notifying_alarm(
             self,
             construct_id,
-            alarm_description=description,
+            topic=self.topic,
+            description=description,
             metric=metric,
             threshold=threshold,
-            comparison_operator=comparison,
+            comparison=comparison,
             evaluation_periods=evaluation_periods,
             datapoints_to_alarm=datapoints_to_alarm,
-            treat_missing_data=cloudwatch.TreatMissingData.NOT_BREACHING,
         )
-        alarm.add_alarm_action(actions.SnsAction(self.topic))
-        alarm.add_ok_action(actions.SnsAction(self.topic))
         self.alarms.append(alarm)
         return alarm
 

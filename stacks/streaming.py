@@ -10,7 +10,6 @@ from __future__ import annotations
 
 from aws_cdk import Duration, RemovalPolicy
 from aws_cdk import aws_cloudwatch as cloudwatch
-from aws_cdk import aws_cloudwatch_actions as actions
 from aws_cdk import aws_dynamodb as dynamodb
 from aws_cdk import aws_iam as iam
 from aws_cdk import aws_kinesis as kinesis
@@ -21,6 +20,7 @@ from constructs import Construct
 
 from stacks.config import BlueprintConfig
 from stacks.functions import BreakwaterFunction, FunctionFactory
+from stacks.monitoring import notifying_alarm
 from stacks.queue_set import dead_letter_queue
 from stacks.tables import build_table
 
@@ -140,18 +140,16 @@ class StreamingWorkload(Construct):
     def _alarm(
         self, construct_id: str, description: str, metric: cloudwatch.IMetric, threshold: float
     ) -> None:
-        alarm = cloudwatch.Alarm(
+        alarm = notifying_alarm(
             self,
             construct_id,
-            alarm_description=description,
+            topic=self._topic,
+            description=description,
             metric=metric,
             threshold=threshold,
-            comparison_operator=cloudwatch.ComparisonOperator.GREATER_THAN_OR_EQUAL_TO_THRESHOLD,
+            comparison=cloudwatch.ComparisonOperator.GREATER_THAN_OR_EQUAL_TO_THRESHOLD,
             evaluation_periods=1,
-            treat_missing_data=cloudwatch.TreatMissingData.NOT_BREACHING,
         )
-        alarm.add_alarm_action(actions.SnsAction(self._topic))
-        alarm.add_ok_action(actions.SnsAction(self._topic))
         self.alarms.append(alarm)
 
     def _build_alarms(self) -> None:
