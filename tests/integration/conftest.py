@@ -64,7 +64,8 @@ def create_tenants_table(name: str = TENANTS_TABLE) -> str:
     return name
 
 
-def create_state_table(name: str = STATE_TABLE) -> str:
+def create_table(name: str, *, ttl_attribute: str | None = None) -> str:
+    """An on-demand table keyed by the strings ``pk`` and ``sk``; ``ttl_attribute``, if given, is its TTL."""
     client = boto3.client("dynamodb")
     client.create_table(
         TableName=name,
@@ -75,10 +76,15 @@ def create_state_table(name: str = STATE_TABLE) -> str:
         KeySchema=[{"AttributeName": "pk", "KeyType": "HASH"}, {"AttributeName": "sk", "KeyType": "RANGE"}],
         BillingMode="PAY_PER_REQUEST",
     )
-    client.update_time_to_live(
-        TableName=name, TimeToLiveSpecification={"Enabled": True, "AttributeName": "ttl"}
-    )
+    if ttl_attribute is not None:
+        client.update_time_to_live(
+            TableName=name, TimeToLiveSpecification={"Enabled": True, "AttributeName": ttl_attribute}
+        )
     return name
+
+
+def create_state_table(name: str = STATE_TABLE) -> str:
+    return create_table(name, ttl_attribute="ttl")
 
 
 def create_live_queues(count: int = LIVE_QUEUE_COUNT, prefix: str = "breakwater") -> list[str]:

@@ -10,7 +10,6 @@ children start), retries from the lowest reported failure, and stops a shard aft
 from __future__ import annotations
 
 import base64
-import hashlib
 import importlib
 import json
 import sys
@@ -24,6 +23,7 @@ import pytest
 from moto.kinesis import models as kinesis_models
 
 from breakwater.sequencing import ShardLineage, ready_shards
+from local.moto_patches import open_shard_routing
 
 REGION = "us-east-1"
 ACCOUNT = "123456789012"
@@ -68,20 +68,6 @@ def create_fifo_queue(
         },
     )["QueueUrl"]
     return url, dlq_url
-
-
-def create_table(name: str, *, ttl_attribute: str | None = None) -> str:
-    dynamodb = boto3.client("dynamodb", region_name=REGION)
-    dynamodb.create_table(
-        TableName=name,
-        AttributeDefinitions=[
-            {"AttributeName": "pk", "AttributeType": "S"},
-            {"AttributeName": "sk", "AttributeType": "S"},
-        ],
-        KeySchema=[{"AttributeName": "pk", "KeyType": "HASH"}, {"AttributeName": "sk", "KeyType": "RANGE"}],
-        BillingMode="PAY_PER_REQUEST",
-    )
-    return name
 
 
 def create_stream(name: str, shard_count: int = 1) -> str:
@@ -200,20 +186,8 @@ def split_shard_as_aws(monkeypatch: pytest.MonkeyPatch, stream_arn: str, shard_i
     """
     kinesis = boto3.client("kinesis", region_name=REGION)
     kinesis.split_shard(StreamARN=stream_arn, ShardToSplit=shard_id, NewStartingHashKey=str(2**127))
-    original = kinesis_models.Stream.get_shard_for_key
-
-    def open_shard_for_key(self: Any, partition_key: str, explicit_hash_key: str) -> Any:
-        shard = original(self, partition_key, explicit_hash_key)
-        if shard is None or shard.is_open:
-            return shard
-        key = (  # Kinesis maps a partition key to a hash key with MD5
-            int(explicit_hash_key)
-            if explicit_hash_key
-            else int(hashlib.md5(partition_key.encode()).hexdigest(), 16)  # noqa: S324
-        )
-        return next(s for s in self.shards.values() if s.is_open and s.starting_hash <= key <= s.ending_hash)
-
-    monkeypatch.setattr(kinesis_models.Stream, "get_shard_for_key", open_shard_for_key)
+    routing = open_shard_routing(kinesis_models.Stream.get_shard_for_key)
+    monkeypatch.setattr(kinesis_models.Stream, "get_shard_for_key", routing)
 
 
 @dataclass

@@ -18,13 +18,13 @@ from moto import mock_aws
 
 from breakwater.envelope import Envelope, new_envelope_id
 from breakwater.ordered import QueuedMessage, message_group_id, release_order
+from tests.integration.conftest import create_table
 from tests.integration.streaming_fixtures import (
     REGION,
     FakeLambdaContext,
     FifoMapping,
     api_event,
     create_fifo_queue,
-    create_table,
     load_handler,
     send_fifo,
 )

@@ -16,13 +16,13 @@ from breakwater.aws.aggregates import DynamoAggregateStore
 from breakwater.aws.kinesis import THROTTLED, put_records
 from breakwater.envelope import new_envelope_id
 from breakwater.events import KinesisRecord, PartitionKeyMode, StreamEvent, to_record
+from tests.integration.conftest import create_table
 from tests.integration.streaming_fixtures import (
     REGION,
     FakeLambdaContext,
     KinesisMapping,
     api_event,
     create_stream,
-    create_table,
     load_handler,
     split_shard_as_aws,
 )
