@@ -245,6 +245,28 @@ def disable_inline_event_source_delivery() -> None:
         )
 
 
+def open_shard_routing(route: Callable[[Any, str, str], Any]) -> Callable[[Any, str, str], Any]:
+    """``route`` (moto's ``Stream.get_shard_for_key``) made to skip closed shards, as AWS routes a put:
+    a key whose shard is closed goes to the open shard that owns its hash key (the closed one if none does).
+    """
+
+    def open_shard_for_key(self: Any, partition_key: str, explicit_hash_key: str) -> Any:
+        shard = route(self, partition_key, explicit_hash_key)
+        if shard is None or shard.is_open:
+            return shard
+        key = (  # Kinesis maps a partition key to a hash key with MD5
+            int(explicit_hash_key)
+            if explicit_hash_key
+            else int(hashlib.md5(partition_key.encode()).hexdigest(), 16)  # noqa: S324
+        )
+        return next(
+            (s for s in self.shards.values() if s.is_open and s.starting_hash <= key <= s.ending_hash),
+            shard,
+        )
+
+    return open_shard_for_key
+
+
 def kinesis_resharding_as_aws() -> None:
     """After SplitShard / MergeShards, records stay in the closed parents and new puts go to open shards.
 
@@ -252,8 +274,8 @@ def kinesis_resharding_as_aws() -> None:
     which does not skip closed shards (so they, and every later put, land in the parent again);
     ``merge_shards`` copies both parents' records into the child. On AWS a parent keeps its records
     (readable until retention ends) and only the open child that owns the hash key receives puts.
-    Idempotent; ``tests/integration/streaming_fixtures.split_shard_as_aws`` does the routing part
-    for the in-process tests.
+    Idempotent; ``tests/integration/streaming_fixtures.split_shard_as_aws`` applies the routing part
+    (:func:`open_shard_routing`) for the in-process tests.
     """
     with _lock:
         if "kinesis_resharding" in _applied:
@@ -262,20 +284,6 @@ def kinesis_resharding_as_aws() -> None:
         route = kinesis_models.Stream.get_shard_for_key
         split = kinesis_models.Stream.split_shard
         merge = kinesis_models.Stream.merge_shards
-
-        def open_shard_for_key(self: Any, partition_key: str, explicit_hash_key: str) -> Any:
-            shard = route(self, partition_key, explicit_hash_key)
-            if shard is None or shard.is_open:
-                return shard
-            key = (  # Kinesis maps a partition key to a hash key with MD5
-                int(explicit_hash_key)
-                if explicit_hash_key
-                else int(hashlib.md5(partition_key.encode()).hexdigest(), 16)  # noqa: S324
-            )
-            return next(
-                (s for s in self.shards.values() if s.is_open and s.starting_hash <= key <= s.ending_hash),
-                shard,
-            )
 
         def keeping_records(original: Any, *names: str) -> Any:
             def wrapper(self: Any, *args: Any) -> None:
@@ -293,7 +301,7 @@ def kinesis_resharding_as_aws() -> None:
 
             return wrapper
 
-        kinesis_models.Stream.get_shard_for_key = open_shard_for_key  # type: ignore[method-assign]
+        kinesis_models.Stream.get_shard_for_key = open_shard_routing(route)  # type: ignore[method-assign,assignment]
         kinesis_models.Stream.split_shard = keeping_records(split, "shard_to_split")  # type: ignore[method-assign]
         kinesis_models.Stream.merge_shards = keeping_records(  # type: ignore[method-assign]
             merge, "shard_to_merge", "adjacent_shard_to_merge"
