@@ -9,7 +9,6 @@ children start), retries from the lowest reported failure, and stops a shard aft
 
 from __future__ import annotations
 
-import base64
 import importlib
 import json
 import sys
@@ -23,6 +22,7 @@ import pytest
 from moto.kinesis import models as kinesis_models
 
 from breakwater.sequencing import ShardLineage, ready_shards
+from local.kinesis_mapping import kinesis_record
 from local.moto_patches import open_shard_routing
 
 REGION = "us-east-1"
@@ -271,19 +271,4 @@ class KinesisMapping:
 
 
 def _kinesis_record(shard_id: str, record: dict[str, Any], stream_arn: str) -> dict[str, Any]:
-    return {
-        "kinesis": {
-            "kinesisSchemaVersion": "1.0",
-            "partitionKey": record["PartitionKey"],
-            "sequenceNumber": record["SequenceNumber"],
-            "data": base64.b64encode(record["Data"]).decode(),
-            "approximateArrivalTimestamp": 1_700_000_000.0,
-        },
-        "eventSource": "aws:kinesis",
-        "eventVersion": "1.0",
-        "eventID": f"{shard_id}:{record['SequenceNumber']}",
-        "eventName": "aws:kinesis:record",
-        "invokeIdentityArn": f"arn:aws:iam::{ACCOUNT}:role/consumer",
-        "awsRegion": REGION,
-        "eventSourceARN": stream_arn,
-    }
+    return kinesis_record(shard_id, record, stream_arn, f"arn:aws:iam::{ACCOUNT}:role/consumer")
