@@ -297,21 +297,13 @@ class Worker:
 
     def _gate(self, batch: _Batch) -> list[_Admitted]:
         """The consumer rate per message (in record order), then the concurrency of all tenants at once."""
-        config = self.config.decision
         within: list[_Admitted] = []
         for each in batch.admitted:
             tenant = each.envelope.tenant
             if self.ports.rate is not None:
                 limits = consumer_bucket_limits(self.ports.tenant_limits(tenant))
                 if not self.ports.rate.try_acquire(tenant, limits)[0]:
-                    state = replace(each.state, within_consumer_rate=False)
-                    self._buffer_move(
-                        each.record,
-                        each.envelope,
-                        each.role,
-                        decide(each.envelope, each.now, state, config),
-                        batch,
-                    )
+                    self._redecide(each, replace(each.state, within_consumer_rate=False), batch)
                     continue
             within.append(each)
         if self.ports.leases is None or not within:
@@ -324,17 +316,15 @@ class Worker:
         admitted: list[_Admitted] = []
         for each in within:
             if batch.grants.get(each.envelope.tenant) is Grant.REFUSED:
-                state = replace(each.state, holds_concurrency_slot=False)
-                self._buffer_move(
-                    each.record,
-                    each.envelope,
-                    each.role,
-                    decide(each.envelope, each.now, state, config),
-                    batch,
-                )
+                self._redecide(each, replace(each.state, holds_concurrency_slot=False), batch)
             else:
                 admitted.append(each)
         return admitted
+
+    def _redecide(self, each: _Admitted, state: TenantState, batch: _Batch) -> None:
+        """Decide again for ``each`` with the gate's answer in ``state``, and buffer the move."""
+        decision = decide(each.envelope, each.now, state, self.config.decision)
+        self._buffer_move(each.record, each.envelope, each.role, decision, batch)
 
     def _buffer_move(
         self,
