@@ -7,7 +7,6 @@ retried as a subset. The answer never calls an unwritten event written: 202 when
 
 from __future__ import annotations
 
-import base64
 import json
 import time
 from typing import Any
@@ -21,6 +20,7 @@ from breakwater.aws.kinesis import PutOutcome, put_records
 from breakwater.envelope import new_envelope_id, payload_size
 from breakwater.events import EventsRequestError, PartitionKeyMode, StreamEvent, parse_events_body, to_record
 from breakwater.observability import logger, metrics, tracer
+from breakwater.request import request_body
 from breakwater.settings import EventsSettings
 
 app = APIGatewayRestResolver()
@@ -33,13 +33,6 @@ def _error(status: int, code: str, message: str, headers: dict[str, str] | None 
     logger.info("rejected", extra={"status": status, "code": code, "error": message})
     body = json.dumps({"error": {"code": code, "message": message}})
     return Response(status_code=status, content_type="application/json", body=body, headers=headers)
-
-
-def _body() -> bytes:
-    event = app.current_event
-    if event.body is None:
-        return b""
-    return base64.b64decode(event.body) if event.is_base64_encoded else event.body.encode()
 
 
 def _answer(events: list[StreamEvent], outcome: PutOutcome) -> Response[str]:
@@ -74,7 +67,7 @@ def post_events() -> Response[str]:
         return _error(401, "unauthorized", "no authenticated tenant on this request")
     logger.append_keys(tenant=tenant, request_id=context.request_id)
     try:
-        incoming = parse_events_body(_body(), SETTINGS.max_events_per_request)
+        incoming = parse_events_body(request_body(app.current_event) or b"", SETTINGS.max_events_per_request)
     except EventsRequestError as exc:
         return _error(400, "invalid_body", str(exc))
     for index, event in enumerate(incoming):

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import base64
 import json
 import os
 import time
@@ -20,6 +19,7 @@ from breakwater.aws.queues import EnqueueError, LiveQueues
 from breakwater.errors import ApiError, RouteNotFoundError
 from breakwater.ingest import IngestService, Router, TenantContext
 from breakwater.observability import logger, metrics, tracer
+from breakwater.request import request_body
 from breakwater.settings import IngestSettings
 
 app = APIGatewayRestResolver()
@@ -52,15 +52,6 @@ SETTINGS = IngestSettings.from_env()
 SERVICE = build_service(SETTINGS)
 
 
-def _raw_body() -> bytes | None:
-    event = app.current_event
-    if event.body is None:
-        return None
-    if event.is_base64_encoded:
-        return base64.b64decode(event.body)
-    return event.body.encode()
-
-
 def _trace_id() -> str | None:
     header = app.current_event.headers.get("X-Amzn-Trace-Id") or os.environ.get("_X_AMZN_TRACE_ID")
     if not header:
@@ -77,7 +68,8 @@ def post_message() -> Response[str]:
     context = app.current_event.request_context
     tenant = TenantContext.from_authorizer(context.authorizer.get_context())
     logger.append_keys(tenant=tenant.tenant, request_id=context.request_id)
-    accepted = SERVICE.accept(_raw_body(), tenant, request_id=context.request_id, trace_id=_trace_id())
+    body = request_body(app.current_event)
+    accepted = SERVICE.accept(body, tenant, request_id=context.request_id, trace_id=_trace_id())
     logger.append_keys(envelope_id=accepted.envelope.id, trace_id=accepted.envelope.trace_id)
     logger.info("accepted", extra={"queue": accepted.queue})
     metrics.add_metric(name="Accepted", unit=MetricUnit.Count, value=1)

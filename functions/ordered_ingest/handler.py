@@ -7,7 +7,6 @@ rather than a branch of ``POST /v1/messages``: the guarantees differ (docs/decis
 
 from __future__ import annotations
 
-import base64
 import json
 import time
 from typing import Any
@@ -32,6 +31,7 @@ from breakwater.errors import (
 from breakwater.ingest import TenantContext
 from breakwater.observability import logger, metrics, tracer
 from breakwater.ordered import OrderedMessageRequest
+from breakwater.request import request_body
 from breakwater.settings import OrderedIngestSettings
 
 app = APIGatewayRestResolver()
@@ -46,16 +46,9 @@ GATE = (
 )
 
 
-def _body() -> bytes:
-    event = app.current_event
-    if event.body is None:
-        return b""
-    return base64.b64decode(event.body) if event.is_base64_encoded else event.body.encode()
-
-
 def _request() -> OrderedMessageRequest:
     try:
-        request = OrderedMessageRequest.model_validate_json(_body() or b"null")
+        request = OrderedMessageRequest.model_validate_json(request_body(app.current_event) or b"null")
     except ValidationError as exc:
         details = "; ".join(
             f"{'.'.join(str(p) for p in e['loc']) or '(body)'}: {e['msg']}" for e in exc.errors()
