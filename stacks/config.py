@@ -8,7 +8,7 @@ read context themselves.
 from __future__ import annotations
 
 import math
-from typing import Any, Literal
+from typing import Any, Literal, Self
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
 
@@ -83,20 +83,14 @@ class ApiConfig(_Strict):
     authorizer_cache_seconds: int = Field(default=300, ge=0, le=3600)
 
 
-class WorkerConfig(_Strict):
-    batch_size: int = Field(default=10, ge=1, le=10_000)
-    batching_window_seconds: int = Field(default=0, ge=0, le=300)
-    max_concurrency: int = Field(default=10, ge=2, le=1000, description="ESM maximum concurrency per queue")
-    timeout_seconds: int = Field(default=60, ge=3, le=900)
-    memory_mb: int = Field(default=1024, ge=128, le=10_240)
-    visibility_timeout_multiplier: int = Field(
-        default=6, ge=1, le=12, description="queue visibility = multiplier x worker timeout (AWS guidance: 6)"
-    )
-    heartbeat_seconds: int = Field(default=30, ge=1, le=43_200)
-    simulated_work_ms: int = Field(default=20, ge=0, description="duration of the sample processor's work")
+class _QueueConsumer(_Strict):
+    """A function consuming SQS queues: their visibility timeout follows its timeout (AWS guidance: 6x)."""
+
+    timeout_seconds: int
+    visibility_timeout_multiplier: int
 
     @model_validator(mode="after")
-    def _visibility_fits(self) -> WorkerConfig:
+    def _visibility_fits(self) -> Self:
         if self.visibility_timeout_seconds > 43_200:
             raise ValueError(
                 f"timeout_seconds x visibility_timeout_multiplier = {self.visibility_timeout_seconds} "
@@ -107,6 +101,19 @@ class WorkerConfig(_Strict):
     @property
     def visibility_timeout_seconds(self) -> int:
         return self.timeout_seconds * self.visibility_timeout_multiplier
+
+
+class WorkerConfig(_QueueConsumer):
+    batch_size: int = Field(default=10, ge=1, le=10_000)
+    batching_window_seconds: int = Field(default=0, ge=0, le=300)
+    max_concurrency: int = Field(default=10, ge=2, le=1000, description="ESM maximum concurrency per queue")
+    timeout_seconds: int = Field(default=60, ge=3, le=900)
+    memory_mb: int = Field(default=1024, ge=128, le=10_240)
+    visibility_timeout_multiplier: int = Field(
+        default=6, ge=1, le=12, description="queue visibility = multiplier x worker timeout (AWS guidance: 6)"
+    )
+    heartbeat_seconds: int = Field(default=30, ge=1, le=43_200)
+    simulated_work_ms: int = Field(default=20, ge=0, description="duration of the sample processor's work")
 
 
 class SidelineConfig(_Strict):
@@ -176,7 +183,7 @@ class AlarmConfig(_Strict):
     email: str | None = Field(default=None, pattern=r"^[^@\s]+@[^@\s]+\.[^@\s]+$")
 
 
-class OrderedConfig(_Strict):
+class OrderedConfig(_QueueConsumer):
     """The ordered workload (SQS FIFO, POST /v1/ordered): off unless a fork needs per-key order."""
 
     enabled: bool = Field(default=False, description="build the FIFO queues, their worker, POST /v1/ordered")
@@ -191,19 +198,6 @@ class OrderedConfig(_Strict):
     write_ahead_retention_days: int = Field(
         default=14, ge=1, le=365, description="how long a processed dedup id is remembered (exactly-once)"
     )
-
-    @model_validator(mode="after")
-    def _visibility_fits(self) -> OrderedConfig:
-        if self.visibility_timeout_seconds > 43_200:
-            raise ValueError(
-                f"timeout_seconds x visibility_timeout_multiplier = {self.visibility_timeout_seconds} "
-                "exceeds the SQS maximum visibility timeout (43200)"
-            )
-        return self
-
-    @property
-    def visibility_timeout_seconds(self) -> int:
-        return self.timeout_seconds * self.visibility_timeout_multiplier
 
     @property
     def lease_seconds(self) -> int:
