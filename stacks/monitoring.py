@@ -187,23 +187,17 @@ class Monitoring(Construct):
 
     def watch_ordered(self) -> None:
         """The ordered workload's EMF counts; its queues are watched with :meth:`watch_queues`."""
-        five_minutes = Duration.minutes(5)
+        # Only the FIFO worker emits Processed without a QueueRole dimension.
         self.dashboard.add_widgets(
-            cloudwatch.GraphWidget(
-                title="Ordered: accepted / processed / duplicates / dropped (per 5 min)",
-                left=[
-                    # Only the FIFO worker emits Processed without a QueueRole dimension.
-                    self._service_metric(name, statistic="Sum", period=five_minutes)
-                    for name in ("AcceptedOrdered", "Processed", "Duplicates", "Dropped")
-                ],
-                width=12,
+            self._counts_graph(
+                "Ordered: accepted / processed / duplicates / dropped (per 5 min)",
+                ("AcceptedOrdered", "Processed", "Duplicates", "Dropped"),
             )
         )
 
     def watch_stream(self, stream: kinesis.IStream, alarms: list[cloudwatch.Alarm]) -> None:
         """The stream's backlog (iterator age), its producers' and consumer's EMF counts, and ``alarms``
         (built with the stream, on this topic), which join the overview."""
-        five_minutes = Duration.minutes(5)
         self.alarms.extend(alarms)
         self.dashboard.add_widgets(
             cloudwatch.GraphWidget(
@@ -219,22 +213,23 @@ class Monitoring(Construct):
                 width=12,
             ),
             cloudwatch.AlarmStatusWidget(title="Stream: alarms", alarms=alarms, width=12),
-            cloudwatch.GraphWidget(
-                title="Events: written / failed / rejected (per 5 min)",
-                left=[
-                    self._service_metric(name, statistic="Sum", period=five_minutes)
-                    for name in ("EventsWritten", "EventsFailed", "EventsRejected")
-                ],
-                width=12,
+            self._counts_graph(
+                "Events: written / failed / rejected (per 5 min)",
+                ("EventsWritten", "EventsFailed", "EventsRejected"),
             ),
-            cloudwatch.GraphWidget(
-                title="Stream consumer: records and aggregate writes (per 5 min)",
-                left=[
-                    self._service_metric(name, statistic="Sum", period=five_minutes)
-                    for name in ("RecordsApplied", "RecordsSkipped", "RecordsFailed", "AggregateWrites")
-                ],
-                width=12,
+            self._counts_graph(
+                "Stream consumer: records and aggregate writes (per 5 min)",
+                ("RecordsApplied", "RecordsSkipped", "RecordsFailed", "AggregateWrites"),
             ),
+        )
+
+    def _counts_graph(self, title: str, names: tuple[str, ...]) -> cloudwatch.GraphWidget:
+        """Five-minute sums of the service's EMF counts ``names``, as one graph."""
+        period = Duration.minutes(5)
+        return cloudwatch.GraphWidget(
+            title=title,
+            left=[self._service_metric(name, statistic="Sum", period=period) for name in names],
+            width=12,
         )
 
     def _service_metric(
