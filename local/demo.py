@@ -220,10 +220,13 @@ def park_and_replay(
 ) -> dict[str, Any]:
     """What the archiver parked during the run, then the replay job run on it (if anything was parked).
 
-    The controller's schedule stops first (no new archiver run), and the archiver runs it started
-    finish; the mappings keep draining, so the replayed envelopes are worked like any live message.
+    The controller's schedule stops first, then runs once more: a sideline queue it held for the
+    archiver (its drainer off) is under budget again, so the drainer takes what the archiver left (or
+    that last run parks what is still past the budget). The archiver runs finish; the mappings keep
+    draining, so the replayed envelopes are worked like any live message.
     """
     runtime.stop_schedules()
+    runtime.run_schedules_once()
     runs = [inv.result for inv in runtime.wait_async(120.0) if inv.ok and isinstance(inv.result, dict)]
     results = [r for run in runs for r in run.get("results", [])]
     parked: dict[str, Any] = {

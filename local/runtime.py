@@ -237,25 +237,7 @@ class LocalRuntime:
 
         def run() -> None:
             while not self._schedules_stop.wait(period):
-                for target in schedule.function_logical_ids:
-                    event = {
-                        "version": "0",
-                        "id": str(time.time_ns()),
-                        "detail-type": "Scheduled Event",
-                        "source": "aws.events",
-                        "account": "123456789012",
-                        "time": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
-                        "region": "us-east-1",
-                        "resources": [
-                            f"arn:aws:events:us-east-1:123456789012:rule/{schedule.rule_logical_id}"
-                        ],
-                        "detail": {},
-                    }
-                    invocation = self.pools[target].invoke(event)
-                    if not invocation.ok:
-                        log.warning(
-                            "schedule %s: %s failed: %s", schedule.rule_logical_id, target, invocation.error
-                        )
+                self._fire(schedule)
 
         thread = threading.Thread(target=run, name=f"schedule-{schedule.rule_logical_id}", daemon=True)
         thread.start()
@@ -295,6 +277,30 @@ class LocalRuntime:
             s3=self.aws.client("s3", counted=False),
             env=self.aws.environment(),
         )
+
+    def _fire(self, schedule: ScheduleSpec) -> None:
+        """One EventBridge scheduled event to each of the rule's targets, as the rule would send it."""
+        for target in schedule.function_logical_ids:
+            event = {
+                "version": "0",
+                "id": str(time.time_ns()),
+                "detail-type": "Scheduled Event",
+                "source": "aws.events",
+                "account": "123456789012",
+                "time": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
+                "region": "us-east-1",
+                "resources": [f"arn:aws:events:us-east-1:123456789012:rule/{schedule.rule_logical_id}"],
+                "detail": {},
+            }
+            invocation = self.pools[target].invoke(event)
+            if not invocation.ok:
+                log.warning("schedule %s: %s failed: %s", schedule.rule_logical_id, target, invocation.error)
+
+    def run_schedules_once(self) -> None:
+        """Fire every emulated schedule once, now, and wait for its targets (not for what they start)."""
+        for schedule in self.schedule_specs:
+            if schedule.period_seconds is not None and schedule.enabled:
+                self._fire(schedule)
 
     def quiesce(self, timeout: float = 30.0) -> None:
         """Stop the schedules and the mappings' polling, then wait for every invocation in flight.

@@ -6,8 +6,8 @@ reads it (``bucket#ingest``.``multiplier``). Then it looks at the live queues (d
 age from the workers' reports) and lets the sideline drainers run only while the live set is
 healthy: old work never competes with fresh work for the same workers. Last, a sideline queue whose
 oldest message or depth passed the archive budget is handed to the archiver (asynchronously), so no
-sidelined backlog grows without bound. Every decision is a log line (with the tenant) and the totals
-are metrics. AWS is reached only through :class:`ControllerPorts`.
+sidelined backlog grows without bound; its drainer stays off meanwhile. Every decision is a log
+line (with the tenant) and the totals are metrics. AWS is reached only through :class:`ControllerPorts`.
 """
 
 from __future__ import annotations
@@ -49,7 +49,8 @@ class ControllerPorts:
     set_bookmark: Callable[[str, Mapping[str, float]], None]
     live_depth: Callable[[], int]
     live_oldest: Callable[[], tuple[int | None, int | None]]  # (age ms, observed at epoch ms)
-    set_sideline_enabled: Callable[[bool], Iterable[str]]  # returns the mappings it changed
+    # (enabled, queue URLs held for the archiver) -> the mappings it changed
+    set_sideline_enabled: Callable[[bool, frozenset[str]], Iterable[str]]
     sideline_observations: Callable[[], Sequence[SidelineObservation]] = lambda: ()
     start_archiver: Callable[[ArchiveDue], None] | None = None  # None: no archiver configured
     clock_ms: Callable[[], int] = lambda: int(time.time() * 1000)
@@ -138,7 +139,16 @@ def run_controller(config: ControllerConfig, ports: ControllerPorts) -> Controll
     health = live_health(depth, oldest_ms, observed_at, now, config.healthy_age_s)
     report.health = health
     report.sideline_enabled = health.healthy
-    report.mappings_changed = list(ports.set_sideline_enabled(health.healthy))
+    # A sideline queue past its archive budget belongs to the archiver until the next run: its drainer
+    # stays off, or it would feed the live workers the very backlog the budget says to park (and race
+    # the archiver for it). The replay brings it back later at a rate the live system can take.
+    due = (
+        archive_due(ports.sideline_observations(), config.archive_budget, now)
+        if ports.start_archiver is not None
+        else []
+    )
+    held = frozenset(d.queue_url for d in due)
+    report.mappings_changed = list(ports.set_sideline_enabled(health.healthy, held))
     logger.info(
         "live health",
         extra={
@@ -146,20 +156,21 @@ def run_controller(config: ControllerConfig, ports: ControllerPorts) -> Controll
             "oldest_age_s": health.oldest_age_s,
             "healthy": health.healthy,
             "sideline_enabled": health.healthy,
+            "held_for_archive": sorted(held),
             "mappings_changed": report.mappings_changed,
         },
     )
-    if ports.start_archiver is not None:
-        report.archiving = _start_archiving(config, ports, now)
+    report.archiving = _start_archiving(ports, due)
     _emit_metrics(report)
     return report
 
 
-def _start_archiving(config: ControllerConfig, ports: ControllerPorts, now: int) -> list[ArchiveDue]:
+def _start_archiving(ports: ControllerPorts, queues: Sequence[ArchiveDue]) -> list[ArchiveDue]:
     """Start the archiver for each sideline queue past its budget; a failed start is retried next run."""
-    assert ports.start_archiver is not None
-    started = []
-    for due in archive_due(ports.sideline_observations(), config.archive_budget, now):
+    started: list[ArchiveDue] = []
+    if ports.start_archiver is None:
+        return started
+    for due in queues:
         extra = {
             "role": due.role,
             "reason": due.reason.value,

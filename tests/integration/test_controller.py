@@ -169,3 +169,48 @@ def test_controller_starts_the_archiver_for_a_sideline_queue_past_its_budget(
         ("archiver", {"queue_url": world.urls["spillover"], "reason": "age"}, "Event"),
         ("archiver", {"queue_url": world.urls["backlog"], "reason": "depth"}, "Event"),
     ]
+
+
+def test_a_queue_past_its_budget_is_held_for_the_archiver_and_released_under_it(
+    world: WorkerWorld, monkeypatch: pytest.MonkeyPatch, invocations: list[tuple[str, dict[str, Any], str]]
+) -> None:
+    add_tenant("noisy", "standard")
+    mapping = sideline_mapping(world)  # the backlog queue's drainer
+    create_function("archiver")
+    env = environment(world, mapping) | {
+        "SIDELINE_QUEUE_ROLES": "spillover,backlog",
+        "ARCHIVER_FUNCTION_NAME": "archiver",
+        "ARCHIVE_AGE_SECONDS": "600",
+        "ARCHIVE_DEPTH": "5",
+    }
+    controller = load(monkeypatch, "controller.handler", env)
+    context: Any = worker_fixtures.FakeLambdaContext()
+    report_live_age(world, 120_000)  # live set behind: the drainer is off (moto delivers nothing)
+    # Delayed messages (a drainer's deferrals) cannot be archived yet: they do not count.
+    world.sqs.send_message_batch(
+        QueueUrl=world.urls["backlog"],
+        Entries=[{"Id": str(i), "MessageBody": "{}", "DelaySeconds": 900} for i in range(6)],
+    )
+    first = controller.handler({}, context)
+    assert first["archiving"] == [] and invocations == []
+
+    # Past the budget with visible messages while the live set is healthy again: archived, and the
+    # drainer is held off meanwhile.
+    world.sqs.send_message_batch(
+        QueueUrl=world.urls["backlog"], Entries=[{"Id": str(i), "MessageBody": "{}"} for i in range(5)]
+    )
+    report_live_age(world, 1_000)
+    second = controller.handler({}, context)
+    assert second["archiving"] == [{"queue_url": world.urls["backlog"], "reason": "depth"}]
+    assert [call[1]["queue_url"] for call in invocations] == [world.urls["backlog"]]
+    assert second["sideline_enabled"] is True  # the live set is healthy ...
+    assert mapping_state(mapping) == "Disabled"  # ... but this queue belongs to the archiver
+
+    # The archiver took the visible messages: under budget again, the drainer gets the rest.
+    received = world.sqs.receive_message(QueueUrl=world.urls["backlog"], MaxNumberOfMessages=10)
+    assert len(received["Messages"]) == 5
+    for message in received["Messages"]:
+        world.sqs.delete_message(QueueUrl=world.urls["backlog"], ReceiptHandle=message["ReceiptHandle"])
+    third = controller.handler({}, context)
+    assert third["archiving"] == [] and len(invocations) == 1
+    assert mapping_state(mapping) == "Enabled"

@@ -37,13 +37,16 @@ def set_multiplier(client: DynamoDBClient, table_name: str, tenant: str, multipl
     )
 
 
-def waiting_messages(client: SQSClient, queue_url: str) -> int:
-    """Visible plus delayed: what waits to be worked (in-flight messages are being worked or archived)."""
+def visible_messages(client: SQSClient, queue_url: str) -> int:
+    """What the archiver could take now: visible messages.
+
+    Delayed ones (a sideline drainer's deferrals) count once their delay ends; counting them earlier
+    would start an archiver that receives nothing. In-flight ones are being worked or archived.
+    """
     attributes = client.get_queue_attributes(
-        QueueUrl=queue_url,
-        AttributeNames=["ApproximateNumberOfMessages", "ApproximateNumberOfMessagesDelayed"],
+        QueueUrl=queue_url, AttributeNames=["ApproximateNumberOfMessages"]
     )["Attributes"]
-    return sum(int(value) for value in attributes.values())
+    return int(attributes.get("ApproximateNumberOfMessages", 0))
 
 
 def sideline_observations(
@@ -57,7 +60,7 @@ def sideline_observations(
         age_ms, observed_at = (
             read_oldest_age(ddb, settings.state_table_name, role) if role is not None else (None, None)
         )
-        depth = waiting_messages(sqs, url)
+        depth = visible_messages(sqs, url)
         observations.append(SidelineObservation(role or url, url, depth, age_ms, observed_at))
     return observations
 
@@ -138,8 +141,8 @@ def build_controller_ports(
         set_bookmark=bookmark,
         live_depth=lambda: queue_depth(queues, settings.live_queue_urls),
         live_oldest=lambda: read_oldest_age(ddb, table, "live"),
-        set_sideline_enabled=lambda enabled: set_mappings_enabled(
-            functions, settings.sideline_mapping_uuids, enabled
+        set_sideline_enabled=lambda enabled, held: set_mappings_enabled(
+            functions, settings.sideline_mapping_uuids, enabled, held
         ),
         sideline_observations=lambda: sideline_observations(ddb, queues, settings),
         start_archiver=_archiver_starter(functions, settings.archiver_function_name),
