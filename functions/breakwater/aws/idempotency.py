@@ -17,15 +17,21 @@ exists: a duplicate) falls back to Powertools' per-call path, which reads the re
 from __future__ import annotations
 
 import datetime as dt
+import os
 from collections.abc import Callable, Iterable
 from typing import TYPE_CHECKING, Any
 
+from aws_lambda_powertools.shared import constants
+from aws_lambda_powertools.shared.functions import strtobool
 from aws_lambda_powertools.utilities.idempotency import (
     DynamoDBPersistenceLayer,
     IdempotencyConfig,
     idempotent_function,
 )
-from aws_lambda_powertools.utilities.idempotency.exceptions import IdempotencyItemAlreadyExistsError
+from aws_lambda_powertools.utilities.idempotency.exceptions import (
+    IdempotencyItemAlreadyExistsError,
+    IdempotencyPersistenceLayerError,
+)
 from aws_lambda_powertools.utilities.idempotency.persistence.datarecord import DataRecord
 from aws_lambda_powertools.utilities.typing import LambdaContext
 from botocore.exceptions import ClientError
@@ -50,6 +56,11 @@ _LOCK_CONDITION = (
 )
 
 
+def idempotency_disabled() -> bool:
+    """``POWERTOOLS_IDEMPOTENCY_DISABLED`` as ``idempotent_function`` reads it (then no record is made)."""
+    return bool(strtobool(os.getenv(constants.IDEMPOTENCY_DISABLED_ENV, "false")))
+
+
 class BatchedPersistenceLayer(DynamoDBPersistenceLayer):
     """Powertools' DynamoDB layer whose INPROGRESS puts and COMPLETED updates are made per batch."""
 
@@ -58,6 +69,16 @@ class BatchedPersistenceLayer(DynamoDBPersistenceLayer):
         self._locked: set[str] = set()  # INPROGRESS locks the batch took and no call has used yet
         self._running: set[str] = set()  # locks a call is using
         self._completed: dict[str, DataRecord] = {}  # COMPLETED records waiting for the flush
+        self._keys: dict[str, str] = {}  # envelope id -> record key, for the batch (one hash per envelope)
+
+    def use_lock(self, envelope: Envelope) -> bool:
+        """If the batch took this envelope's lock and no call used it yet, a call runs under it now."""
+        key = self.key_of(envelope)
+        if key not in self._locked:
+            return False
+        self._locked.remove(key)
+        self._running.add(key)
+        return True
 
     def key_of(self, envelope: Envelope) -> str:
         key = self._get_hashed_idempotency_key(data={"id": envelope.id})
@@ -67,8 +88,12 @@ class BatchedPersistenceLayer(DynamoDBPersistenceLayer):
     def _get_hashed_idempotency_key(self, data: dict[str, Any]) -> str | None:
         # The key is ``id`` (event_key_jmespath="id"): the same hash as Powertools' JMESPath search,
         # without a search per call (two per message).
-        if isinstance(data, dict) and isinstance(data.get("id"), str) and data["id"]:
-            return f"{self.function_name}#{self._generate_hash(data['id'])}"
+        envelope_id = data.get("id") if isinstance(data, dict) else None
+        if isinstance(envelope_id, str) and envelope_id:
+            key = self._keys.get(envelope_id)
+            if key is None:
+                key = self._keys[envelope_id] = f"{self.function_name}#{self._generate_hash(envelope_id)}"
+            return key
         return super()._get_hashed_idempotency_key(data)
 
     # -- per batch -----------------------------------------------------------------------------------
@@ -142,6 +167,7 @@ class BatchedPersistenceLayer(DynamoDBPersistenceLayer):
             set(),
             set(),
         )
+        self._keys = {}
         requests: list[Any] = [{"PutRequest": {"Item": self._completed_item(record)}} for record in records]
         for attempt in range(8):
             if not requests:
@@ -201,6 +227,7 @@ class IdempotentProcessor:
         *,
         client: DynamoDBClient | None = None,
     ) -> None:
+        self._process = process
         self.persistence = BatchedPersistenceLayer(table_name, client=client)
         self.config = IdempotencyConfig(event_key_jmespath="id", expires_after_seconds=expires_after_seconds)
         # what idempotent_function does at its first call; lock() may come before any call
@@ -224,7 +251,7 @@ class IdempotentProcessor:
         self.config.register_lambda_context(context)
 
     def lock(self, envelopes: list[Envelope]) -> None:
-        if envelopes:
+        if envelopes and not idempotency_disabled():
             remaining = self._context.get_remaining_time_in_millis() if self._context else 0
             self.persistence.lock_batch(envelopes, remaining)
 
@@ -232,5 +259,28 @@ class IdempotentProcessor:
         self.persistence.flush()
 
     def __call__(self, envelope: Envelope, work: WorkContext) -> dict[str, Any]:
+        if self.persistence.use_lock(envelope):
+            return self._run_locked(envelope, work)
         result: dict[str, Any] = self._run(envelope=envelope, work=work)
+        return result
+
+    def _run_locked(self, envelope: Envelope, work: WorkContext) -> dict[str, Any]:
+        """What ``idempotent_function`` does once ``save_inprogress`` succeeded, for a lock the batch took.
+
+        The per-call machinery (a handler object, the payload dumped and deep-copied, the key hashed
+        three times) cost more than the rest of the message; the steps and records are Powertools'
+        own: run, then ``save_success`` (buffered COMPLETED record), or ``delete_record`` and re-raise.
+        """
+        data = {"id": envelope.id}
+        try:
+            result = self._process(envelope, work)
+        except Exception as exc:
+            try:
+                self.persistence.delete_record(data=data, exception=exc)
+            except Exception as delete_exc:
+                raise IdempotencyPersistenceLayerError(
+                    "Failed to delete record from idempotency store", delete_exc
+                ) from delete_exc
+            raise
+        self.persistence.save_success(data=data, result=result)
         return result

@@ -1,0 +1,131 @@
+"""Processing idempotency per envelope id, against moto: the batch's locks and records are Powertools' own."""
+
+from __future__ import annotations
+
+import time
+from typing import Any
+
+import pytest
+from aws_lambda_powertools.utilities.idempotency import (
+    DynamoDBPersistenceLayer,
+    IdempotencyConfig,
+    idempotent_function,
+)
+
+from breakwater import processor
+from breakwater.aws.idempotency import KEY_PREFIX
+from breakwater.processor import WorkContext
+from tests.integration import worker_fixtures
+from tests.integration.worker_fixtures import IDEMPOTENCY_TABLE, WorkerWorld, load, make_envelope
+
+world = worker_fixtures.world  # the fixture
+
+
+def _counting(calls: list[str], fail: set[str] | None = None) -> Any:
+    def process(envelope: Any, work: WorkContext) -> dict[str, Any]:
+        calls.append(envelope.id)
+        if fail and envelope.id in fail:
+            raise RuntimeError("boom")
+        return {"done": envelope.id, "n": len(calls)}
+
+    return process
+
+
+def _records(world: WorkerWorld) -> list[dict[str, Any]]:
+    return list(world.dynamodb.scan(TableName=IDEMPOTENCY_TABLE)["Items"])
+
+
+def _powertools_layer(world: WorkerWorld) -> tuple[DynamoDBPersistenceLayer, IdempotencyConfig]:
+    layer = DynamoDBPersistenceLayer(table_name=IDEMPOTENCY_TABLE, boto3_client=world.dynamodb)
+    return layer, IdempotencyConfig(event_key_jmespath="id")
+
+
+def test_a_processed_envelope_leaves_a_completed_powertools_record_that_powertools_honours(
+    world: WorkerWorld, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    calls: list[str] = []
+    monkeypatch.setattr(processor, "process", _counting(calls))
+    envelope = make_envelope("acme")
+    world.send("live-0", envelope)
+    handler = load(monkeypatch, "worker.handler", world.environment())
+
+    response, _ = world.deliver(handler, "live-0")
+
+    assert response == {"batchItemFailures": []} and calls == [envelope.id]
+    (record,) = _records(world)
+    assert record["status"] == {"S": "COMPLETED"}
+    assert record["id"]["S"].startswith(f"{KEY_PREFIX}#")
+    assert int(record["expiration"]["N"]) > time.time() + 3600
+    # Powertools' own decorator, on the same table and key prefix, finds the work done
+    layer, config = _powertools_layer(world)
+
+    @idempotent_function(
+        data_keyword_argument="envelope", persistence_store=layer, config=config, key_prefix=KEY_PREFIX
+    )
+    def again(envelope: dict[str, Any]) -> dict[str, Any]:
+        raise AssertionError("processed twice")
+
+    assert again(envelope=envelope.model_dump(mode="json")) == {"done": envelope.id, "n": 1}
+
+
+def test_an_envelope_done_in_an_earlier_batch_is_not_processed_again(
+    world: WorkerWorld, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    calls: list[str] = []
+    monkeypatch.setattr(processor, "process", _counting(calls))
+    envelope, other = make_envelope("acme"), make_envelope("globex")
+    handler = load(monkeypatch, "worker.handler", world.environment())
+    world.send("live-0", envelope)
+    world.deliver(handler, "live-0")
+
+    world.send("live-0", envelope)  # a duplicate delivered later, next to a new message
+    world.send("live-0", other)
+    response, received = world.deliver(handler, "live-0")
+
+    assert len(received) == 2 and response == {"batchItemFailures": []}
+    assert calls == [envelope.id, other.id]
+    assert {record["status"]["S"] for record in _records(world)} == {"COMPLETED"}
+
+
+def test_a_failed_processing_releases_its_lock_so_the_retry_runs(
+    world: WorkerWorld, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    calls: list[str] = []
+    bad, good = make_envelope("acme"), make_envelope("acme")
+    failing = {bad.id}
+    monkeypatch.setattr(processor, "process", _counting(calls, failing))
+    handler = load(monkeypatch, "worker.handler", world.environment())
+    world.send("live-0", bad)
+    world.send("live-0", good)
+
+    response, received = world.deliver(handler, "live-0", requeue_failures=True)
+
+    by_body = {message["MessageId"]: message["Body"] for message in received}
+    assert [by_body[item["itemIdentifier"]] for item in response["batchItemFailures"]] == [bad.to_json()]
+    assert len(_records(world)) == 1  # only the good one's; the failed one's lock is gone
+    failing.clear()
+    response, _ = world.deliver(handler, "live-0")
+    assert response == {"batchItemFailures": []}
+    assert sorted(calls) == sorted([bad.id, good.id, bad.id])
+    assert len(_records(world)) == 2
+
+
+def test_an_envelope_in_progress_elsewhere_is_failed_without_running(
+    world: WorkerWorld, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    calls: list[str] = []
+    monkeypatch.setattr(processor, "process", _counting(calls))
+    busy, free = make_envelope("acme"), make_envelope("acme")
+    layer, config = _powertools_layer(world)
+    layer.configure(config, key_prefix=KEY_PREFIX)
+    layer.save_inprogress(data=busy.model_dump(mode="json"), remaining_time_in_millis=3_600_000)
+    assert _records(world)[0]["status"] == {"S": "INPROGRESS"}  # another worker's, for an hour
+    handler = load(monkeypatch, "worker.handler", world.environment())
+    world.send("live-0", busy)
+    world.send("live-0", free)
+
+    response, received = world.deliver(handler, "live-0")
+
+    by_body = {message["MessageId"]: message["Body"] for message in received}
+    assert [by_body[item["itemIdentifier"]] for item in response["batchItemFailures"]] == [busy.to_json()]
+    assert calls == [free.id]
