@@ -4,11 +4,11 @@ Per record (Powertools ``BatchProcessor`` with :class:`EnvelopeSqsRecord`): obse
 :func:`breakwater.sideline.decide`, then buffer a move, drop it, or admit it. The messages the
 rules admitted then pass the gates, paid for per batch rather than per message: the consumer
 token bucket (leased in chunks) and the concurrency leases of all their tenants (one read, one
-write). What passes is locked for idempotency in one write and processed under a heartbeat, one
-after the other. After the batch: every buffered move goes out through ``SendMessageBatch`` and a
-failed entry turns its original into a batch item failure (nothing is acknowledged before its copy
-exists); the idempotency records, the lease releases with the per-tenant counters, the oldest age
-per queue role and the metrics go out once per batch.
+write, which also takes the idempotency locks of the messages it lets through). What passes is
+processed under a heartbeat, one after the other. After the batch: every buffered move goes out
+through ``SendMessageBatch`` and a failed entry turns its original into a batch item failure
+(nothing is acknowledged before its copy exists); the idempotency records, the lease releases
+with the per-tenant counters, the oldest age per queue role and the metrics go out once per batch.
 
 This module talks to AWS only through :class:`WorkerPorts`; ``breakwater.aws.worker_ports`` builds
 the real ones, tests and benchmarks can build others.
@@ -18,7 +18,7 @@ from __future__ import annotations
 
 import time
 from collections import Counter, defaultdict
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from typing import Any, Protocol
 
@@ -86,10 +86,14 @@ class RateGate(Protocol):
 
 
 class LeaseGate(Protocol):
-    """Per-tenant concurrency leases (``breakwater.aws.concurrency.ConcurrencyLeases``)."""
+    """Per-tenant concurrency leases (``breakwater.aws.worker_ports.LeasesAndLocks``).
+
+    ``lock``: the messages waiting for these leases; the gate may take the idempotency locks of
+    those whose tenant it grants in the same write (``WorkerPorts.lock`` then skips them).
+    """
 
     def acquire_many(
-        self, requests: Mapping[str, ConcurrencyLimits], expires_at_ms: int
+        self, requests: Mapping[str, ConcurrencyLimits], expires_at_ms: int, lock: Sequence[Envelope] = ()
     ) -> dict[str, Grant]: ...
 
 
@@ -311,7 +315,9 @@ class Worker:
         tenants = list(dict.fromkeys(each.envelope.tenant for each in within))
         expires_at = self.ports.clock_ms() + batch.context.get_remaining_time_in_millis() + 1000
         batch.grants = self.ports.leases.acquire_many(
-            {tenant: concurrency_limits(self.ports.tenant_limits(tenant)) for tenant in tenants}, expires_at
+            {tenant: concurrency_limits(self.ports.tenant_limits(tenant)) for tenant in tenants},
+            expires_at,
+            [each.envelope for each in within],
         )
         admitted: list[_Admitted] = []
         for each in within:

@@ -28,6 +28,7 @@ CONCURRENCY_SK = "concurrency"
 POOL_PK = "pool#concurrency"
 POOL_SK = "burst"
 MAX_TENANTS_PER_WRITE = 99  # TransactWriteItems takes 100 items: the tenants and the pool
+_OK = (None, "None")  # the cancellation reason of an item that did not fail
 _CONFLICTS = {
     "ConditionalCheckFailedException",
     "TransactionCanceledException",
@@ -110,10 +111,27 @@ class ConcurrencyLeases:
         If the transaction loses a race (another container wrote one of the items) nothing was
         written, and each tenant is acquired on its own, as :meth:`acquire` does.
         """
-        if len(requests) <= 1 or len(requests) > MAX_TENANTS_PER_WRITE:
-            return {
+        return self.acquire_with_riders(requests, expires_at_ms)[0]
+
+    def acquire_with_riders(
+        self,
+        requests: Mapping[str, ConcurrencyLimits],
+        expires_at_ms: int,
+        riders: Callable[[Mapping[str, Grant]], Mapping[str, Any]] | None = None,
+    ) -> tuple[dict[str, Grant], list[str]]:
+        """:meth:`acquire_many`, with other conditional writes riding in the leases' transaction.
+
+        ``riders(grants)`` gives TransactWriteItems entries by key (the batch's idempotency locks
+        for the tenants granted); they are written with the leases, all or nothing. A rider whose
+        condition fails is dropped and the transaction made again (nothing was written); any other
+        failure falls back to :meth:`acquire` per tenant without riders. Returns the grants and the
+        keys of the riders written (none if the riders would not fit in one transaction).
+        """
+        if not requests or len(requests) > MAX_TENANTS_PER_WRITE or (len(requests) == 1 and riders is None):
+            grants = {
                 tenant: self.acquire(tenant, limits, expires_at_ms) for tenant, limits in requests.items()
             }
+            return grants, []
         now = self._clock_ms()
         keys = [(tenant_pk(tenant), CONCURRENCY_SK) for tenant in requests]
         if self.burst_capacity is not None:
@@ -121,7 +139,7 @@ class ConcurrencyLeases:
         found = batch_get(self._client, self._table, keys, consistent=True)
         pool = found.get((POOL_PK, POOL_SK), {}) if self.burst_capacity is not None else None
         pool_leases = live_leases(_pool_from(pool), now) if pool is not None else {}
-        grants: dict[str, Grant] = {}
+        grants = {}
         items: list[Any] = []
         for tenant, limits in requests.items():
             item = found.get((tenant_pk(tenant), CONCURRENCY_SK), {})
@@ -136,20 +154,33 @@ class ConcurrencyLeases:
                 items.append({"Put": self._tenant_put(tenant, item, leases, grant, expires_at_ms, now)})
         if pool is not None and any(grant is Grant.BURST for grant in grants.values()):
             items.append({"Put": self._pool_put(pool, pool_leases)})
-        if not items:
-            return grants
-        try:
-            if len(items) == 1:
-                self._client.put_item(**items[0]["Put"])
-            else:
-                self._client.transact_write_items(TransactItems=items)
-        except ClientError as exc:
-            if exc.response.get("Error", {}).get("Code") not in _CONFLICTS:
-                raise
-            return {
-                tenant: self.acquire(tenant, limits, expires_at_ms) for tenant, limits in requests.items()
-            }
-        return grants
+        extra = dict(riders(grants)) if riders is not None and items else {}
+        if len(items) + len(extra) > MAX_TENANTS_PER_WRITE + 1:
+            extra = {}  # the riders are written on their own
+        for _ in range(self._attempts):
+            try:
+                if len(items) + len(extra) == 1:
+                    self._client.put_item(**items[0]["Put"])
+                elif items:
+                    self._client.transact_write_items(TransactItems=[*items, *extra.values()])
+                return grants, list(extra)
+            except ClientError as exc:
+                if exc.response.get("Error", {}).get("Code") not in _CONFLICTS:
+                    raise
+                reasons = exc.response.get("CancellationReasons") or []
+                failed = [index for index, reason in enumerate(reasons) if reason.get("Code") not in _OK]
+                rider_keys = list(extra)
+                if len(reasons) != len(items) + len(extra) or not failed or min(failed) < len(items):
+                    break  # a lease lost a race (or no reasons): each tenant on its own, without riders
+                for index in failed:
+                    if reasons[index].get("Code") != "ConditionalCheckFailed":
+                        break
+                    del extra[rider_keys[index - len(items)]]
+                else:
+                    continue  # only riders failed their conditions: again without them
+                break
+        grants = {tenant: self.acquire(tenant, limits, expires_at_ms) for tenant, limits in requests.items()}
+        return grants, []
 
     def _write(
         self,

@@ -16,9 +16,9 @@ exists: a duplicate) falls back to Powertools' per-call path, which reads the re
 
 from __future__ import annotations
 
-import datetime as dt
 import os
-from collections.abc import Callable, Iterable
+import time
+from collections.abc import Callable, Iterable, Sequence
 from typing import TYPE_CHECKING, Any
 
 from aws_lambda_powertools.shared import constants
@@ -49,11 +49,19 @@ MAX_BATCH_WRITE = 25
 
 Processor = Callable[[Envelope, WorkContext], dict[str, Any]]
 
-# Powertools' own condition for taking a lock (persistence/dynamodb.py, _put_record)
-_LOCK_CONDITION = (
-    "attribute_not_exists(#id) OR #expiry < :now OR (#status = :inprogress"
-    " AND attribute_exists(#in_progress_expiry) AND #in_progress_expiry < :now_in_millis)"
-)
+# The batch takes a lock only where no record exists; Powertools' own condition (persistence/dynamodb.py,
+# _put_record) also takes an expired record or lock, which the per-call path does for those rare keys.
+_LOCK_CONDITION = "attribute_not_exists(#id)"
+
+
+def refused_by_condition(exc: ClientError, keys: Sequence[str]) -> list[str]:
+    """The keys whose item of a cancelled transaction failed its condition (in item order)."""
+    reasons = exc.response.get("CancellationReasons") or []
+    return [
+        key
+        for key, reason in zip(keys, reasons, strict=False)
+        if reason.get("Code") == "ConditionalCheckFailed"
+    ]
 
 
 def idempotency_disabled() -> bool:
@@ -97,66 +105,64 @@ class BatchedPersistenceLayer(DynamoDBPersistenceLayer):
         return super()._get_hashed_idempotency_key(data)
 
     # -- per batch -----------------------------------------------------------------------------------
+    def lock_items(self, envelopes: Iterable[Envelope], remaining_ms: int) -> dict[str, Any]:
+        """The TransactWriteItems entries that take the INPROGRESS locks the batch does not hold yet.
+
+        Keyed by record key (a second copy of an envelope adds nothing). The condition takes a
+        lock only where no record exists; an expired record or lock fails it, and that message
+        takes Powertools' own path, whose condition also takes expired ones.
+        """
+        now_ms = int(time.time() * 1000)
+        expiry = {"N": str(self._get_expiry_timestamp())}
+        in_progress_expiry = {"N": str(now_ms + remaining_ms)}
+        names = {"#id": self.key_attr}
+        items: dict[str, Any] = {}
+        for envelope in envelopes:
+            key = self.key_of(envelope)
+            if key in items or key in self._locked or key in self._running or key in self._completed:
+                continue
+            items[key] = {
+                "Put": {
+                    "TableName": self.table_name,
+                    "Item": {
+                        self.key_attr: {"S": key},
+                        self.expiry_attr: expiry,
+                        self.status_attr: {"S": "INPROGRESS"},
+                        self.in_progress_expiry_attr: in_progress_expiry,
+                    },
+                    "ConditionExpression": _LOCK_CONDITION,
+                    "ExpressionAttributeNames": names,
+                }
+            }
+        return items
+
+    def locked(self, keys: Iterable[str]) -> None:
+        """The batch holds these locks now (written by :meth:`lock_batch` or with the leases)."""
+        self._locked.update(keys)
+
     def lock_batch(self, envelopes: Iterable[Envelope], remaining_ms: int) -> None:
-        """Take the INPROGRESS lock of every envelope in one TransactWriteItems per 100.
+        """Take the INPROGRESS locks the batch does not hold yet, in one TransactWriteItems per 100.
 
         All or nothing: if any record exists, nothing is written and those keys are left to the
         per-call path (which reads the record); the rest is tried again without them.
         """
-        now = dt.datetime.now()
-        values = {
-            ":now": {"N": str(int(now.timestamp()))},
-            ":now_in_millis": {"N": str(int(now.timestamp() * 1000))},
-            ":inprogress": {"S": "INPROGRESS"},
-        }
-        names = {
-            "#id": self.key_attr,
-            "#expiry": self.expiry_attr,
-            "#in_progress_expiry": self.in_progress_expiry_attr,
-            "#status": self.status_attr,
-        }
-        expiry = {"N": str(self._get_expiry_timestamp())}
-        in_progress_expiry = {
-            "N": str(int((now + dt.timedelta(milliseconds=remaining_ms)).timestamp() * 1000))
-        }
-        keys = list(dict.fromkeys(self.key_of(envelope) for envelope in envelopes))
+        items = self.lock_items(envelopes, remaining_ms)
+        keys = list(items)
         for start in range(0, len(keys), MAX_TRANSACT_ITEMS):
             pending = keys[start : start + MAX_TRANSACT_ITEMS]
             for _ in range(3):
                 if not pending:
                     break
-                items: list[Any] = [
-                    {
-                        "Put": {
-                            "TableName": self.table_name,
-                            "Item": {
-                                self.key_attr: {"S": key},
-                                self.expiry_attr: expiry,
-                                self.status_attr: {"S": "INPROGRESS"},
-                                self.in_progress_expiry_attr: in_progress_expiry,
-                            },
-                            "ConditionExpression": _LOCK_CONDITION,
-                            "ExpressionAttributeNames": names,
-                            "ExpressionAttributeValues": values,
-                        }
-                    }
-                    for key in pending
-                ]
                 try:
-                    self.client.transact_write_items(TransactItems=items)
+                    self.client.transact_write_items(TransactItems=[items[key] for key in pending])
                 except ClientError as exc:
-                    reasons = exc.response.get("CancellationReasons") or []
-                    taken = {
-                        key
-                        for key, reason in zip(pending, reasons, strict=False)
-                        if reason.get("Code") == "ConditionalCheckFailed"
-                    }
+                    taken = set(refused_by_condition(exc, pending))
                     if not taken:  # conflict or throttling: each message takes its own lock
                         logger.warning("batch idempotency lock failed", extra={"error": str(exc)})
                         break
                     pending = [key for key in pending if key not in taken]
                     continue
-                self._locked.update(pending)
+                self.locked(pending)
                 break
 
     def flush(self) -> None:
@@ -250,10 +256,22 @@ class IdempotentProcessor:
         self._context = context
         self.config.register_lambda_context(context)
 
-    def lock(self, envelopes: list[Envelope]) -> None:
+    def _remaining_ms(self) -> int:
+        return self._context.get_remaining_time_in_millis() if self._context else 0
+
+    def lock(self, envelopes: Sequence[Envelope]) -> None:
+        """Take the locks of ``envelopes`` the batch does not hold yet (before any of them runs)."""
         if envelopes and not idempotency_disabled():
-            remaining = self._context.get_remaining_time_in_millis() if self._context else 0
-            self.persistence.lock_batch(envelopes, remaining)
+            self.persistence.lock_batch(envelopes, self._remaining_ms())
+
+    def lock_items(self, envelopes: Sequence[Envelope]) -> dict[str, Any]:
+        """The lock writes of ``envelopes``, for a transaction the caller makes (then :meth:`locked`)."""
+        if not envelopes or idempotency_disabled():
+            return {}
+        return self.persistence.lock_items(envelopes, self._remaining_ms())
+
+    def locked(self, keys: Iterable[str]) -> None:
+        self.persistence.locked(keys)
 
     def flush(self) -> None:
         self.persistence.flush()

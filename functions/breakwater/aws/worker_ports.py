@@ -5,7 +5,7 @@ from __future__ import annotations
 import platform
 import time
 import uuid
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Mapping, Sequence
 from typing import TYPE_CHECKING, Any
 
 import boto3
@@ -20,7 +20,7 @@ from breakwater.aws.idempotency import IdempotentProcessor
 from breakwater.aws.moves import send_moves
 from breakwater.aws.tenant_limits import TenantLimitsCache
 from breakwater.aws.tenants import TenantTable
-from breakwater.concurrency import Grant
+from breakwater.concurrency import ConcurrencyLimits, Grant
 from breakwater.envelope import Envelope
 from breakwater.observability import logger
 from breakwater.processor import WorkContext
@@ -68,6 +68,39 @@ class SweepCache:
         swept = int(item["swept_at"]) if "swept_at" in item else None
         self._cache[tenant] = (now + self._ttl, swept)
         return swept
+
+
+class LeasesAndLocks:
+    """The worker's lease gate: the batch's concurrency leases and idempotency locks in one transaction.
+
+    The locks of the messages whose tenant is granted ride in the leases' TransactWriteItems
+    (all or nothing, so a lock is never taken for a message the gate turned away, and a lease
+    never without its messages' locks); a lock whose record exists is dropped from it, and that
+    message takes Powertools' per-call path. Whatever did not ride is locked on its own by
+    ``WorkerPorts.lock`` (D-worker-9).
+    """
+
+    def __init__(self, leases: ConcurrencyLeases, idempotent: IdempotentProcessor) -> None:
+        self.leases = leases
+        self.idempotent = idempotent
+
+    def acquire_many(
+        self, requests: Mapping[str, ConcurrencyLimits], expires_at_ms: int, lock: Sequence[Envelope] = ()
+    ) -> dict[str, Grant]:
+        if not lock:
+            return self.leases.acquire_many(requests, expires_at_ms)
+
+        def locks(grants: Mapping[str, Grant]) -> dict[str, Any]:
+            granted = [
+                envelope
+                for envelope in lock
+                if grants.get(envelope.tenant, Grant.REFUSED) is not Grant.REFUSED
+            ]
+            return self.idempotent.lock_items(granted)
+
+        grants, locked = self.leases.acquire_with_riders(requests, expires_at_ms, locks)
+        self.idempotent.locked(locked)
+        return grants
 
 
 def client_config() -> Config:
@@ -141,5 +174,5 @@ def build_worker_ports(
         ports.rate = LeasedTokenBucket(
             table, "consumer", time.time, settings.lease_seconds, settings.lease_max_fraction, client=ddb
         )
-        ports.leases = leases
+        ports.leases = LeasesAndLocks(leases, idempotent) if leases is not None else None
     return ports
