@@ -1,6 +1,6 @@
 """Where a quiet message waits during the demo's baseline: per-batch timings of the live workers.
 
-    .venv/bin/python bench/demo_baseline.py [--seconds 15] [--naive] [--work-ms N]
+    .venv/bin/python bench/demo_baseline.py [--seconds 15] [--naive] [--work-ms N] [--in-process-moto]
 
 Starts the runtime with the demo's context (``local.scenario.DEMO_CONTEXT``) and the demo's
 ``RuntimeOptions``, creates the 20 tenants and sends only the baseline load (every tenant at
@@ -30,6 +30,7 @@ sys.path.insert(0, str(ROOT / "functions"))
 
 from local import functions as local_functions  # noqa: E402
 from local import mappings as local_mappings  # noqa: E402
+from local import moto_process  # noqa: E402
 from local.demo import merge  # noqa: E402
 from local.runtime import LocalRuntime, RuntimeOptions  # noqa: E402
 from local.scenario import DEMO_CONTEXT, LoadGenerator, Observations, Scenario, create_tenants  # noqa: E402
@@ -176,6 +177,11 @@ def main() -> None:
     parser.add_argument("--containers", type=int, default=6)
     parser.add_argument("--rate", type=float, default=1.0, help="msg/s per tenant")
     parser.add_argument("--window", type=float, default=None, help="override worker.batching_window_seconds")
+    parser.add_argument(
+        "--in-process-moto",
+        action="store_true",
+        help="moto's server in this process, as before D-local-6, and time its backend methods",
+    )
     args = parser.parse_args()
     patch()
     context = merge({}, DEMO_CONTEXT)
@@ -190,12 +196,15 @@ def main() -> None:
         max_containers=args.containers,
         warm_containers=args.containers,
         schedule_speedup=12.0,
+        moto_in_process=args.in_process_moto,
     )
     scenario = Scenario(
         baseline_s=args.seconds, burst_s=0.0, after_s=0.0, quiet_rate=args.rate, noisy_rate=args.rate
     )
     runtime = LocalRuntime(context=context, options=options)
-    time_backends()  # after EmbeddedAws applied the runtime's own moto patches
+    if args.in_process_moto:
+        moto_process.apply_patches()  # the runtime's own (idempotent), so the timing wraps them
+        time_backends()
     runtime.start()
     try:
         keys = create_tenants(runtime, scenario.tenant_ids)
@@ -225,7 +234,8 @@ def main() -> None:
         total = cpu_after[1] - cpu_before[1]
         if total > 0:
             print(f"host CPU busy during the load: {100 * (cpu_after[0] - cpu_before[0]) / total:.0f}%")
-        print(f"runtime process (moto server, mappings, API, load): {process_cpu / args.seconds:.2f} CPU-s/s")
+        serving = "moto server, mappings, API, load" if args.in_process_moto else "mappings, API, load"
+        print(f"runtime process ({serving}): {process_cpu / args.seconds:.2f} CPU-s/s")
         for name, values in sorted(server.items(), key=lambda kv: -sum(kv[1])):
             print(
                 f"  moto {name:36s} {len(values):5d} calls {len(values) / args.seconds:6.1f}/s "

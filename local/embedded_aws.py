@@ -1,22 +1,31 @@
-"""The embedded AWS: moto's server on 127.0.0.1 (a free port), with the SQS hot-path patch applied.
+"""The embedded AWS: moto's server on 127.0.0.1 (a free port), with the runtime's moto patches.
 
-Every client of the local runtime, and every function it runs, reaches it through
-``AWS_ENDPOINT_URL``; the credentials are fake, so nothing can reach a real account.
+By default the server runs in a child process of its own (``local/moto_process.py``, D-local-6), so
+the functions' AWS requests do not wait on the runtime process's GIL; ``in_process=True`` keeps it
+in this process (tests and benches that reach into moto's backends). Every client of the local
+runtime, and every function it runs, reaches it through ``AWS_ENDPOINT_URL``; the credentials are
+fake, so nothing can reach a real account.
 """
 
 from __future__ import annotations
 
+import json
 import logging
+import os
+import subprocess
+import sys
 import threading
 import urllib.request
 from collections import Counter
+from collections.abc import Callable
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from pathlib import Path
 from typing import Any
 
 import boto3
 import botocore.config
-from moto.server import ThreadedMotoServer
 
-from local import moto_patches
+from local import moto_process
 
 REGION = "us-east-1"
 ACCOUNT = "123456789012"  # moto's default account
@@ -25,6 +34,10 @@ FAKE_CREDENTIALS = {
     "AWS_SECRET_ACCESS_KEY": "testing",
     "AWS_SESSION_TOKEN": "testing",
 }
+ROOT = Path(__file__).resolve().parent.parent
+
+# (function name, payload bytes, invocation type) -> the response payload (b"" for an Event).
+LambdaDispatch = Callable[[str, bytes, str], bytes]
 
 
 class RequestCounter:
@@ -47,16 +60,57 @@ class RequestCounter:
         client.meta.events.register("before-call.*.*", self)
 
 
-class EmbeddedAws:
-    """moto's ThreadedMotoServer, patched, plus boto3 clients pointed at it."""
+class _InvokeBridge:
+    """The parent's end of Lambda ``Invoke``: the moto process POSTs each one here (loopback only)."""
 
     def __init__(self) -> None:
-        moto_patches.apply()
-        moto_patches.disable_inline_event_source_delivery()
-        moto_patches.kinesis_resharding_as_aws()
-        moto_patches.serialize_dynamodb_writes()
-        logging.getLogger("werkzeug").setLevel(logging.ERROR)  # one line per request otherwise
-        self._server = ThreadedMotoServer(ip_address="127.0.0.1", port=0, verbose=False)
+        self.dispatch: LambdaDispatch | None = None
+        bridge = self
+
+        class Handler(BaseHTTPRequestHandler):
+            def do_POST(self) -> None:
+                length = int(self.headers.get("Content-Length") or 0)
+                payload = self.rfile.read(length)
+                name = self.headers.get(moto_process.FUNCTION_HEADER, "")
+                kind = self.headers.get(moto_process.INVOCATION_TYPE_HEADER, "RequestResponse")
+                try:
+                    if bridge.dispatch is None:
+                        raise LookupError("the local runtime routes no Lambda invocations")
+                    body, status = bridge.dispatch(name, payload, kind), 200
+                except Exception as exc:  # the moto process turns it into an error response
+                    body, status = json.dumps({"errorMessage": str(exc)}).encode(), 500
+                self.send_response(status)
+                self.send_header("Content-Length", str(len(body)))
+                self.end_headers()
+                self.wfile.write(body)
+
+            def log_message(self, format: str, *args: Any) -> None:
+                return None
+
+        self._server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+        self._server.daemon_threads = True
+        self._thread = threading.Thread(target=self._server.serve_forever, name="invoke-bridge", daemon=True)
+        self._thread.start()
+
+    @property
+    def url(self) -> str:
+        host, port = self._server.server_address[:2]
+        return f"http://{host!s}:{port}/invoke"
+
+    def close(self) -> None:
+        self._server.shutdown()
+        self._server.server_close()
+
+
+class EmbeddedAws:
+    """moto's server (a child process by default, or ThreadedMotoServer here), patched, and clients for it."""
+
+    def __init__(self, *, in_process: bool = False) -> None:
+        self.in_process = in_process
+        self._server: Any = None
+        self._process: subprocess.Popen[str] | None = None
+        self._bridge: _InvokeBridge | None = None
+        self._port = 0
         self._started = False
         self.requests = RequestCounter()
         self._session = boto3.session.Session(
@@ -71,23 +125,83 @@ class EmbeddedAws:
 
     def start(self) -> EmbeddedAws:
         """Start with empty backends: moto's state is process-wide; a new runtime must not see the old."""
-        if not self._started:
+        if self._started:
+            return self
+        if self.in_process:
+            from moto.server import ThreadedMotoServer
+
+            moto_process.apply_patches()
+            logging.getLogger("werkzeug").setLevel(logging.ERROR)  # one line per request otherwise
+            self._server = ThreadedMotoServer(ip_address="127.0.0.1", port=0, verbose=False)
             self._server.start()
-            self._started = True
-            reset = urllib.request.Request(f"{self.endpoint}/moto-api/reset", method="POST")  # noqa: S310 - http://127.0.0.1
-            with urllib.request.urlopen(reset, timeout=30) as response:  # noqa: S310 - our own local server
-                response.read()
+            self._port = int(self._server.get_host_and_port()[1])
+        else:
+            self._start_process()
+        self._started = True
+        reset = urllib.request.Request(f"{self.endpoint}/moto-api/reset", method="POST")  # noqa: S310 - http://127.0.0.1
+        with urllib.request.urlopen(reset, timeout=30) as response:  # noqa: S310 - our own local server
+            response.read()
         return self
 
+    def _start_process(self) -> None:
+        self._bridge = _InvokeBridge()
+        env = {**os.environ, moto_process.INVOKE_URL_ENV: self._bridge.url}
+        env["PYTHONPATH"] = os.pathsep.join(filter(None, [str(ROOT), env.get("PYTHONPATH")]))
+        self._process = subprocess.Popen(  # noqa: S603 - this interpreter, our own module
+            [sys.executable, "-m", "local.moto_process"],
+            stdin=subprocess.PIPE,
+            stdout=subprocess.PIPE,
+            text=True,
+            env=env,
+            cwd=ROOT,
+        )
+        assert self._process.stdout is not None
+        line = self._process.stdout.readline()
+        if not line:
+            code = self._process.wait(10)
+            raise RuntimeError(f"the moto server process exited ({code}) before it listened")
+        self._port = int(json.loads(line)["port"])
+
+    def route_invocations(self, dispatch: LambdaDispatch) -> None:
+        """Hand every Lambda ``Invoke`` to ``dispatch`` (the runtime's containers), not moto's Docker."""
+        if self.in_process:
+            from local import moto_patches
+
+            moto_patches.route_lambda_invocations(dispatch)
+        elif self._bridge is not None:
+            self._bridge.dispatch = dispatch
+
+    def unroute_invocations(self) -> None:
+        if self.in_process:
+            from local import moto_patches
+
+            moto_patches.unroute_lambda_invocations()
+        elif self._bridge is not None:
+            self._bridge.dispatch = None
+
     def stop(self) -> None:
-        if self._started:
+        if not self._started:
+            return
+        self._started = False
+        if self._server is not None:
             self._server.stop()
-            self._started = False
+            self._server = None
+        if self._process is not None:
+            assert self._process.stdin is not None
+            self._process.stdin.close()  # the child exits when its stdin closes
+            try:
+                self._process.wait(10)
+            except subprocess.TimeoutExpired:
+                self._process.kill()
+                self._process.wait(10)
+            self._process = None
+        if self._bridge is not None:
+            self._bridge.close()
+            self._bridge = None
 
     @property
     def endpoint(self) -> str:
-        host, port = self._server.get_host_and_port()
-        return f"http://{host}:{port}"
+        return f"http://127.0.0.1:{self._port}"
 
     def client(self, service: str, *, counted: bool = True) -> Any:
         """A boto3 client for the embedded AWS; counted in :attr:`requests` unless ``counted`` is False."""

@@ -199,7 +199,8 @@ class KinesisMapping:
         self.spec = spec
         self.stream_arn = spec.source_arn
         self._pool = pool
-        self._lambda = aws.client("lambda")
+        # The emulator re-reading its mapping (the Lambda service has it in hand): not counted.
+        self._lambda = aws.client("lambda", counted=False)
         self._kinesis = aws.client("kinesis")
         self._sqs = aws.client("sqs")
         self._template = template_properties or {}
@@ -361,6 +362,8 @@ class KinesisMapping:
                     continue
                 if iterator is None:
                     iterator = self._iterator(shard_id)
+                with self._lock:  # known closed before this read: an empty read is then its end
+                    closed_before_read = shard_id in self._closed
                 window_ends = time.monotonic() + state.window_s
                 while len(buffered) < state.batch_size and not self._stop.is_set():
                     page = self._kinesis.get_records(
@@ -376,7 +379,7 @@ class KinesisMapping:
                     if not page["Records"]:
                         self._stop.wait(min(IDLE_SLEEP_SECONDS, remaining))
                 if not buffered:
-                    if self._finish_if_closed(shard_id):
+                    if closed_before_read and self._finish(shard_id):
                         return
                     self._stop.wait(IDLE_SLEEP_SECONDS)
                     continue
@@ -389,22 +392,12 @@ class KinesisMapping:
                 iterator, buffered = None, []
                 self._stop.wait(1.0)
 
-    def _finish_if_closed(self, shard_id: str) -> bool:
-        """A closed shard read to its end is finished: its children may start (on the next poll)."""
-        with self._lock:
-            ending = self._closed.get(shard_id)
-        if ending is None:
-            description = self._kinesis.list_shards(StreamARN=self.stream_arn)["Shards"]
-            ending = next(
-                (
-                    s["SequenceNumberRange"].get("EndingSequenceNumber")
-                    for s in description
-                    if s["ShardId"] == shard_id
-                ),
-                None,
-            )
-        if ending is None:
-            return False
+    def _finish(self, shard_id: str) -> bool:
+        """A closed shard read to its end is finished: its children may start (on the next poll).
+
+        Closed is what the poller saw in ``ListShards`` (once per ``REFRESH_SECONDS`` for all shards),
+        before the empty read: a read that came back empty before the split was seen proves nothing.
+        """
         with self._lock:
             self._finished.add(shard_id)
             self.stats.finished_shards.append(shard_id)

@@ -123,7 +123,8 @@ class SqsMapping:
         self.spec = spec
         self.queue_url: str = spec.queue_url
         self._pool = pool
-        self._lambda = aws.client("lambda")
+        # The emulator re-reading its mapping (the Lambda service has it in hand): not counted.
+        self._lambda = aws.client("lambda", counted=False)
         self._sqs = aws.client("sqs")
         self._executor = executor
         self._default_max_concurrency = default_max_concurrency

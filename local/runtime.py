@@ -20,7 +20,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from local import discovery, moto_patches
+from local import discovery
 from local.api import LocalApi
 from local.assembly import CloudAssembly, synthesize
 from local.deploy import Deployment, create_stack
@@ -101,6 +101,8 @@ class RuntimeOptions:
     start_api: bool = True
     start_mappings: bool = True
     start_schedules: bool = True
+    # moto's server in this process (tests and benches that reach into its backends) instead of its own.
+    moto_in_process: bool = False
 
 
 class LocalRuntime:
@@ -114,7 +116,7 @@ class LocalRuntime:
         self.context = context or {}
         self.options = options or RuntimeOptions()
         self.assembly = assembly
-        self.aws = EmbeddedAws()
+        self.aws = EmbeddedAws(in_process=self.options.moto_in_process)
         self.logs = FunctionLogs()
         self.deployment: Deployment | None = None
         self.functions: dict[str, FunctionSpec] = {}
@@ -165,7 +167,7 @@ class LocalRuntime:
             }
             self.pools[logical_id] = FunctionPool(spec, env, self.logs, self.options.max_containers)
         # Lambda Invoke (the controller starting the archiver) runs in these containers, not in Docker.
-        moto_patches.route_lambda_invocations(self._dispatch_invoke)
+        self.aws.route_invocations(self._dispatch_invoke)
         if self.options.warm:
             warmers = [
                 threading.Thread(target=pool.warm, args=(self.options.warm_containers,))
@@ -346,7 +348,7 @@ class LocalRuntime:
             kinesis_mapping.stop()
         if self.api is not None:
             self.api.stop()
-        moto_patches.unroute_lambda_invocations()
+        self.aws.unroute_invocations()
         self._executor.shutdown(wait=True, cancel_futures=True)
         for pool in self.pools.values():
             pool.stop()

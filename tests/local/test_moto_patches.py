@@ -184,7 +184,9 @@ DYNAMODB_ROUNDS = 40
 @pytest.fixture
 def dynamodb_server() -> Iterator[str]:
     was_applied = "dynamodb_lock" in moto_patches._applied
+    backups_applied = "transaction_backups" in moto_patches._applied
     moto_patches.serialize_dynamodb_writes()
+    moto_patches.back_up_transaction_items()  # as the runtime's moto process runs it
     server = ThreadedMotoServer(ip_address="127.0.0.1", port=0, verbose=False)
     server.start()
     host, port = server.get_host_and_port()
@@ -192,6 +194,8 @@ def dynamodb_server() -> Iterator[str]:
     server.stop()
     if not was_applied:
         moto_patches.unserialize_dynamodb_writes()
+    if not backups_applied:
+        moto_patches.restore_transaction_copies()
 
 
 def dynamodb_client(url: str) -> Any:
@@ -258,3 +262,86 @@ def test_concurrent_transactions_and_updates_keep_every_write(dynamodb_server: s
         assert int(item["n"]["N"]) == DYNAMODB_ROUNDS
     items = sum(page["Count"] for page in dynamodb.get_paginator("scan").paginate(TableName="t"))
     assert items == 1 + DYNAMODB_THREADS + 2 * DYNAMODB_THREADS * DYNAMODB_ROUNDS
+
+
+def transaction_session() -> list[Any]:
+    """Transactions that succeed, fail on a condition, and fail on a duplicate key, on two tables."""
+    dynamodb = boto3.client("dynamodb", region_name="us-east-1")
+    dynamodb.create_table(
+        TableName="plain",
+        KeySchema=[{"AttributeName": "pk", "KeyType": "HASH"}],
+        AttributeDefinitions=[{"AttributeName": "pk", "AttributeType": "S"}],
+        BillingMode="PAY_PER_REQUEST",
+    )
+    dynamodb.create_table(
+        TableName="ranged",
+        KeySchema=[{"AttributeName": "pk", "KeyType": "HASH"}, {"AttributeName": "sk", "KeyType": "RANGE"}],
+        AttributeDefinitions=[
+            {"AttributeName": "pk", "AttributeType": "S"},
+            {"AttributeName": "sk", "AttributeType": "S"},
+        ],
+        BillingMode="PAY_PER_REQUEST",
+    )
+    for n in range(50):  # bystanders: never touched, never lost
+        dynamodb.put_item(TableName="plain", Item={"pk": {"S": f"other-{n}"}, "n": {"N": str(n)}})
+    dynamodb.put_item(TableName="plain", Item={"pk": {"S": "a"}, "n": {"N": "1"}})
+    dynamodb.put_item(TableName="ranged", Item={"pk": {"S": "a"}, "sk": {"S": "1"}, "n": {"N": "1"}})
+    add = {"UpdateExpression": "ADD n :one", "ExpressionAttributeValues": {":one": {"N": "1"}}}
+    transactions = [
+        [  # succeeds
+            {"Update": {"TableName": "plain", "Key": {"pk": {"S": "a"}}, **add}},
+            {"Put": {"TableName": "ranged", "Item": {"pk": {"S": "a"}, "sk": {"S": "2"}}}},
+        ],
+        [  # the last entry's condition fails: the update, put and delete before it are undone
+            {"Update": {"TableName": "plain", "Key": {"pk": {"S": "a"}}, **add}},
+            {"Put": {"TableName": "plain", "Item": {"pk": {"S": "new"}}}},
+            {"Put": {"TableName": "ranged", "Item": {"pk": {"S": "b"}, "sk": {"S": "1"}}}},
+            {"Delete": {"TableName": "ranged", "Key": {"pk": {"S": "a"}, "sk": {"S": "1"}}}},
+            {
+                "ConditionCheck": {
+                    "TableName": "plain",
+                    "Key": {"pk": {"S": "other-1"}},
+                    "ConditionExpression": "n = :zero",
+                    "ExpressionAttributeValues": {":zero": {"N": "0"}},
+                }
+            },
+        ],
+        [  # the same item twice: a validation error, nothing applied
+            {"Update": {"TableName": "plain", "Key": {"pk": {"S": "a"}}, **add}},
+            {"Update": {"TableName": "plain", "Key": {"pk": {"S": "a"}}, **add}},
+        ],
+    ]
+    outcome: list[Any] = []
+    for entries in transactions:
+        try:
+            dynamodb.transact_write_items(TransactItems=entries)
+            outcome.append("ok")
+        except ClientError as error:
+            reasons = error.response.get("CancellationReasons", [])
+            outcome.append((error.response["Error"]["Code"], [r.get("Code") for r in reasons]))
+    for table in ("plain", "ranged"):
+        items = dynamodb.scan(TableName=table)["Items"]
+        outcome.append(sorted(json.dumps(item, sort_keys=True) for item in items))
+    return outcome
+
+
+def test_transaction_rollback_from_item_backups_matches_table_copies() -> None:
+    was_applied = "transaction_backups" in moto_patches._applied
+    moto_patches.restore_transaction_copies()
+    try:
+        with mock_aws():
+            unpatched = transaction_session()
+        moto_patches.back_up_transaction_items()
+        with mock_aws():
+            patched = transaction_session()
+    finally:
+        (moto_patches.back_up_transaction_items if was_applied else moto_patches.restore_transaction_copies)()
+    assert patched == unpatched
+    assert patched[:3] == [
+        "ok",
+        ("TransactionCanceledException", ["None", "None", "None", "None", "ConditionalCheckFailed"]),
+        ("ValidationException", []),
+    ]
+    # Nothing of the failed ones stayed: the 50 bystanders and "a", updated once; two ranged items.
+    assert len(patched[3]) == 51 and '{"n": {"N": "2"}, "pk": {"S": "a"}}' in patched[3]
+    assert len(patched[4]) == 2

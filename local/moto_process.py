@@ -1,0 +1,82 @@
+"""moto's server in a process of its own, with the runtime's patches: ``python -m local.moto_process``.
+
+The runtime process is busy: the emulated API, the mappings' pollers, the log reader, the demo's
+load generator. With moto's server in the same process, every AWS request of every function
+container waited for that process's one GIL: about 65 ms a round trip against 1-2 ms in moto's
+backend (docs/performance.md, Demo; D-local-6). Here the server has a core's worth of GIL to itself.
+
+Protocol with the parent (:class:`local.embedded_aws.EmbeddedAws`): the child prints one JSON line
+``{"port": N}`` on stdout once it listens on 127.0.0.1, and exits when its stdin closes (the parent
+stopped or died). Lambda ``Invoke`` (the controller starting the archiver) is handed to the parent
+over HTTP: ``POST <BREAKWATER_LOCAL_INVOKE_URL>`` with the function name and invocation type in
+headers and the payload as the body; the answer's body is the invocation's response payload.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import os
+import sys
+import threading
+import urllib.error
+import urllib.request
+
+from moto.server import ThreadedMotoServer
+
+from local import cfn_models, moto_patches
+
+INVOKE_URL_ENV = "BREAKWATER_LOCAL_INVOKE_URL"
+FUNCTION_HEADER = "X-Breakwater-Function"
+INVOCATION_TYPE_HEADER = "X-Breakwater-Invocation-Type"
+
+
+def apply_patches() -> None:
+    """Everything the runtime needs of moto, in whichever process serves it."""
+    moto_patches.apply()
+    moto_patches.disable_inline_event_source_delivery()
+    moto_patches.kinesis_resharding_as_aws()
+    moto_patches.serialize_dynamodb_writes()
+    moto_patches.back_up_transaction_items()
+    cfn_models.register()
+
+
+def forward_invocations(invoke_url: str) -> None:
+    """Route Lambda ``Invoke`` to the parent's containers through its invoke endpoint."""
+
+    def dispatch(function_name: str, payload: bytes, invocation_type: str) -> bytes:
+        request = urllib.request.Request(  # noqa: S310 - the parent's loopback endpoint
+            invoke_url,
+            data=payload,
+            method="POST",
+            headers={FUNCTION_HEADER: function_name, INVOCATION_TYPE_HEADER: invocation_type},
+        )
+        try:
+            with urllib.request.urlopen(request, timeout=900) as response:  # noqa: S310 - loopback
+                return bytes(response.read())
+        except urllib.error.HTTPError as error:
+            raise RuntimeError(f"local invoke of {function_name} failed: {error.read().decode()}") from error
+
+    moto_patches.route_lambda_invocations(dispatch)
+
+
+def main() -> None:
+    apply_patches()
+    invoke_url = os.environ.get(INVOKE_URL_ENV)
+    if invoke_url:
+        forward_invocations(invoke_url)
+    logging.getLogger("werkzeug").setLevel(logging.ERROR)  # one line per request otherwise
+    server = ThreadedMotoServer(ip_address="127.0.0.1", port=0, verbose=False)
+    server.start()
+    _, port = server.get_host_and_port()
+    sys.stdout.write(json.dumps({"port": port}) + "\n")
+    sys.stdout.flush()
+    os.dup2(sys.stderr.fileno(), sys.stdout.fileno())  # nobody reads the pipe after the port line
+    watcher = threading.Thread(target=sys.stdin.read, name="parent-watch", daemon=True)
+    watcher.start()
+    watcher.join()  # stdin closed: the parent is gone; moto's state dies with the process
+    os._exit(0)
+
+
+if __name__ == "__main__":
+    main()
