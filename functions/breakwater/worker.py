@@ -1,6 +1,7 @@
 """The worker: one SQS batch through the sidelining policy, moves in bulk, admitted messages processed.
 
-Per record (Powertools ``BatchProcessor`` with :class:`EnvelopeSqsRecord`): observe its age and ask
+Per record (a partial batch response: a record that fails is reported by id and retried; the body is
+parsed as an :class:`Envelope` with pydantic): observe its age and ask
 :func:`breakwater.sideline.decide`, then buffer a move, drop it, or admit it. The messages the
 rules admitted then pass the gates, paid for per batch rather than per message: the consumer
 token bucket (leased in chunks) and the concurrency leases of all their tenants (one read, one
@@ -23,10 +24,7 @@ from dataclasses import dataclass, field, replace
 from typing import Any, Protocol
 
 from aws_lambda_powertools.metrics import MetricUnit
-from aws_lambda_powertools.utilities.batch import BatchProcessor, EventType, process_partial_response
-from aws_lambda_powertools.utilities.parser.models import SqsRecordModel
 from aws_lambda_powertools.utilities.typing import LambdaContext
-from pydantic import Json
 
 from breakwater.concurrency import ConcurrencyLimits, Grant
 from breakwater.envelope import Envelope, Origin
@@ -69,10 +67,23 @@ _COUNTER = {
 }
 
 
-class EnvelopeSqsRecord(SqsRecordModel):
-    """An SQS record whose body is a Breakwater envelope (the parser model of the batch processor)."""
+@dataclass(frozen=True, slots=True)
+class SqsMessage:
+    """What the worker uses of an SQS record of the Lambda event; the body is parsed separately."""
 
-    body: Json[Envelope]
+    message_id: str
+    receipt_handle: str
+    event_source_arn: str
+    receive_count: str  # ApproximateReceiveCount
+
+    @classmethod
+    def from_record(cls, record: Mapping[str, Any]) -> SqsMessage:
+        return cls(
+            message_id=record["messageId"],
+            receipt_handle=record["receiptHandle"],
+            event_source_arn=record["eventSourceARN"],
+            receive_count=record["attributes"]["ApproximateReceiveCount"],
+        )
 
 
 class OutOfTimeError(RuntimeError):
@@ -161,7 +172,7 @@ def queue_url_from_arn(arn: str) -> str:
 class _Admitted:
     """A message the rules let through, waiting for the gates and then the processor."""
 
-    record: EnvelopeSqsRecord
+    record: SqsMessage
     envelope: Envelope
     role: QueueRole
     now: int
@@ -204,18 +215,17 @@ class Worker:
     def handle(self, event: dict[str, Any], context: LambdaContext) -> dict[str, Any]:
         self.ports.register_context(context)
         batch = self._batch = _Batch(context=context)
-        # An all-failed batch is reported item by item like any other, not raised as a function error.
-        processor = BatchProcessor(
-            event_type=EventType.SQS, model=EnvelopeSqsRecord, raise_on_entire_batch_failure=False
-        )
-        response: dict[str, Any] = {"batchItemFailures": []}
+        # A partial batch response: a failed record is reported by id and retried; an all-failed
+        # batch is reported item by item like any other, never raised as a function error.
+        reported: list[str] = []
         failures: set[str] = set()
         try:
-            response = dict(
-                process_partial_response(
-                    event=event, record_handler=self._record, processor=processor, context=context
-                )
-            )
+            for record in event["Records"]:
+                try:
+                    self._record(record)
+                except Exception as exc:
+                    logger.warning("record failed; it is retried", extra={"error": repr(exc)})
+                    reported.append(record["messageId"])
             failures = self._process_admitted(batch)
         finally:
             failures |= self._flush_moves(batch)
@@ -223,24 +233,28 @@ class Worker:
             self._flush_aggregates(batch)
             self._batch = None
             logger.remove_keys(list(LOG_KEYS))
-        reported = {item["itemIdentifier"] for item in response.get("batchItemFailures", [])}
-        response["batchItemFailures"] = [
-            *response.get("batchItemFailures", []),
-            *({"itemIdentifier": key} for key in sorted(failures - reported)),
-        ]
-        return response
+        return {
+            "batchItemFailures": [
+                *({"itemIdentifier": key} for key in reported),
+                *({"itemIdentifier": key} for key in sorted(failures.difference(reported))),
+            ]
+        }
 
     # -- one record ------------------------------------------------------------------------------------
-    def _record(self, record: EnvelopeSqsRecord) -> None:
-        """The rules without the gates: drop, buffer a move, or admit (gates and processing come later)."""
+    def _record(self, raw: Mapping[str, Any]) -> None:
+        """The rules without the gates: drop, buffer a move, or admit (gates and processing come later).
+
+        Raises for a record that fails (a body that is no envelope, too little time left).
+        """
         batch = self._batch
         assert batch is not None
-        envelope = record.body
+        record = SqsMessage.from_record(raw)
+        envelope = Envelope.from_json(raw["body"])
         self._log_keys(envelope)
         now = self.ports.clock_ms()
         role = queue_role(envelope.origin)
         age = envelope.age_ms(now)
-        first = record.attributes.ApproximateReceiveCount == "1"
+        first = record.receive_count == "1"
         batch.ages[role].append(("AgeOfFirstAttempt" if first else "AgeOfAttempt", age))
         if first:
             batch.first_by_tenant[role][envelope.tenant].append(age)
@@ -289,12 +303,12 @@ class Worker:
                 self._check_time(batch, envelope, role)
                 self._process(each.record, envelope, self.ports.clock_ms())
             except OutOfTimeError:
-                failures.add(each.record.messageId)
+                failures.add(each.record.message_id)
                 continue
             except Exception:
                 batch.count(envelope.tenant, role, "failed", "Failed")
                 logger.exception("processing failed")
-                failures.add(each.record.messageId)
+                failures.add(each.record.message_id)
                 continue
             batch.count(envelope.tenant, role, "processed", "Processed")
         return failures
@@ -334,7 +348,7 @@ class Worker:
 
     def _buffer_move(
         self,
-        record: EnvelopeSqsRecord,
+        record: SqsMessage,
         envelope: Envelope,
         role: QueueRole,
         decision: Decision,
@@ -344,16 +358,16 @@ class Worker:
         attempt = envelope.attempt + 1 if decision.action is SidelineDecision.DEFER else envelope.attempt
         batch.moves.append(
             Move(
-                key=record.messageId,
+                key=record.message_id,
                 queue_url=self.config.queue_urls[decision.destination],
                 body=envelope.moved(decision.destination, attempt=attempt).to_json(),
                 delay_seconds=decision.delay_seconds,
                 group_id=envelope.tenant if self.config.fair_queues else None,
             )
         )
-        batch.moved[record.messageId] = (envelope.tenant, role, decision.action)
+        batch.moved[record.message_id] = (envelope.tenant, role, decision.action)
 
-    def _process(self, record: EnvelopeSqsRecord, envelope: Envelope, now_ms: int) -> None:
+    def _process(self, record: SqsMessage, envelope: Envelope, now_ms: int) -> None:
         """Run the processor under a heartbeat; a cancelled message is made visible again at once."""
         batch = self._batch
         assert batch is not None
@@ -370,11 +384,11 @@ class Worker:
             message_deadline=message_deadline,
             safety_margin_s=self.config.safety_margin_s,
         )
-        queue_url = queue_url_from_arn(record.eventSourceARN)
+        queue_url = queue_url_from_arn(record.event_source_arn)
         work = WorkContext(simulated_work_ms=self.config.simulated_work_ms)
         beat = Heartbeat(
             plan,
-            lambda seconds: self.ports.extend_visibility(queue_url, record.receiptHandle, seconds),
+            lambda seconds: self.ports.extend_visibility(queue_url, record.receipt_handle, seconds),
             cancel=work.cancel,
             on_error=lambda exc: logger.warning("visibility extension failed", extra={"error": str(exc)}),
         )
@@ -384,7 +398,7 @@ class Worker:
         except WorkCancelledError:
             logger.warning("processing cancelled", extra={"reason": str(beat.cancel_reason)})
             # The work has stopped, so another worker may have the message now: no parallel processing.
-            self.ports.extend_visibility(queue_url, record.receiptHandle, 0)
+            self.ports.extend_visibility(queue_url, record.receipt_handle, 0)
             raise
         finally:
             if beat.extensions:
