@@ -12,7 +12,7 @@ class _Client:  # never called: only the key is computed
     pass
 
 
-@pytest.mark.parametrize("envelope_id", ["01M7ZW00MHMRWF3QJXMWXNB2JC", "x"])
+@pytest.mark.parametrize("envelope_id", ["01M7ZW00MHMRWF3QJXMWXNB2JC", "x", 'é"\\ü'])
 def test_the_key_is_the_one_powertools_derives(envelope_id: str) -> None:
     config = IdempotencyConfig(event_key_jmespath="id")
     ours = BatchedPersistenceLayer("table", client=_Client())  # type: ignore[arg-type]

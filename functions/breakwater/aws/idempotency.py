@@ -16,6 +16,7 @@ exists: a duplicate) falls back to Powertools' per-call path, which reads the re
 
 from __future__ import annotations
 
+import json
 import os
 import time
 from collections.abc import Callable, Iterable, Sequence
@@ -89,8 +90,14 @@ class BatchedPersistenceLayer(DynamoDBPersistenceLayer):
         return True
 
     def key_of(self, envelope: Envelope) -> str:
-        key = self._get_hashed_idempotency_key(data={"id": envelope.id})
-        assert key is not None  # the envelope id is never empty
+        return self._key_of_id(envelope.id)
+
+    def _key_of_id(self, envelope_id: str) -> str:
+        key = self._keys.get(envelope_id)
+        if key is None:
+            # Powertools' _generate_hash: its JSON encoder only adds types a string never needs
+            digest = self.hash_function(json.dumps(envelope_id, sort_keys=True).encode()).hexdigest()
+            key = self._keys[envelope_id] = f"{self.function_name}#{digest}"
         return key
 
     def _get_hashed_idempotency_key(self, data: dict[str, Any]) -> str | None:
@@ -98,10 +105,7 @@ class BatchedPersistenceLayer(DynamoDBPersistenceLayer):
         # without a search per call (two per message).
         envelope_id = data.get("id") if isinstance(data, dict) else None
         if isinstance(envelope_id, str) and envelope_id:
-            key = self._keys.get(envelope_id)
-            if key is None:
-                key = self._keys[envelope_id] = f"{self.function_name}#{self._generate_hash(envelope_id)}"
-            return key
+            return self._key_of_id(envelope_id)
         return super()._get_hashed_idempotency_key(data)
 
     # -- per batch -----------------------------------------------------------------------------------
