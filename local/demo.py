@@ -117,6 +117,7 @@ def run_config(
             sys.stdout.flush()
 
         requests_before = _requests(runtime)
+        by_function_before = _requests_by_function(runtime)
         obs.started = time.time()
         sampler = threading.Thread(target=sample, daemon=True)
         sampler.start()
@@ -148,6 +149,10 @@ def run_config(
         # message is either counted by the worker that finished with it or still in a queue.
         runtime.quiesce()
         requests = _requests(runtime) - requests_before
+        by_function = {
+            name: dict(counts - by_function_before.get(name, Counter()))
+            for name, counts in _requests_by_function(runtime).items()
+        }
         final_depths = queue_depths(runtime, sampler_client)
         counters = tenant_counters(runtime, scenario.tenant_ids)
         emf_ages = [
@@ -183,6 +188,7 @@ def run_config(
             parked,
         )
         report["events"] = events
+        report["aws_requests_by_function"] = {name: counts for name, counts in by_function.items() if counts}
         return report
     finally:
         runtime.stop()
@@ -213,6 +219,11 @@ def _requests(runtime: LocalRuntime) -> Counter[str]:
     for pool in runtime.pools.values():
         total.update(pool.requests)
     return total
+
+
+def _requests_by_function(runtime: LocalRuntime) -> dict[str, Counter[str]]:
+    """The requests each function's containers made (the runtime's own clients are not in here)."""
+    return {pool.spec.name: Counter(pool.requests) for pool in runtime.pools.values()}
 
 
 def park_and_replay(
