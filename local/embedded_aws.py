@@ -162,6 +162,11 @@ class EmbeddedAws:
             raise RuntimeError(f"the moto server process exited ({code}) before it listened")
         self._port = int(json.loads(line)["port"])
 
+    @property
+    def server_pid(self) -> int | None:
+        """The moto server's process (None when it runs in this one)."""
+        return self._process.pid if self._process is not None else None
+
     def route_invocations(self, dispatch: LambdaDispatch) -> None:
         """Hand every Lambda ``Invoke`` to ``dispatch`` (the runtime's containers), not moto's Docker."""
         if self.in_process:
