@@ -1,7 +1,6 @@
 """The worker: one SQS batch through the sidelining policy, moves in bulk, admitted messages processed.
 
-Per record (a partial batch response: a record that fails is reported by id and retried; the body is
-parsed as an :class:`Envelope` with pydantic): observe its age and ask
+Per record (Powertools ``BatchProcessor`` with :class:`EnvelopeSqsRecord`): observe its age and ask
 :func:`breakwater.sideline.decide`, then buffer a move, drop it, or admit it. The messages the
 rules admitted then pass the gates, paid for per batch rather than per message: the consumer
 token bucket (leased in chunks) and the concurrency leases of all their tenants (one read, one
@@ -24,7 +23,10 @@ from dataclasses import dataclass, field, replace
 from typing import Any, Protocol
 
 from aws_lambda_powertools.metrics import MetricUnit
+from aws_lambda_powertools.utilities.batch import BatchProcessor, EventType, process_partial_response
+from aws_lambda_powertools.utilities.parser.models import SqsRecordModel
 from aws_lambda_powertools.utilities.typing import LambdaContext
+from pydantic import Json
 
 from breakwater.concurrency import ConcurrencyLimits, Grant
 from breakwater.envelope import Envelope, Origin
@@ -67,23 +69,10 @@ _COUNTER = {
 }
 
 
-@dataclass(frozen=True, slots=True)
-class SqsMessage:
-    """What the worker uses of an SQS record of the Lambda event; the body is parsed separately."""
+class EnvelopeSqsRecord(SqsRecordModel):
+    """An SQS record whose body is a Breakwater envelope (the parser model of the batch processor)."""
 
-    message_id: str
-    receipt_handle: str
-    event_source_arn: str
-    receive_count: str  # ApproximateReceiveCount
-
-    @classmethod
-    def from_record(cls, record: Mapping[str, Any]) -> SqsMessage:
-        return cls(
-            message_id=record["messageId"],
-            receipt_handle=record["receiptHandle"],
-            event_source_arn=record["eventSourceARN"],
-            receive_count=record["attributes"]["ApproximateReceiveCount"],
-        )
+    body: Json[Envelope]
 
 
 class OutOfTimeError(RuntimeError):
@@ -172,7 +161,7 @@ def queue_url_from_arn(arn: str) -> str:
 class _Admitted:
     """A message the rules let through, waiting for the gates and then the processor."""
 
-    record: SqsMessage
+    record: EnvelopeSqsRecord
     envelope: Envelope
     role: QueueRole
     now: int
@@ -215,17 +204,18 @@ class Worker:
     def handle(self, event: dict[str, Any], context: LambdaContext) -> dict[str, Any]:
         self.ports.register_context(context)
         batch = self._batch = _Batch(context=context)
-        # A partial batch response: a failed record is reported by id and retried; an all-failed
-        # batch is reported item by item like any other, never raised as a function error.
-        reported: list[str] = []
+        # An all-failed batch is reported item by item like any other, not raised as a function error.
+        processor = BatchProcessor(
+            event_type=EventType.SQS, model=EnvelopeSqsRecord, raise_on_entire_batch_failure=False
+        )
+        response: dict[str, Any] = {"batchItemFailures": []}
         failures: set[str] = set()
         try:
-            for record in event["Records"]:
-                try:
-                    self._record(record)
-                except Exception as exc:
-                    logger.warning("record failed; it is retried", extra={"error": repr(exc)})
-                    reported.append(record["messageId"])
+            response = dict(
+                process_partial_response(
+                    event=event, record_handler=self._record, processor=processor, context=context
+                )
+            )
             failures = self._process_admitted(batch)
         finally:
             failures |= self._flush_moves(batch)
@@ -233,28 +223,24 @@ class Worker:
             self._flush_aggregates(batch)
             self._batch = None
             logger.remove_keys(list(LOG_KEYS))
-        return {
-            "batchItemFailures": [
-                *({"itemIdentifier": key} for key in reported),
-                *({"itemIdentifier": key} for key in sorted(failures.difference(reported))),
-            ]
-        }
+        reported = {item["itemIdentifier"] for item in response.get("batchItemFailures", [])}
+        response["batchItemFailures"] = [
+            *response.get("batchItemFailures", []),
+            *({"itemIdentifier": key} for key in sorted(failures - reported)),
+        ]
+        return response
 
     # -- one record ------------------------------------------------------------------------------------
-    def _record(self, raw: Mapping[str, Any]) -> None:
-        """The rules without the gates: drop, buffer a move, or admit (gates and processing come later).
-
-        Raises for a record that fails (a body that is no envelope, too little time left).
-        """
+    def _record(self, record: EnvelopeSqsRecord) -> None:
+        """The rules without the gates: drop, buffer a move, or admit (gates and processing come later)."""
         batch = self._batch
         assert batch is not None
-        record = SqsMessage.from_record(raw)
-        envelope = Envelope.from_json(raw["body"])
+        envelope = record.body
         self._log_keys(envelope)
         now = self.ports.clock_ms()
         role = queue_role(envelope.origin)
         age = envelope.age_ms(now)
-        first = record.receive_count == "1"
+        first = record.attributes.ApproximateReceiveCount == "1"
         batch.ages[role].append(("AgeOfFirstAttempt" if first else "AgeOfAttempt", age))
         if first:
             batch.first_by_tenant[role][envelope.tenant].append(age)
@@ -303,12 +289,12 @@ class Worker:
                 self._check_time(batch, envelope, role)
                 self._process(each.record, envelope, self.ports.clock_ms())
             except OutOfTimeError:
-                failures.add(each.record.message_id)
+                failures.add(each.record.messageId)
                 continue
             except Exception:
                 batch.count(envelope.tenant, role, "failed", "Failed")
                 logger.exception("processing failed")
-                failures.add(each.record.message_id)
+                failures.add(each.record.messageId)
                 continue
             batch.count(envelope.tenant, role, "processed", "Processed")
         return failures
@@ -348,7 +334,7 @@ class Worker:
 
     def _buffer_move(
         self,
-        record: SqsMessage,
+        record: EnvelopeSqsRecord,
         envelope: Envelope,
         role: QueueRole,
         decision: Decision,
@@ -358,16 +344,16 @@ class Worker:
         attempt = envelope.attempt + 1 if decision.action is SidelineDecision.DEFER else envelope.attempt
         batch.moves.append(
             Move(
-                key=record.message_id,
+                key=record.messageId,
                 queue_url=self.config.queue_urls[decision.destination],
                 body=envelope.moved(decision.destination, attempt=attempt).to_json(),
                 delay_seconds=decision.delay_seconds,
                 group_id=envelope.tenant if self.config.fair_queues else None,
             )
         )
-        batch.moved[record.message_id] = (envelope.tenant, role, decision.action)
+        batch.moved[record.messageId] = (envelope.tenant, role, decision.action)
 
-    def _process(self, record: SqsMessage, envelope: Envelope, now_ms: int) -> None:
+    def _process(self, record: EnvelopeSqsRecord, envelope: Envelope, now_ms: int) -> None:
         """Run the processor under a heartbeat; a cancelled message is made visible again at once."""
         batch = self._batch
         assert batch is not None
@@ -384,11 +370,11 @@ class Worker:
             message_deadline=message_deadline,
             safety_margin_s=self.config.safety_margin_s,
         )
-        queue_url = queue_url_from_arn(record.event_source_arn)
+        queue_url = queue_url_from_arn(record.eventSourceARN)
         work = WorkContext(simulated_work_ms=self.config.simulated_work_ms)
         beat = Heartbeat(
             plan,
-            lambda seconds: self.ports.extend_visibility(queue_url, record.receipt_handle, seconds),
+            lambda seconds: self.ports.extend_visibility(queue_url, record.receiptHandle, seconds),
             cancel=work.cancel,
             on_error=lambda exc: logger.warning("visibility extension failed", extra={"error": str(exc)}),
         )
@@ -398,7 +384,7 @@ class Worker:
         except WorkCancelledError:
             logger.warning("processing cancelled", extra={"reason": str(beat.cancel_reason)})
             # The work has stopped, so another worker may have the message now: no parallel processing.
-            self.ports.extend_visibility(queue_url, record.receipt_handle, 0)
+            self.ports.extend_visibility(queue_url, record.receiptHandle, 0)
             raise
         finally:
             if beat.extensions:

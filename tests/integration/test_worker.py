@@ -190,20 +190,3 @@ def test_first_attempt_ages_per_tenant_are_an_emf_property(
     assert sorted(a for ages in by_tenant.values() for a in ages) == sorted(blob["AgeOfFirstAttempt"])
     assert min(by_tenant["acme"]) >= 1_000 and by_tenant["globex"][0] >= 3_000
     assert all("tenant" not in dims for dims in blob["_aws"]["CloudWatchMetrics"][0]["Dimensions"])
-
-
-def test_a_record_that_is_no_envelope_is_reported_and_the_rest_processed(
-    world: WorkerWorld, monkeypatch: pytest.MonkeyPatch
-) -> None:
-    good = make_envelope("acme")
-    world.sqs.send_message(QueueUrl=world.urls["live-0"], MessageBody='{"not": "an envelope"}')
-    world.send("live-0", good)
-    handler = load(monkeypatch, "worker.handler", world.environment())
-
-    response, received = world.deliver(handler, "live-0")
-
-    by_id = {message["MessageId"]: message["Body"] for message in received}
-    assert [by_id[item["itemIdentifier"]] for item in response["batchItemFailures"]] == [
-        '{"not": "an envelope"}'
-    ]
-    assert world.item("tenant#acme", "counters")["processed"] == 1

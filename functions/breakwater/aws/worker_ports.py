@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import platform
-import threading
 import time
 import uuid
 from collections.abc import Callable, Mapping, Sequence
@@ -71,26 +70,6 @@ class SweepCache:
         return swept
 
 
-class LazyClient:
-    """The SQS client, made at its first use (15-50 ms of a cold start otherwise).
-
-    Only moves and visibility changes need it (the heartbeat thread too, hence the lock): a
-    worker whose messages are processed within a heartbeat interval never calls SQS.
-    """
-
-    def __init__(self, make: Callable[[], SQSClient]) -> None:
-        self._make = make
-        self._client: SQSClient | None = None
-        self._lock = threading.Lock()
-
-    def __call__(self) -> SQSClient:
-        if self._client is None:
-            with self._lock:
-                if self._client is None:
-                    self._client = self._make()
-        return self._client
-
-
 class LeasesAndLocks:
     """The worker's lease gate: the batch's concurrency leases and idempotency locks in one transaction.
 
@@ -149,7 +128,7 @@ def build_worker_ports(
 ) -> WorkerPorts:
     config = client_config()
     ddb: DynamoDBClient = dynamodb or boto3.client("dynamodb", config=config)
-    queues = LazyClient(lambda: sqs or boto3.client("sqs", config=config))
+    queues: SQSClient = sqs or boto3.client("sqs", config=config)
     table = settings.state_table_name
     tenants = TenantTable(settings.tenants_table_name, client=ddb) if settings.tenants_table_name else None
     idempotent = IdempotentProcessor(
@@ -175,14 +154,14 @@ def build_worker_ports(
         return record_oldest_age(ddb, table, role, age_ms, now_ms)
 
     def extend(queue_url: str, receipt_handle: str, seconds: int) -> None:
-        queues().change_message_visibility(
+        queues.change_message_visibility(
             QueueUrl=queue_url, ReceiptHandle=receipt_handle, VisibilityTimeout=seconds
         )
 
     ports = WorkerPorts(
         tenant_limits=TenantLimitsCache(settings, tenants).get,
         swept_at_ms=SweepCache(ddb, table),
-        send_moves=lambda moves: send_moves(queues(), moves),
+        send_moves=lambda moves: send_moves(queues, moves),
         settle=settle,
         record_oldest_age=oldest,
         extend_visibility=extend,
