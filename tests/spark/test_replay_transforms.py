@@ -4,6 +4,8 @@ from __future__ import annotations
 
 from pathlib import Path
 
+from pyspark.sql import functions as F  # noqa: N812
+
 from glue_jobs import replay_transforms as transforms
 from glue_jobs.replay_load import read_archive
 from tests.spark.helpers import NOW, T0, archive_envelopes, envelope, rows, write_archive
@@ -114,11 +116,50 @@ def test_interleave_is_partition_local(spark, tmp_path) -> None:
 
 
 def test_partition_of_is_the_partition_by_tenant_puts_a_row_in(spark, tmp_path) -> None:
-    from pyspark.sql import functions as F  # noqa: N812
-
     archive_envelopes(tmp_path, [envelope(f"t{n}", T0 + n) for n in range(40)])
     replayable = transforms.replayable(_classified(spark, tmp_path))
     placed = transforms.by_tenant(replayable, 4).select(
         (transforms.partition_of(4) == F.spark_partition_id()).alias("same")
     )
     assert all(r["same"] for r in rows(placed))
+
+
+def test_ranks_are_gapless_per_tenant_in_time_order_after_dedup(spark, tmp_path) -> None:
+    """Many tenants over several partitions, one big one, copies by id and keys reused over time.
+
+    The dedup window sorts on the hash of (tenant, key) first, not on the tenant: the kept rows and
+    their ranks must still be exactly the newest of each (tenant, key), numbered 1..n per tenant
+    in ``enqueued_at`` order, and every partition must come out round by round.
+    """
+    archived = []
+    for i in range(300):  # the big tenant: times out of order, every 7th a reused key
+        key = f"order-{i % 11}" if i % 7 == 0 else None
+        archived.append(envelope("big", T0 + (i * 37) % 1000, dedup_key=key))
+    for n in range(12):
+        for i in range(6):
+            archived.append(envelope(f"q-{n}", T0 + 10 * i + n, dedup_key="order-1" if i % 3 else None))
+    copies = archived[::5]  # an archiver crash wrote every fifth envelope twice
+    archive_envelopes(tmp_path, archived, name="a")
+    archive_envelopes(tmp_path, copies, name="b")
+
+    newest: dict[tuple[str, str], tuple[int, str]] = {}
+    for item in archived:
+        group = (item.tenant, f"k:{item.dedup_key}" if item.dedup_key else f"i:{item.id}")
+        newest[group] = max(newest.get(group, (-1, "")), (item.enqueued_at, item.id))
+    expected: dict[str, list[str]] = {}
+    for (tenant, _), (_, kept_id) in sorted(newest.items(), key=lambda entry: entry[1]):
+        expected.setdefault(tenant, []).append(kept_id)
+
+    ordered = transforms.replay_order(_classified(spark, tmp_path), partitions=3)
+    sent = ordered.select("tenant", "id", "rank", F.spark_partition_id().alias("partition")).collect()
+
+    ranked: dict[str, list[tuple[int, str]]] = {}
+    for row in sent:
+        ranked.setdefault(row["tenant"], []).append((row["rank"], row["id"]))
+    assert {tenant: [i for _, i in sorted(pairs)] for tenant, pairs in ranked.items()} == expected
+    assert all(sorted(r for r, _ in pairs) == list(range(1, len(pairs) + 1)) for pairs in ranked.values())
+    by_partition: dict[int, list[int]] = {}
+    for row in sent:
+        by_partition.setdefault(row["partition"], []).append(row["rank"])
+    assert all(ranks == sorted(ranks) for ranks in by_partition.values())
+    assert len({(row["tenant"], row["partition"]) for row in sent}) == len(expected)  # one partition each
