@@ -91,8 +91,11 @@ def run_config(
         workers_deployed = any(spec.handler.startswith("worker/") for spec in runtime.functions.values())
 
         def sample() -> None:
+            samples, last_dlq = 0, 0
             while not stop_sampling.wait(scenario.sample_s):
-                depths = queue_depths(runtime, sampler_client)
+                # DLQs every fifth sample: each queue asked is a request to the one moto process.
+                depths = queue_depths(runtime, sampler_client, last_dlq=last_dlq if samples % 5 else None)
+                samples, last_dlq = samples + 1, depths[2]
                 with obs.lock:
                     obs.depths.append((time.time() - obs.started, *depths))
 

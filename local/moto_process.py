@@ -66,6 +66,8 @@ def main() -> None:
     if invoke_url:
         forward_invocations(invoke_url)
     logging.getLogger("werkzeug").setLevel(logging.ERROR)  # one line per request otherwise
+    # "No Moto CloudFormation support for <type>": the runtime reports what moto skipped, by type.
+    logging.getLogger("moto.cloudformation").setLevel(logging.ERROR)
     server = ThreadedMotoServer(ip_address="127.0.0.1", port=0, verbose=False)
     server.start()
     _, port = server.get_host_and_port()
