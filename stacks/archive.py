@@ -161,6 +161,9 @@ class ArchiveAndReplay(Construct):
                 # Received messages stay invisible until the run is over: none is archived twice by a
                 # concurrent drainer while this run still holds it.
                 "RECEIVE_VISIBILITY_SECONDS": str(archive.archiver_timeout_seconds + 60),
+                # A drainer's deferrals wait in the queue delayed, at most max_defer_seconds: the
+                # archiver waits for them to come due instead of leaving them behind.
+                "WAIT_FOR_DELAYED_SECONDS": str(self._config.sideline.max_defer_seconds),
             },
             memory_mb=archive.archiver_memory_mb,
             timeout_seconds=archive.archiver_timeout_seconds,

@@ -24,6 +24,7 @@ archiver = SidelineArchiver(
     prefix=settings.archive_prefix,
     max_messages_per_object=settings.max_messages_per_object,
     visibility_seconds=settings.receive_visibility_seconds,
+    wait_for_delayed_seconds=settings.wait_for_delayed_seconds,
 )
 
 

@@ -24,7 +24,7 @@ class SidelineObservation:
 
     role: str  # spillover | backlog (the workers' health item is queue#<role>)
     queue_url: str
-    depth: int  # visible messages: what the archiver can take now (delayed ones count when due)
+    depth: int  # messages waiting: visible plus delayed (in flight ones are being worked or archived)
     oldest_age_ms: int | None = None  # the maximum oldest age workers reported in their last window
     observed_at_ms: int | None = None
 

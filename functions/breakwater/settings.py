@@ -215,5 +215,11 @@ class ArchiverSettings(_EnvModel):
     safety_margin_seconds: float = Field(
         default=10, ge=0, description="stop receiving this long before timeout"
     )
+    wait_for_delayed_seconds: float = Field(
+        default=0,
+        ge=0,
+        le=900,
+        description="with the queue empty but messages still delayed (deferrals), keep receiving this long",
+    )
 
     _parse_urls = field_validator("source_queue_urls", mode="before")(_split_csv)

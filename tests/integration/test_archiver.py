@@ -156,3 +156,46 @@ def test_stops_before_the_lambda_timeout(world: dict[str, Any]) -> None:
     context.remaining_ms = 5_000  # below the 10 s safety margin
     result = world["handler"].handler({}, context)
     assert json.loads(json.dumps(result))["results"][0]["received"] == 0
+
+
+def test_delayed_messages_are_waited_for_and_archived(
+    world: dict[str, Any], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # A drainer's deferrals sit in the sideline queue delayed: part of the backlog to park.
+    handler = load(
+        monkeypatch,
+        "archiver.handler",
+        {
+            "ARCHIVE_BUCKET_NAME": BUCKET,
+            "ARCHIVE_PREFIX": "archive/",
+            "SOURCE_QUEUE_URLS": world["backlog"],
+            "WAIT_FOR_DELAYED_SECONDS": "5",
+        },
+    )
+    now = T0
+    envelopes = [
+        Envelope(id=new_envelope_id(now + i), tenant="acme", type="t", enqueued_at=now + i) for i in range(4)
+    ]
+    world["sqs"].send_message_batch(
+        QueueUrl=world["backlog"],
+        Entries=[
+            {"Id": str(i), "MessageBody": e.to_json(), "DelaySeconds": 2 if i % 2 else 0}
+            for i, e in enumerate(envelopes)
+        ],
+    )
+    result = handler.handler({"queue_url": world["backlog"]}, FakeLambdaContext())
+    (summary,) = result["results"]
+    assert summary["archived"] == summary["deleted"] == 4
+    lines = [line for body in _archived(world["s3"]).values() for line in body]
+    assert sorted(Envelope.from_json(line).id for line in lines) == sorted(e.id for e in envelopes)
+
+
+def test_without_a_wait_delayed_messages_stay_for_the_next_run(world: dict[str, Any]) -> None:
+    envelope = Envelope(id=new_envelope_id(T0), tenant="acme", type="t", enqueued_at=T0)
+    world["sqs"].send_message(QueueUrl=world["backlog"], MessageBody=envelope.to_json(), DelaySeconds=60)
+    result = world["handler"].handler({"queue_url": world["backlog"]}, FakeLambdaContext())
+    assert result["results"][0]["archived"] == 0
+    attributes = world["sqs"].get_queue_attributes(
+        QueueUrl=world["backlog"], AttributeNames=["ApproximateNumberOfMessagesDelayed"]
+    )["Attributes"]
+    assert attributes["ApproximateNumberOfMessagesDelayed"] == "1"

@@ -186,31 +186,27 @@ def test_a_queue_past_its_budget_is_held_for_the_archiver_and_released_under_it(
     controller = load(monkeypatch, "controller.handler", env)
     context: Any = worker_fixtures.FakeLambdaContext()
     report_live_age(world, 120_000)  # live set behind: the drainer is off (moto delivers nothing)
-    # Delayed messages (a drainer's deferrals) cannot be archived yet: they do not count.
+    # Delayed messages (a drainer's deferrals) wait too: they count toward the depth budget.
     world.sqs.send_message_batch(
         QueueUrl=world.urls["backlog"],
-        Entries=[{"Id": str(i), "MessageBody": "{}", "DelaySeconds": 900} for i in range(6)],
+        Entries=[{"Id": str(i), "MessageBody": "{}", "DelaySeconds": 900} for i in range(3)],
     )
-    first = controller.handler({}, context)
-    assert first["archiving"] == [] and invocations == []
-
-    # Past the budget with visible messages while the live set is healthy again: archived, and the
-    # drainer is held off meanwhile.
     world.sqs.send_message_batch(
-        QueueUrl=world.urls["backlog"], Entries=[{"Id": str(i), "MessageBody": "{}"} for i in range(5)]
+        QueueUrl=world.urls["backlog"], Entries=[{"Id": str(i), "MessageBody": "{}"} for i in range(2)]
     )
+    # Past the budget while the live set is healthy again: archived, and the drainer is held off.
     report_live_age(world, 1_000)
-    second = controller.handler({}, context)
-    assert second["archiving"] == [{"queue_url": world.urls["backlog"], "reason": "depth"}]
+    first = controller.handler({}, context)
+    assert first["archiving"] == [{"queue_url": world.urls["backlog"], "reason": "depth"}]
     assert [call[1]["queue_url"] for call in invocations] == [world.urls["backlog"]]
-    assert second["sideline_enabled"] is True  # the live set is healthy ...
+    assert first["sideline_enabled"] is True  # the live set is healthy ...
     assert mapping_state(mapping) == "Disabled"  # ... but this queue belongs to the archiver
 
-    # The archiver took the visible messages: under budget again, the drainer gets the rest.
+    # The archiver took the visible ones: under budget again, the drainer gets the rest.
     received = world.sqs.receive_message(QueueUrl=world.urls["backlog"], MaxNumberOfMessages=10)
-    assert len(received["Messages"]) == 5
+    assert len(received["Messages"]) == 2
     for message in received["Messages"]:
         world.sqs.delete_message(QueueUrl=world.urls["backlog"], ReceiptHandle=message["ReceiptHandle"])
-    third = controller.handler({}, context)
-    assert third["archiving"] == [] and len(invocations) == 1
+    second = controller.handler({}, context)
+    assert second["archiving"] == [] and len(invocations) == 1
     assert mapping_state(mapping) == "Enabled"

@@ -40,21 +40,39 @@ class SidelineArchiver:
     prefix: str
     max_messages_per_object: int = 1000
     visibility_seconds: int = 300
+    wait_for_delayed_seconds: float = 0.0
     clock_ms: Callable[[], int] = field(default=lambda: int(time.time() * 1000))
     new_object_name: Callable[[], str] = field(default=lambda: uuid.uuid4().hex)
 
     def archive(self, queue_url: str, *, max_messages: int, keep_going: Callable[[], bool]) -> ArchiveResult:
         """Move up to ``max_messages`` from ``queue_url`` into the archive while ``keep_going()``."""
         result = ArchiveResult(queue_url=queue_url)
+        empty_since: int | None = None
         while result.received < max_messages and keep_going():
             batch = self._receive_up_to(
                 queue_url, min(self.max_messages_per_object, max_messages - result.received)
             )
             if not batch:
-                break
+                # Nothing visible. Messages still delayed (a drainer's deferrals) are part of the backlog
+                # the controller asked to park: wait for them to come due, up to the longest delay.
+                empty_since = self.clock_ms() if empty_since is None else empty_since
+                if self.clock_ms() - empty_since >= self.wait_for_delayed_seconds * 1000:
+                    break
+                if not self._waiting(queue_url):
+                    break
+                continue
+            empty_since = None
             result.received += len(batch)
             self._write_then_delete(queue_url, batch, result)
         return result
+
+    def _waiting(self, queue_url: str) -> int:
+        """Delayed messages, or visible ones (a delay may have ended since the empty receive)."""
+        attributes = self.sqs.get_queue_attributes(
+            QueueUrl=queue_url,
+            AttributeNames=["ApproximateNumberOfMessagesDelayed", "ApproximateNumberOfMessages"],
+        )["Attributes"]
+        return sum(int(value) for value in attributes.values())
 
     def _receive_up_to(self, queue_url: str, limit: int) -> list[ArchivedMessage]:
         batch: list[ArchivedMessage] = []

@@ -37,16 +37,17 @@ def set_multiplier(client: DynamoDBClient, table_name: str, tenant: str, multipl
     )
 
 
-def visible_messages(client: SQSClient, queue_url: str) -> int:
-    """What the archiver could take now: visible messages.
+def waiting_messages(client: SQSClient, queue_url: str) -> int:
+    """Visible plus delayed: what waits to be worked (in-flight messages are being worked or archived).
 
-    Delayed ones (a sideline drainer's deferrals) count once their delay ends; counting them earlier
-    would start an archiver that receives nothing. In-flight ones are being worked or archived.
+    Delayed ones (a sideline drainer's deferrals) count: they are backlog too. The archiver waits for
+    them to come due (``ArchiverSettings.wait_for_delayed_seconds``) rather than leave them behind.
     """
     attributes = client.get_queue_attributes(
-        QueueUrl=queue_url, AttributeNames=["ApproximateNumberOfMessages"]
+        QueueUrl=queue_url,
+        AttributeNames=["ApproximateNumberOfMessages", "ApproximateNumberOfMessagesDelayed"],
     )["Attributes"]
-    return int(attributes.get("ApproximateNumberOfMessages", 0))
+    return sum(int(value) for value in attributes.values())
 
 
 def sideline_observations(
@@ -60,7 +61,7 @@ def sideline_observations(
         age_ms, observed_at = (
             read_oldest_age(ddb, settings.state_table_name, role) if role is not None else (None, None)
         )
-        depth = visible_messages(sqs, url)
+        depth = waiting_messages(sqs, url)
         observations.append(SidelineObservation(role or url, url, depth, age_ms, observed_at))
     return observations
 
