@@ -21,6 +21,7 @@ import sys
 import threading
 import urllib.error
 import urllib.request
+import warnings
 
 from moto.server import ThreadedMotoServer
 
@@ -66,8 +67,12 @@ def main() -> None:
     if invoke_url:
         forward_invocations(invoke_url)
     logging.getLogger("werkzeug").setLevel(logging.ERROR)  # one line per request otherwise
-    # "No Moto CloudFormation support for <type>": the runtime reports what moto skipped, by type.
-    logging.getLogger("moto.cloudformation").setLevel(logging.ERROR)
+    # "No Moto CloudFormation support for <type>" (a log line and a warning per resource): the
+    # runtime reports what moto skipped, by type, once (``Deployment.skipped``).
+    logging.getLogger("moto").addFilter(
+        lambda record: not str(record.msg).startswith("No Moto CloudFormation support")
+    )
+    warnings.filterwarnings("ignore", message="Tried to parse .* not supported by moto")
     server = ThreadedMotoServer(ip_address="127.0.0.1", port=0, verbose=False)
     server.start()
     _, port = server.get_host_and_port()
