@@ -5,6 +5,7 @@ from __future__ import annotations
 import io
 import json
 import zipfile
+from types import ModuleType
 from typing import Any
 
 import boto3
@@ -135,9 +136,8 @@ def invocations() -> Any:
     moto_patches.unroute_lambda_invocations()
 
 
-def test_controller_starts_the_archiver_for_a_sideline_queue_past_its_budget(
-    world: WorkerWorld, monkeypatch: pytest.MonkeyPatch, invocations: list[tuple[str, dict[str, Any], str]]
-) -> None:
+def archiving_controller(world: WorkerWorld, monkeypatch: pytest.MonkeyPatch) -> tuple[str, ModuleType]:
+    """The backlog queue's drainer mapping and a controller with an archiver and budgets 600 s / 5."""
     add_tenant("noisy", "standard")
     mapping = sideline_mapping(world)
     create_function("archiver")
@@ -147,7 +147,13 @@ def test_controller_starts_the_archiver_for_a_sideline_queue_past_its_budget(
         "ARCHIVE_AGE_SECONDS": "600",
         "ARCHIVE_DEPTH": "5",
     }
-    controller = load(monkeypatch, "controller.handler", env)
+    return mapping, load(monkeypatch, "controller.handler", env)
+
+
+def test_controller_starts_the_archiver_for_a_sideline_queue_past_its_budget(
+    world: WorkerWorld, monkeypatch: pytest.MonkeyPatch, invocations: list[tuple[str, dict[str, Any], str]]
+) -> None:
+    _mapping, controller = archiving_controller(world, monkeypatch)
     context: Any = worker_fixtures.FakeLambdaContext()
     for _ in range(3):  # within both budgets
         world.sqs.send_message(QueueUrl=world.urls["spillover"], MessageBody="{}")
@@ -174,16 +180,7 @@ def test_controller_starts_the_archiver_for_a_sideline_queue_past_its_budget(
 def test_a_queue_past_its_budget_is_held_for_the_archiver_and_released_under_it(
     world: WorkerWorld, monkeypatch: pytest.MonkeyPatch, invocations: list[tuple[str, dict[str, Any], str]]
 ) -> None:
-    add_tenant("noisy", "standard")
-    mapping = sideline_mapping(world)  # the backlog queue's drainer
-    create_function("archiver")
-    env = environment(world, mapping) | {
-        "SIDELINE_QUEUE_ROLES": "spillover,backlog",
-        "ARCHIVER_FUNCTION_NAME": "archiver",
-        "ARCHIVE_AGE_SECONDS": "600",
-        "ARCHIVE_DEPTH": "5",
-    }
-    controller = load(monkeypatch, "controller.handler", env)
+    mapping, controller = archiving_controller(world, monkeypatch)  # mapping: the backlog's drainer
     context: Any = worker_fixtures.FakeLambdaContext()
     report_live_age(world, 120_000)  # live set behind: the drainer is off (moto delivers nothing)
     # Delayed messages (a drainer's deferrals) wait too: they count toward the depth budget.
