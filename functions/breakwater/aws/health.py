@@ -8,7 +8,7 @@ across all containers, for one write per batch.
 
 from __future__ import annotations
 
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from typing import TYPE_CHECKING
 
 from botocore.exceptions import ClientError
@@ -21,6 +21,29 @@ if TYPE_CHECKING:
 
 HEALTH_SK = "health"
 WINDOW_MS = 60_000
+REPORT_INTERVAL_MS = 5_000  # a container writes a role's age at most this often, unless it rose
+
+
+class ThrottledAgeReports:
+    """One container's health writes: at most one per role per ``interval_ms``, unless the age rose.
+
+    The item keeps the window's maximum anyway (``record_oldest_age``), so a report no larger than
+    this container's last one, written less than ``interval_ms`` ago, adds nothing the controller
+    reads once a minute: skipping it saves a DynamoDB write per batch. A rising age is news (the
+    live set may be falling behind) and is always written.
+    """
+
+    def __init__(self, write: Callable[[str, int, int], bool], interval_ms: int = REPORT_INTERVAL_MS) -> None:
+        self._write = write
+        self._interval_ms = interval_ms
+        self._last: dict[str, tuple[int, int]] = {}  # role -> (age written, when)
+
+    def __call__(self, role: str, oldest_age_ms: int, now_ms: int) -> bool:
+        last = self._last.get(role)
+        if last is not None and oldest_age_ms <= last[0] and now_ms - last[1] < self._interval_ms:
+            return False
+        self._last[role] = (oldest_age_ms, now_ms)
+        return self._write(role, oldest_age_ms, now_ms)
 
 
 def queue_pk(role: str) -> str:

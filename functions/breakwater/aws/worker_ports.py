@@ -15,7 +15,7 @@ from botocore.config import Config
 from breakwater.aws.buckets import LeasedTokenBucket
 from breakwater.aws.concurrency import ConcurrencyLeases
 from breakwater.aws.counters import counters_update, plain, tenant_pk, write_updates
-from breakwater.aws.health import record_oldest_age
+from breakwater.aws.health import ThrottledAgeReports, record_oldest_age
 from breakwater.aws.idempotency import IdempotentProcessor
 from breakwater.aws.moves import send_moves
 from breakwater.aws.tenant_limits import TenantLimitsCache
@@ -150,8 +150,9 @@ def build_worker_ports(
         for error in write_updates(ddb, updates):  # a lease expires on its own; counters feed estimates
             logger.warning("lease release or counter flush failed", extra={"error": str(error)})
 
-    def oldest(role: str, age_ms: int, now_ms: int) -> bool:
-        return record_oldest_age(ddb, table, role, age_ms, now_ms)
+    oldest = ThrottledAgeReports(
+        lambda role, age_ms, now_ms: record_oldest_age(ddb, table, role, age_ms, now_ms)
+    )
 
     def extend(queue_url: str, receipt_handle: str, seconds: int) -> None:
         queues.change_message_visibility(
