@@ -379,7 +379,8 @@ class KinesisMapping:
                     if not page["Records"]:
                         self._stop.wait(min(IDLE_SLEEP_SECONDS, remaining))
                 if not buffered:
-                    if closed_before_read and self._finish(shard_id):
+                    if closed_before_read:
+                        self._finish(shard_id)
                         return
                     self._stop.wait(IDLE_SLEEP_SECONDS)
                     continue
@@ -392,7 +393,7 @@ class KinesisMapping:
                 iterator, buffered = None, []
                 self._stop.wait(1.0)
 
-    def _finish(self, shard_id: str) -> bool:
+    def _finish(self, shard_id: str) -> None:
         """A closed shard read to its end is finished: its children may start (on the next poll).
 
         Closed is what the poller saw in ``ListShards`` (once per ``REFRESH_SECONDS`` for all shards),
@@ -402,7 +403,6 @@ class KinesisMapping:
             self._finished.add(shard_id)
             self.stats.finished_shards.append(shard_id)
         log.info("mapping %s: shard %s closed and read to its end", self.spec.uuid, shard_id)
-        return True
 
     def _checkpoint(self, shard_id: str, records: list[dict[str, Any]]) -> None:
         if records:

@@ -13,6 +13,7 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
 from breakwater.archive import ArchivedMessage, encode_ndjson_gz, group_by_partition, object_key
+from breakwater.aws.health import waiting_messages
 from breakwater.observability import logger
 
 if TYPE_CHECKING:
@@ -55,24 +56,17 @@ class SidelineArchiver:
             if not batch:
                 # Nothing visible. Messages still delayed (a drainer's deferrals) are part of the backlog
                 # the controller asked to park: wait for them to come due, up to the longest delay.
-                empty_since = self.clock_ms() if empty_since is None else empty_since
-                if self.clock_ms() - empty_since >= self.wait_for_delayed_seconds * 1000:
-                    break
-                if not self._waiting(queue_url):
+                now = self.clock_ms()
+                empty_since = now if empty_since is None else empty_since
+                waited_out = now - empty_since >= self.wait_for_delayed_seconds * 1000
+                # Visible ones count too: a delay may have ended since the empty receive.
+                if waited_out or not waiting_messages(self.sqs, queue_url):
                     break
                 continue
             empty_since = None
             result.received += len(batch)
             self._write_then_delete(queue_url, batch, result)
         return result
-
-    def _waiting(self, queue_url: str) -> int:
-        """Delayed messages, or visible ones (a delay may have ended since the empty receive)."""
-        attributes = self.sqs.get_queue_attributes(
-            QueueUrl=queue_url,
-            AttributeNames=["ApproximateNumberOfMessagesDelayed", "ApproximateNumberOfMessages"],
-        )["Attributes"]
-        return sum(int(value) for value in attributes.values())
 
     def _receive_up_to(self, queue_url: str, limit: int) -> list[ArchivedMessage]:
         batch: list[ArchivedMessage] = []

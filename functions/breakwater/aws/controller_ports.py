@@ -13,7 +13,7 @@ from botocore.config import Config
 from breakwater.archive_budget import ArchiveDue, SidelineObservation
 from breakwater.auth import effective_limits, record_from_item
 from breakwater.aws.counters import COUNTERS_SK, batch_get, plain, set_bookmark, tenant_pk
-from breakwater.aws.health import queue_depth, read_oldest_age
+from breakwater.aws.health import queue_depth, read_oldest_age, waiting_messages
 from breakwater.aws.mappings import set_mappings_enabled
 from breakwater.aws.tenants import TenantTable
 from breakwater.controller import ControllerPorts, TenantSnapshot
@@ -35,19 +35,6 @@ def set_multiplier(client: DynamoDBClient, table_name: str, tenant: str, multipl
         UpdateExpression="SET multiplier = :m",
         ExpressionAttributeValues={":m": {"N": str(Decimal(str(multiplier)))}},
     )
-
-
-def waiting_messages(client: SQSClient, queue_url: str) -> int:
-    """Visible plus delayed: what waits to be worked (in-flight messages are being worked or archived).
-
-    Delayed ones (a sideline drainer's deferrals) count: they are backlog too. The archiver waits for
-    them to come due (``ArchiverSettings.wait_for_delayed_seconds``) rather than leave them behind.
-    """
-    attributes = client.get_queue_attributes(
-        QueueUrl=queue_url,
-        AttributeNames=["ApproximateNumberOfMessages", "ApproximateNumberOfMessagesDelayed"],
-    )["Attributes"]
-    return sum(int(value) for value in attributes.values())
 
 
 def sideline_observations(

@@ -99,3 +99,16 @@ def queue_depth(client: SQSClient, queue_urls: Iterable[str]) -> int:
         )["Attributes"]
         total += sum(int(value) for value in attributes.values())
     return total
+
+
+def waiting_messages(client: SQSClient, queue_url: str) -> int:
+    """Visible plus delayed: what waits to be worked (in-flight messages are being worked or archived).
+
+    Delayed ones (a sideline drainer's deferrals) count: they are backlog too. The archiver waits for
+    them to come due (``ArchiverSettings.wait_for_delayed_seconds``) rather than leave them behind.
+    """
+    attributes = client.get_queue_attributes(
+        QueueUrl=queue_url,
+        AttributeNames=["ApproximateNumberOfMessages", "ApproximateNumberOfMessagesDelayed"],
+    )["Attributes"]
+    return sum(int(value) for value in attributes.values())
