@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import json
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -23,6 +23,8 @@ from local.discovery import MappingSpec
 from local.embedded_aws import EmbeddedAws
 from local.functions import FunctionPool, FunctionSpec
 from local.kinesis_mapping import KinesisMapping
+from tests.local import embedded
+from tests.local.embedded import wait_for
 
 ROOT = Path(__file__).resolve().parents[2]
 PROBE = ROOT / "tests" / "local" / "handlers"
@@ -31,25 +33,12 @@ ACCOUNT = "123456789012"
 pytestmark = pytest.mark.slow
 
 
-@pytest.fixture(scope="module")
-def aws() -> Iterator[EmbeddedAws]:
-    embedded = EmbeddedAws().start()
-    yield embedded
-    embedded.stop()
+aws = embedded.aws  # the fixture
 
 
 @pytest.fixture(autouse=True)
 def fast_refresh(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setattr(kinesis_module, "REFRESH_SECONDS", 0.2)
-
-
-def wait_for(condition: Callable[[], bool], timeout: float = 20.0) -> bool:
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        if condition():
-            return True
-        time.sleep(0.1)
-    return condition()
 
 
 def _role(aws: EmbeddedAws) -> str:
@@ -195,7 +184,7 @@ def test_a_poison_record_goes_to_the_destination_and_the_shard_moves_on(
     consumer.mapping.start()
     consumer.put(event(1.0, index=1))
     poison = consumer.put(b"not a stream event")
-    assert wait_for(lambda: consumer.mapping.stats.gave_up_batches == 1)
+    assert wait_for(lambda: consumer.mapping.stats.gave_up_batches == 1, timeout=20.0)
     for i in range(2, 5):
         consumer.put(event(1.0, index=i))
     assert consumer.mapping.wait_caught_up(30)

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import json
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any
@@ -20,17 +20,15 @@ from local.discovery import MappingSpec
 from local.embedded_aws import EmbeddedAws
 from local.functions import FunctionPool, FunctionSpec
 from local.mappings import SqsMapping
+from tests.local import embedded
+from tests.local.embedded import wait_for
 
 PROBE = Path(__file__).parent / "handlers"
 
 pytestmark = pytest.mark.slow
 
 
-@pytest.fixture(scope="module")
-def aws() -> Iterator[EmbeddedAws]:
-    embedded = EmbeddedAws().start()
-    yield embedded
-    embedded.stop()
+aws = embedded.aws  # the fixture
 
 
 @pytest.fixture(scope="module")
@@ -54,15 +52,6 @@ def pool(aws: EmbeddedAws) -> Iterator[FunctionPool]:
 @pytest.fixture(autouse=True)
 def fast_refresh(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setattr(mappings_module, "REFRESH_SECONDS", 0.2)
-
-
-def wait_for(condition: Callable[[], bool], timeout: float = 15.0) -> bool:
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        if condition():
-            return True
-        time.sleep(0.1)
-    return condition()
 
 
 def depth(aws: EmbeddedAws, url: str) -> int:

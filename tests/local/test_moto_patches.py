@@ -287,7 +287,7 @@ def transaction_session() -> list[Any]:
     dynamodb.put_item(TableName="plain", Item={"pk": {"S": "a"}, "n": {"N": "1"}})
     dynamodb.put_item(TableName="ranged", Item={"pk": {"S": "a"}, "sk": {"S": "1"}, "n": {"N": "1"}})
     add = {"UpdateExpression": "ADD n :one", "ExpressionAttributeValues": {":one": {"N": "1"}}}
-    transactions = [
+    transactions: list[list[Any]] = [
         [  # succeeds
             {"Update": {"TableName": "plain", "Key": {"pk": {"S": "a"}}, **add}},
             {"Put": {"TableName": "ranged", "Item": {"pk": {"S": "a"}, "sk": {"S": "2"}}}},
