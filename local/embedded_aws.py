@@ -10,7 +10,6 @@ fake, so nothing can reach a real account.
 from __future__ import annotations
 
 import json
-import logging
 import os
 import subprocess
 import sys
@@ -128,12 +127,7 @@ class EmbeddedAws:
         if self._started:
             return self
         if self.in_process:
-            from moto.server import ThreadedMotoServer
-
-            moto_process.apply_patches()
-            logging.getLogger("werkzeug").setLevel(logging.ERROR)  # one line per request otherwise
-            self._server = ThreadedMotoServer(ip_address="127.0.0.1", port=0, verbose=False)
-            self._server.start()
+            self._server = moto_process.start_server()
             self._port = int(self._server.get_host_and_port()[1])
         else:
             self._start_process()

@@ -61,20 +61,30 @@ def forward_invocations(invoke_url: str) -> None:
     moto_patches.route_lambda_invocations(dispatch)
 
 
-def main() -> None:
+def _not_cloudformation_noise(record: logging.LogRecord) -> bool:
+    return not str(record.msg).startswith("No Moto CloudFormation support")
+
+
+def start_server() -> ThreadedMotoServer:
+    """The patched, quiet server on a free loopback port, started in this process."""
     apply_patches()
-    invoke_url = os.environ.get(INVOKE_URL_ENV)
-    if invoke_url:
-        forward_invocations(invoke_url)
     logging.getLogger("werkzeug").setLevel(logging.ERROR)  # one line per request otherwise
     # "No Moto CloudFormation support for <type>" (a log line and a warning per resource): the
     # runtime reports what moto skipped, by type, once (``Deployment.skipped``).
-    logging.getLogger("moto").addFilter(
-        lambda record: not str(record.msg).startswith("No Moto CloudFormation support")
-    )
+    moto_logger = logging.getLogger("moto")
+    if _not_cloudformation_noise not in moto_logger.filters:
+        moto_logger.addFilter(_not_cloudformation_noise)
     warnings.filterwarnings("ignore", message="Tried to parse .* not supported by moto")
     server = ThreadedMotoServer(ip_address="127.0.0.1", port=0, verbose=False)
     server.start()
+    return server
+
+
+def main() -> None:
+    invoke_url = os.environ.get(INVOKE_URL_ENV)
+    server = start_server()
+    if invoke_url:
+        forward_invocations(invoke_url)
     _, port = server.get_host_and_port()
     sys.stdout.write(json.dumps({"port": port}) + "\n")
     sys.stdout.flush()
