@@ -119,8 +119,8 @@ def run_config(
             sys.stdout.write(line)
             sys.stdout.flush()
 
-        requests_before = _requests(runtime)
         by_function_before = _requests_by_function(runtime)
+        requests_before = _requests(runtime, by_function_before)
         obs.started = time.time()
         sampler = threading.Thread(target=sample, daemon=True)
         sampler.start()
@@ -151,10 +151,11 @@ def run_config(
         # A consistent point for the accounting: no poller receives and no worker runs any more, so a
         # message is either counted by the worker that finished with it or still in a queue.
         runtime.quiesce()
-        requests = _requests(runtime) - requests_before
+        by_function_after = _requests_by_function(runtime)
+        requests = _requests(runtime, by_function_after) - requests_before
         by_function = {
             name: dict(counts - by_function_before.get(name, Counter()))
-            for name, counts in _requests_by_function(runtime).items()
+            for name, counts in by_function_after.items()
         }
         final_depths = queue_depths(runtime, sampler_client)
         counters = tenant_counters(runtime, scenario.tenant_ids)
@@ -217,10 +218,11 @@ def emf_first_attempts(runtime: LocalRuntime, started: float) -> list[tuple[floa
     return rows
 
 
-def _requests(runtime: LocalRuntime) -> Counter[str]:
+def _requests(runtime: LocalRuntime, by_function: dict[str, Counter[str]]) -> Counter[str]:
+    """The runtime's own clients' requests plus the functions' (one snapshot of the pools)."""
     total = runtime.aws.requests.snapshot()
-    for pool in runtime.pools.values():
-        total.update(pool.requests)
+    for counts in by_function.values():
+        total.update(counts)
     return total
 
 
