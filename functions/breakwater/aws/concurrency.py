@@ -128,10 +128,7 @@ class ConcurrencyLeases:
         keys of the riders written (none if the riders would not fit in one transaction).
         """
         if not requests or len(requests) > MAX_TENANTS_PER_WRITE or (len(requests) == 1 and riders is None):
-            grants = {
-                tenant: self.acquire(tenant, limits, expires_at_ms) for tenant, limits in requests.items()
-            }
-            return grants, []
+            return self._one_by_one(requests, expires_at_ms), []
         now = self._clock_ms()
         keys = [(tenant_pk(tenant), CONCURRENCY_SK) for tenant in requests]
         if self.burst_capacity is not None:
@@ -179,8 +176,11 @@ class ConcurrencyLeases:
                 else:
                     continue  # only riders failed their conditions: again without them
                 break
-        grants = {tenant: self.acquire(tenant, limits, expires_at_ms) for tenant, limits in requests.items()}
-        return grants, []
+        return self._one_by_one(requests, expires_at_ms), []
+
+    def _one_by_one(self, requests: Mapping[str, ConcurrencyLimits], expires_at_ms: int) -> dict[str, Grant]:
+        """Each tenant acquired on its own (:meth:`acquire`), without riders."""
+        return {tenant: self.acquire(tenant, limits, expires_at_ms) for tenant, limits in requests.items()}
 
     def _write(
         self,
