@@ -22,25 +22,40 @@ if TYPE_CHECKING:
 HEALTH_SK = "health"
 WINDOW_MS = 60_000
 REPORT_INTERVAL_MS = 5_000  # a container writes a role's age at most this often, unless it rose
+# ... by at least this much over its last write: the controller judges health in whole seconds
+# (``healthy_age_seconds`` >= 1), so a rise of a few milliseconds between batches is not news.
+RISE_MS = 1_000
 
 
 class ThrottledAgeReports:
     """One container's health writes: at most one per role per ``interval_ms``, unless the age rose.
 
-    The item keeps the window's maximum anyway (``record_oldest_age``), so a report no larger than
-    this container's last one, written less than ``interval_ms`` ago, adds nothing the controller
-    reads once a minute: skipping it saves a DynamoDB write per batch. A rising age is news (the
-    live set may be falling behind) and is always written.
+    The item keeps the window's maximum anyway (``record_oldest_age``), so a report not
+    ``rise_ms`` above this container's last one, written less than ``interval_ms`` ago, adds
+    nothing the controller reads once a minute: skipping it saves a DynamoDB write per batch. An
+    age rising by ``rise_ms`` or more is news (the live set may be falling behind) and is always
+    written. Without the margin, ages that creep up by milliseconds from batch to batch (a steady
+    queue) were written on every batch.
     """
 
-    def __init__(self, write: Callable[[str, int, int], bool], interval_ms: int = REPORT_INTERVAL_MS) -> None:
+    def __init__(
+        self,
+        write: Callable[[str, int, int], bool],
+        interval_ms: int = REPORT_INTERVAL_MS,
+        rise_ms: int = RISE_MS,
+    ) -> None:
         self._write = write
         self._interval_ms = interval_ms
+        self._rise_ms = rise_ms
         self._last: dict[str, tuple[int, int]] = {}  # role -> (age written, when)
 
     def __call__(self, role: str, oldest_age_ms: int, now_ms: int) -> bool:
         last = self._last.get(role)
-        if last is not None and oldest_age_ms <= last[0] and now_ms - last[1] < self._interval_ms:
+        if (
+            last is not None
+            and oldest_age_ms < last[0] + self._rise_ms
+            and now_ms - last[1] < self._interval_ms
+        ):
             return False
         self._last[role] = (oldest_age_ms, now_ms)
         return self._write(role, oldest_age_ms, now_ms)
