@@ -43,9 +43,14 @@ def _json(value: Any) -> Any:
 
 
 class _EnvModel(BaseModel):
-    """Fields map to upper-case environment variables of the same name."""
+    """Fields map to upper-case environment variables of the same name.
 
-    model_config = ConfigDict(extra="ignore", frozen=True)
+    ``defer_build``: pydantic builds a model's validator when it first validates, not when the
+    class is defined. Every function imports this module and validates one of its settings
+    classes, so the others are never built in that function's cold start.
+    """
+
+    model_config = ConfigDict(extra="ignore", frozen=True, defer_build=True)
 
     @classmethod
     def from_env(cls, environ: Mapping[str, str] | None = None) -> Self:
