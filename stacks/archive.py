@@ -6,7 +6,8 @@ it fairly and at a rate the live system can take. Compose it in the stack::
 
     ArchiveAndReplay(self, "Archive", config=config, functions=self.functions, key=self.key,
                      live_queues=[p.queue for p in self.queues.live],
-                     sideline_queues=[p.queue for p in self.queues.sideline])
+                     sideline_queues=[p.queue for p in self.queues.sideline],
+                     state_table=self.tables.state)
 """
 
 from __future__ import annotations
@@ -17,6 +18,7 @@ from collections.abc import Sequence
 from pathlib import Path
 
 from aws_cdk import Acknowledgment, Aws, CfnElement, Duration, Fn, RemovalPolicy, Stack, Validations
+from aws_cdk import aws_dynamodb as dynamodb
 from aws_cdk import aws_glue as glue
 from aws_cdk import aws_iam as iam
 from aws_cdk import aws_kms as kms
@@ -79,6 +81,7 @@ class ArchiveAndReplay(Construct):
         key: kms.IKey,
         live_queues: Sequence[sqs.IQueue],
         sideline_queues: Sequence[sqs.IQueue],
+        state_table: dynamodb.ITable,
     ) -> None:
         super().__init__(scope, construct_id)
         self._config = config
@@ -86,7 +89,7 @@ class ArchiveAndReplay(Construct):
         self.access_logs = self._build_access_log_bucket()
         self.bucket = self._build_archive_bucket()
         self._bucket_id = _logical_id(self.bucket)
-        self.archiver = self._build_archiver(functions, sideline_queues)
+        self.archiver = self._build_archiver(functions, sideline_queues, state_table)
         self._archiver_id = _logical_id(self.archiver.function)
         self.job = self._build_replay_job(live_queues)
         self._build_triggers()
@@ -146,7 +149,7 @@ class ArchiveAndReplay(Construct):
         )
 
     def _build_archiver(
-        self, functions: FunctionFactory, sideline_queues: Sequence[sqs.IQueue]
+        self, functions: FunctionFactory, sideline_queues: Sequence[sqs.IQueue], state_table: dynamodb.ITable
     ) -> BreakwaterFunction:
         archive = self._config.archive
         archiver = functions.build(
@@ -155,6 +158,7 @@ class ArchiveAndReplay(Construct):
             description="Moves a sideline queue past its budget into the S3 archive",
             environment={
                 "ARCHIVE_BUCKET_NAME": self.bucket.bucket_name,
+                "STATE_TABLE_NAME": state_table.table_name,
                 "ARCHIVE_PREFIX": ARCHIVE_PREFIX,
                 "SOURCE_QUEUE_URLS": Fn.join(",", [queue.queue_url for queue in sideline_queues]),
                 "MAX_MESSAGES_PER_OBJECT": str(archive.max_messages_per_object),
@@ -171,6 +175,14 @@ class ArchiveAndReplay(Construct):
         self.bucket.grant_put(archiver.role, f"{ARCHIVE_PREFIX}*")
         for queue in sideline_queues:
             queue.grant_consume_messages(archiver.role)
+        # What it archived leaves the tenants' backlog estimates: ADD to their counters items only.
+        archiver.role.add_to_principal_policy(
+            iam.PolicyStatement(
+                actions=["dynamodb:UpdateItem"],
+                resources=[state_table.table_arn],
+                conditions={"ForAllValues:StringLike": {"dynamodb:LeadingKeys": ["tenant#*"]}},
+            )
+        )
         policy = archiver.role.node.find_child("DefaultPolicy")
         for finding in (
             "Action::s3:Abort*",

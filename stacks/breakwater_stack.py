@@ -64,6 +64,7 @@ class BreakwaterStack(Stack):
             key=self.key,
             live_queues=[pair.queue for pair in self.queues.live],
             sideline_queues=[pair.queue for pair in self.queues.sideline],
+            state_table=self.tables.state,
         )
         # The controller parks a sideline queue past its budget: it may start the archiver, nothing more.
         self.archive.grant_start(self.control.controller.role)

@@ -74,6 +74,24 @@ def group_by_partition(
     return dict(groups)
 
 
+def first_archives_by_tenant(messages: Iterable[ArchivedMessage]) -> dict[str, int]:
+    """Per tenant, the envelopes among ``messages`` that leave the system now: the tenants' ``archived``.
+
+    An envelope a replay brought back (``replay_run`` set) was counted when it was first archived,
+    and the worker gives that back only once (``replayed``), so parking it again is not counted.
+    Bodies that are not envelopes have no tenant to count against.
+    """
+    counts: dict[str, int] = defaultdict(int)
+    for message in messages:
+        try:
+            envelope = Envelope.from_json(message.body)
+        except ValidationError:
+            continue
+        if envelope.replay_run is None:
+            counts[envelope.tenant] += 1
+    return dict(counts)
+
+
 def encode_ndjson_gz(bodies: Sequence[str]) -> bytes:
     """One body per line, gzipped; kept as received (a newline inside a non-JSON body becomes a space).
 

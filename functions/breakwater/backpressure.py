@@ -24,6 +24,7 @@ COUNTER_NAMES = (
     "deferred",
     "failed",
     "archived",
+    "replayed",
 )
 """Attributes of the ``tenant#<id>``/``counters`` item, each a monotonically increasing ADD counter."""
 
@@ -49,9 +50,13 @@ def backlog_estimate(counters: Mapping[str, float]) -> int:
     """Messages accepted but not yet finished (processed, dropped or archived).
 
     Moves (sideline, spill, defer) keep a message in the system and do not count; failures are
-    retried, so they do not either. Counters are flushed in aggregate, so this lags by a batch.
+    retried, so they do not either. An archived message has left the system; when a replay brings
+    it back and it finishes, the worker counts it ``processed`` (or ``dropped``) and ``replayed``,
+    which gives back what ``archived`` took, so it is not taken twice. Counters are flushed in
+    aggregate, so this lags by a batch.
     """
     done = sum(float(counters.get(name, 0)) for name in ("processed", "dropped", "archived"))
+    done -= float(counters.get("replayed", 0))
     return max(0, int(float(counters.get("accepted", 0)) - done))
 
 

@@ -212,6 +212,7 @@ class ArchiverSettings(_EnvModel):
     """The archiver: moves sideline queues' messages into the S3 archive (``breakwater.archive``)."""
 
     archive_bucket_name: str
+    state_table_name: str = Field(description="the tenants' counters: it ADDs what it archived")
     archive_prefix: str = Field(default="archive/", description="key prefix of the tenant=/dt=/hour= tree")
     source_queue_urls: list[str] = Field(min_length=1, description="the sideline queues it may drain")
     max_messages_per_object: int = Field(default=1000, ge=10, le=100_000)

@@ -207,6 +207,16 @@ class _Batch:
         self.counters[tenant][counter] += 1
         self.outcomes[role][metric] += 1
 
+    def finished(self, envelope: Envelope, role: QueueRole, counter: str, metric: str) -> None:
+        """Count a message that leaves the system (processed or dropped).
+
+        A replayed one (``replay_run`` set) also counts ``replayed``: the archiver counted it
+        ``archived`` when it parked it, and the backlog estimate must not take it off twice.
+        """
+        self.count(envelope.tenant, role, counter, metric)
+        if envelope.replay_run is not None:
+            self.counters[envelope.tenant]["replayed"] += 1
+
 
 class Worker:
     """One per container: holds the ports, the configuration and the heartbeat thread."""
@@ -276,7 +286,7 @@ class Worker:
             self._buffer_move(record, envelope, role, decision, batch)
         elif decision.action is SidelineDecision.DROP:
             logger.info("dropped", extra={"reason": decision.reason.value})
-            batch.count(envelope.tenant, role, _COUNTER[decision.action], _METRIC[decision.action])
+            batch.finished(envelope, role, _COUNTER[decision.action], _METRIC[decision.action])
         else:
             batch.admitted.append(_Admitted(record, envelope, role, now, state))
 
@@ -316,7 +326,7 @@ class Worker:
                 logger.exception("processing failed")
                 failures.add(each.record.messageId)
                 continue
-            batch.count(envelope.tenant, role, "processed", "Processed")
+            batch.finished(envelope, role, "processed", "Processed")
         return failures
 
     def _gate(self, batch: _Batch) -> list[_Admitted]:

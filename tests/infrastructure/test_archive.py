@@ -106,7 +106,21 @@ def test_archiver_environment_and_least_privilege(synth: dict[str, Any]) -> None
         "ARCHIVE_PREFIX",
         "SOURCE_QUEUE_URLS",
         "RECEIVE_VISIBILITY_SECONDS",
+        "STATE_TABLE_NAME",
     } <= set(variables)
+    # Its only DynamoDB right: ADD to the tenants' counters items (what it archived leaves their backlog).
+    statements = [
+        statement
+        for policy in template.find_resources("AWS::IAM::Policy").values()
+        for statement in policy["Properties"]["PolicyDocument"]["Statement"]
+    ]
+    counters = [
+        statement
+        for statement in statements
+        if statement.get("Condition", {}).get("ForAllValues:StringLike", {}).get("dynamodb:LeadingKeys")
+        == ["tenant#*"]
+    ]
+    assert [statement["Action"] for statement in counters] == ["dynamodb:UpdateItem"]
     policies = json.dumps(template.find_resources("AWS::IAM::Policy"))
     assert '"s3:*"' not in policies and '"sqs:*"' not in policies and '"glue:*"' not in policies
     # The replay is started by an operator (bin/replay) or the optional schedule: no role may start it.

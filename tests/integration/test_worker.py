@@ -190,3 +190,20 @@ def test_first_attempt_ages_per_tenant_are_an_emf_property(
     assert sorted(a for ages in by_tenant.values() for a in ages) == sorted(blob["AgeOfFirstAttempt"])
     assert min(by_tenant["acme"]) >= 1_000 and by_tenant["globex"][0] >= 3_000
     assert all("tenant" not in dims for dims in blob["_aws"]["CloudWatchMetrics"][0]["Dimensions"])
+
+
+def test_a_replayed_envelope_gives_back_what_its_archiving_counted(
+    world: WorkerWorld, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # The archiver counted it ``archived``; finished after a replay it counts ``replayed`` too, so the
+    # tenant's backlog estimate is not reduced twice. A fresh envelope counts only ``processed``.
+    world.send("live-0", make_envelope("acme", origin="replay", replay_run="run-1"))
+    world.send("live-0", make_envelope("acme"))
+    world.send("live-0", make_envelope("acme", origin="replay", replay_run="run-1", expires_at=1))
+    handler = load(monkeypatch, "worker.handler", world.environment())
+
+    response, _ = world.deliver(handler, "live-0")
+
+    assert response == {"batchItemFailures": []}
+    counters = world.item("tenant#acme", "counters")
+    assert (counters["processed"], counters["dropped"], counters["replayed"]) == (2, 1, 2)

@@ -62,6 +62,14 @@ def test_backlog_estimate_counts_only_finished_messages() -> None:
     assert backlog_estimate({"processed": 3}) == 0
 
 
+def test_a_replayed_message_leaves_the_backlog_estimate_once() -> None:
+    # 10 accepted, 4 archived; a replay brings 3 back and they are processed (each also ``replayed``).
+    parked = {"accepted": 10, "processed": 6, "archived": 4}
+    assert backlog_estimate(parked) == 0
+    assert backlog_estimate(parked | {"processed": 9, "replayed": 3}) == 0
+    assert backlog_estimate({"accepted": 12, "processed": 6, "archived": 4}) == 2
+
+
 def test_utilisation() -> None:
     assert utilisation(600, 0, 60, 10) == pytest.approx(1.0)
     assert utilisation(0, 1, 60, 10) == 1.0

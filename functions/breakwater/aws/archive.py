@@ -8,11 +8,18 @@ from __future__ import annotations
 
 import time
 import uuid
-from collections.abc import Callable
+from collections import Counter
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
-from breakwater.archive import ArchivedMessage, encode_ndjson_gz, group_by_partition, object_key
+from breakwater.archive import (
+    ArchivedMessage,
+    encode_ndjson_gz,
+    first_archives_by_tenant,
+    group_by_partition,
+    object_key,
+)
 from breakwater.aws.health import waiting_messages
 from breakwater.observability import logger
 
@@ -31,6 +38,8 @@ class ArchiveResult:
     deleted: int = 0
     objects: list[str] = field(default_factory=list)
     failed_objects: int = 0
+    # per tenant, archived envelopes counted against its backlog estimate (first archives only)
+    counted: dict[str, int] = field(default_factory=dict)
 
 
 @dataclass(slots=True)
@@ -44,6 +53,8 @@ class SidelineArchiver:
     wait_for_delayed_seconds: float = 0.0
     clock_ms: Callable[[], int] = field(default=lambda: int(time.time() * 1000))
     new_object_name: Callable[[], str] = field(default=lambda: uuid.uuid4().hex)
+    # ADDs ``archived`` per tenant to the counters (breakwater.aws.counters), once per archive() call
+    count_archived: Callable[[Mapping[str, int]], None] | None = None
 
     def archive(self, queue_url: str, *, max_messages: int, keep_going: Callable[[], bool]) -> ArchiveResult:
         """Move up to ``max_messages`` from ``queue_url`` into the archive while ``keep_going()``."""
@@ -66,7 +77,17 @@ class SidelineArchiver:
             empty_since = None
             result.received += len(batch)
             self._write_then_delete(queue_url, batch, result)
+        self._count(result)
         return result
+
+    def _count(self, result: ArchiveResult) -> None:
+        """One ADD per tenant for the run; a failed write loses counts (estimates), never messages."""
+        if self.count_archived is None or not result.counted:
+            return
+        try:
+            self.count_archived(result.counted)
+        except Exception:
+            logger.exception("archived counts not written", extra={"counted": result.counted})
 
     def _receive_up_to(self, queue_url: str, limit: int) -> list[ArchivedMessage]:
         batch: list[ArchivedMessage] = []
@@ -105,6 +126,7 @@ class SidelineArchiver:
                 continue
             result.objects.append(key)
             result.archived += len(messages)
+            result.counted = dict(Counter(result.counted) + Counter(first_archives_by_tenant(messages)))
             result.deleted += self._delete(queue_url, messages)
 
     def _delete(self, queue_url: str, messages: list[ArchivedMessage]) -> int:
