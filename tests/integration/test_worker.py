@@ -2,6 +2,10 @@
 
 from __future__ import annotations
 
+import os
+import subprocess
+import sys
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -207,3 +211,20 @@ def test_a_replayed_envelope_gives_back_what_its_archiving_counted(
     assert response == {"batchItemFailures": []}
     counters = world.item("tenant#acme", "counters")
     assert (counters["processed"], counters["dropped"], counters["replayed"]) == (2, 1, 2)
+
+
+def test_the_worker_handler_does_not_import_every_powertools_parser_model(world: WorkerWorld) -> None:
+    """worker/handler.py's import order keeps Powertools' batch module from loading them (D-worker-10)."""
+    functions = Path(__file__).resolve().parents[2] / "functions"
+    code = (
+        "import sys, worker.handler\n"
+        "print(sorted(m for m in sys.modules if m.startswith('aws_lambda_powertools.utilities.parser')))"
+    )
+    done = subprocess.run(  # noqa: S603 - our interpreter, our snippet
+        [sys.executable, "-c", code],
+        env={**os.environ, **world.environment(), "PYTHONPATH": str(functions)},
+        capture_output=True,
+        text=True,
+        check=True,
+    )
+    assert done.stdout.strip() == "[]"

@@ -1,16 +1,11 @@
 """The worker's parser model reads SQS records as Powertools' ``SqsRecordModel`` does (D-worker-10).
 
-And the worker's import does not load every Powertools parser model, the reason it has a model of
-its own.
+(That importing the worker loads no Powertools parser model is tested in tests/integration/test_worker.py.)
 """
 
 from __future__ import annotations
 
 import json
-import os
-import subprocess
-import sys
-from pathlib import Path
 
 import pytest
 from aws_lambda_powertools.utilities.parser.models import SqsRecordModel
@@ -18,8 +13,6 @@ from pydantic import ValidationError
 
 from breakwater.envelope import Envelope, new_envelope_id
 from breakwater.worker import EnvelopeSqsRecord
-
-FUNCTIONS = Path(__file__).resolve().parents[2] / "functions"
 
 
 def sqs_record(body: str, **changes: object) -> dict[str, object]:
@@ -78,45 +71,3 @@ def test_a_record_without_an_envelope_body_is_refused() -> None:
         EnvelopeSqsRecord.model_validate(sqs_record('{"not": "an envelope"}'))
     with pytest.raises(ValidationError, match="messageId"):
         EnvelopeSqsRecord.model_validate({k: v for k, v in sqs_record("{}").items() if k != "messageId"})
-
-
-def test_the_worker_handler_does_not_import_every_powertools_parser_model() -> None:
-    """The import order in worker/handler.py keeps Powertools' batch module from loading them."""
-    env = {
-        **os.environ,
-        "PYTHONPATH": str(FUNCTIONS),
-        "WORKER_MODE": "live",
-        "TIERS": json.dumps(
-            {
-                "standard": {
-                    "rate": 1,
-                    "burst": 1,
-                    "consumer_rate": 1,
-                    "concurrency": 1,
-                    "concurrency_floor": 1,
-                }
-            }
-        ),
-        "DEFAULT_TIER": "standard",
-        "STATE_TABLE_NAME": "state",
-        "IDEMPOTENCY_TABLE_NAME": "idempotency",
-        "SPILLOVER_QUEUE_URL": "https://sqs.us-east-1.amazonaws.com/123456789012/spillover",
-        "BACKLOG_QUEUE_URL": "https://sqs.us-east-1.amazonaws.com/123456789012/backlog",
-        "SURGE_QUEUE_URL": "https://sqs.us-east-1.amazonaws.com/123456789012/surge",
-        "SIDELINE_AGE_SECONDS": "300",
-        "MAX_DEFER_SECONDS": "900",
-        "DEFER_BASE_SECONDS": "2",
-        "HEARTBEAT_SECONDS": "30",
-        "VISIBILITY_TIMEOUT_SECONDS": "360",
-        "LEASE_SECONDS": "1",
-        "LEASE_MAX_FRACTION": "0.25",
-        "SIMULATED_WORK_MS": "0",
-    }
-    code = (
-        "import sys, worker.handler\n"
-        "print(sorted(m for m in sys.modules if m.startswith('aws_lambda_powertools.utilities.parser')))"
-    )
-    done = subprocess.run(  # noqa: S603 - our interpreter, our snippet
-        [sys.executable, "-c", code], env=env, capture_output=True, text=True, check=True
-    )
-    assert done.stdout.strip() == "[]"
