@@ -40,14 +40,22 @@ USER_AGENT = (
 CONTAINER_ID = uuid.uuid4().hex  # the concurrency lease holder: one lease per tenant per container
 
 
+SWEEP_CACHE_SECONDS = 30.0
+
+
 class SweepCache:
-    """The tenant's anti-entropy cutoff (``tenant#<id>``/``sweep``), re-read at most every ``ttl_s``."""
+    """The tenant's anti-entropy cutoff (``tenant#<id>``/``sweep``), re-read at most every ``ttl_s``.
+
+    A sweep is an operator's (or a job's) coarse action on a tenant's stale work, and most tenants
+    have none: re-reading every 30 s (not 5) costs a container one GetItem per tenant per half
+    minute, and a new cutoff reaches every worker within that time (docs/operations.md).
+    """
 
     def __init__(
         self,
         client: DynamoDBClient,
         table_name: str,
-        ttl_s: float = 5.0,
+        ttl_s: float = SWEEP_CACHE_SECONDS,
         clock: Callable[[], float] = time.monotonic,
     ) -> None:
         self._client = client
