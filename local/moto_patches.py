@@ -30,6 +30,10 @@ deep-copying every table it touches (O(table size): ~20 ms a transaction on the 
 all of it under that lock).
 :func:`route_lambda_invocations` hands Lambda ``Invoke`` to the caller's dispatcher (the runtime's
 containers) instead of moto's Docker runner.
+:func:`keep_alive_connections` lets a client connection serve more than one request (werkzeug closes
+each one, so every AWS request cost a TCP connection and a server thread);
+:func:`cache_update_expressions` parses each DynamoDB ``UpdateExpression`` text once (moto parsed it
+twice per ``UpdateItem``) and makes the validator's per-request copy and traversals cheaper.
 """
 
 from __future__ import annotations
@@ -37,7 +41,10 @@ from __future__ import annotations
 import copy
 import functools
 import hashlib
+import io
 import json
+import pickle
+import selectors
 import threading
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from typing import Any, overload
@@ -49,8 +56,14 @@ from moto.core.utils import camelcase_to_underscores, unix_time_millis
 from moto.dynamodb import models as dynamodb_models
 from moto.dynamodb.models.dynamo_type import DynamoType
 from moto.dynamodb.models.table import Table as DynamoDBTable
+from moto.dynamodb.parsing import ast_nodes as dynamodb_ast_nodes
+from moto.dynamodb.parsing import expressions as dynamodb_expressions
+from moto.dynamodb.parsing import validators as dynamodb_validators
 from moto.kinesis import models as kinesis_models
+from moto.moto_server import threaded_moto_server
+from moto.moto_server.werkzeug_app import MotoRequestHandler
 from moto.sqs import models as sqs_models
+from werkzeug import serving as werkzeug_serving
 
 _lock = threading.Lock()
 _applied: dict[str, Any] = {}
@@ -515,3 +528,192 @@ def restore_transaction_copies() -> None:
         if saved is not None:
             dynamodb_models.DynamoDBBackend.transact_write_items = saved[0]  # type: ignore[method-assign]
             dynamodb_models.copy = saved[1]
+
+
+# .reading_done: this thread's current request body is read in full, so its connection can be kept
+_keep_alive = threading.local()
+
+
+class KeepAliveRequestHandler(MotoRequestHandler):
+    """moto's request handler with HTTP/1.1 keep-alive: one connection (and thread) per client connection.
+
+    werkzeug 3.1's development server answers every request with ``Connection: close``, because
+    ``http.server`` cannot tell where an unread request body ends and the next request line begins;
+    after each response it drains the socket for up to 10 ms to discard such leftovers. So every AWS
+    request of the runtime opened a TCP connection and the server started a thread for it. Here the
+    body is read in full (``Content-Length`` bytes) before the application sees it, so nothing is
+    left to drain and the connection can serve the client's next request. A request whose length
+    is not known up front (chunked transfer encoding) keeps werkzeug's behaviour: the answer closes
+    the connection and the leftovers are drained.
+
+    ``TCP_NODELAY``: werkzeug writes the headers and the body of a response separately; on a kept
+    connection Nagle's algorithm holds the body until the client acknowledges the headers, which a
+    client delays (~40 ms on Linux), so every request would take 40 ms.
+    """
+
+    disable_nagle_algorithm = True
+
+    def make_environ(self) -> dict[str, Any]:
+        environ = super().make_environ()
+        _keep_alive.reading_done = False
+        if environ.get("wsgi.input_terminated"):
+            return environ  # chunked: werkzeug reads it and closes the connection afterwards
+        try:
+            length = int(environ.get("CONTENT_LENGTH") or 0)
+        except ValueError:
+            return environ
+        environ["wsgi.input"] = io.BytesIO(self.rfile.read(length) if length > 0 else b"")
+        _keep_alive.reading_done = True
+        return environ
+
+    def send_header(self, keyword: str, value: str) -> None:
+        closing = keyword.lower() == "connection" and value.lower() == "close"
+        if closing and _keep_alive.__dict__.get("reading_done"):
+            return  # http.server keeps the connection open unless the request asked to close it
+        super().send_header(keyword, value)
+
+
+class _NothingToDrain:
+    """``werkzeug.serving``'s ``selectors`` module, except that a request whose body was read in full
+    by :class:`KeepAliveRequestHandler` finds nothing to drain (what is there is the next request)."""
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(selectors, name)
+
+    @staticmethod
+    def DefaultSelector() -> Any:  # noqa: N802 - the name werkzeug calls
+        if _keep_alive.__dict__.get("reading_done"):
+            return _IdleSelector()
+        return selectors.DefaultSelector()
+
+
+class _IdleSelector:
+    def register(self, *args: Any, **kwargs: Any) -> None:
+        return None
+
+    def select(self, timeout: float | None = None) -> list[Any]:
+        return []
+
+    def close(self) -> None:
+        return None
+
+
+def keep_alive_connections() -> None:
+    """Serve each client connection for more than one request (idempotent; before the server starts).
+
+    ``ThreadedMotoServer`` makes its server with :class:`KeepAliveRequestHandler` instead of moto's
+    ``MotoRequestHandler``, and werkzeug's post-response drain skips requests whose body was read.
+    """
+    with _lock:
+        if "keep_alive" in _applied:
+            return
+        _applied["keep_alive"] = (threaded_moto_server.MotoRequestHandler, werkzeug_serving.selectors)
+        threaded_moto_server.MotoRequestHandler = KeepAliveRequestHandler  # type: ignore[misc]
+        werkzeug_serving.selectors = _NothingToDrain()  # type: ignore[assignment]
+
+
+def close_connections() -> None:
+    """Undo :func:`keep_alive_connections` (tests)."""
+    with _lock:
+        saved = _applied.pop("keep_alive", None)
+        if saved is not None:
+            threaded_moto_server.MotoRequestHandler = saved[0]  # type: ignore[misc]
+            werkzeug_serving.selectors = saved[1]
+
+
+# An UpdateExpression's text -> its AST, and id(AST) -> (AST, its pickle). The cached ASTs are read and
+# never changed (the validator works on a copy, made from the pickle); the second map holds them alive.
+_update_asts: dict[str, Any] = {}
+_update_ast_copies: dict[int, tuple[Any, bytes]] = {}
+_UPDATE_AST_LIMIT = 4096  # distinct expression texts kept (the runtime's functions use a handful)
+
+
+def _parsed_once(make: Callable[[Any, str], Any]) -> Callable[[Any, str], Any]:
+    def cached_make(cls: Any, expression_str: str) -> Any:
+        ast = _update_asts.get(expression_str)
+        if ast is None:
+            ast = make(cls, expression_str)  # a syntax error raises here, each time, as before
+            if len(_update_asts) >= _UPDATE_AST_LIMIT:
+                _update_asts.clear()
+                _update_ast_copies.clear()
+            _update_ast_copies[id(ast)] = (ast, pickle.dumps(ast, protocol=pickle.HIGHEST_PROTOCOL))
+            _update_asts[expression_str] = ast
+        return ast
+
+    return cached_make
+
+
+def _copy_for_validation(value: Any, memo: Any = None) -> Any:
+    """``deepcopy`` in ``moto.dynamodb.parsing.validators``: a cached AST is copied from its pickle
+    (a third of deepcopy's time; the same tree of the same classes); anything else by ``deepcopy``."""
+    entry = _update_ast_copies.get(id(value))
+    if entry is not None and entry[0] is value and memo is None:
+        return pickle.loads(entry[1])  # noqa: S301 - our own pickle of moto's own objects
+    return copy.deepcopy(value, memo)
+
+
+_processed_types: dict[type, tuple[type, ...]] = {}
+
+
+def _nodes_to_be_processed(self: Any) -> tuple[type, ...]:
+    """``DepthFirstTraverser.nodes_to_be_processed``, built once per traverser class instead of per node.
+
+    The traversers of ``moto.dynamodb.parsing.validators`` list node classes as literal keys of their
+    ``_processing_map``, so the tuple depends on the class only; any other traverser is asked each time.
+    """
+    cls = type(self)
+    types = _processed_types.get(cls)
+    if types is None:
+        types = tuple(self._processing_map().keys())
+        if cls.__module__ == dynamodb_validators.__name__:
+            _processed_types[cls] = types
+    return types
+
+
+def _update_parser_and_traverser() -> tuple[Any, Any]:
+    """moto's ``UpdateExpressionParser`` and ``DepthFirstTraverser`` (their modules are untyped)."""
+    expressions: Any = dynamodb_expressions
+    ast_nodes: Any = dynamodb_ast_nodes
+    return expressions.UpdateExpressionParser, ast_nodes.DepthFirstTraverser
+
+
+def cache_update_expressions() -> None:
+    """Parse each distinct DynamoDB ``UpdateExpression`` once (idempotent).
+
+    moto 5.2.5 parses an ``UpdateItem``'s expression twice (the response handler to find the names and
+    values it uses, the backend to validate it) with a hand-written tokenizer and parser, then
+    deep-copies the tree for the validator, whose ten traversals rebuild each traverser's list of
+    node classes at every node. The runtime's functions send a handful of expression texts thousands
+    of times (a token lease is ``SET tokens = :tokens, updated_at = :updated, version = :next``), so:
+    the parse is cached by text (only successful parses; the tree is never changed, as the validator
+    works on a copy), the validator's copy of a cached tree comes from its pickle, and a traverser's
+    node classes are computed once per class. Values, errors and the updated item are moto's own.
+    """
+    with _lock:
+        if "update_expressions" in _applied:
+            return
+        parser, traverser = _update_parser_and_traverser()
+        make = parser.__dict__["make"]
+        _applied["update_expressions"] = (
+            make,
+            dynamodb_validators.deepcopy,
+            traverser.__dict__["nodes_to_be_processed"],
+        )
+        parser.make = classmethod(_parsed_once(make.__func__))
+        dynamodb_validators.deepcopy = _copy_for_validation  # type: ignore[assignment]
+        traverser.nodes_to_be_processed = _nodes_to_be_processed
+
+
+def parse_update_expressions_each_time() -> None:
+    """Undo :func:`cache_update_expressions` (tests)."""
+    with _lock:
+        saved = _applied.pop("update_expressions", None)
+        if saved is None:
+            return
+        parser, traverser = _update_parser_and_traverser()
+        parser.make = saved[0]
+        dynamodb_validators.deepcopy = saved[1]
+        traverser.nodes_to_be_processed = saved[2]
+        _update_asts.clear()
+        _update_ast_copies.clear()
+        _processed_types.clear()

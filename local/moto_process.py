@@ -39,6 +39,8 @@ def apply_patches() -> None:
     moto_patches.kinesis_resharding_as_aws()
     moto_patches.serialize_dynamodb_writes()
     moto_patches.back_up_transaction_items()
+    moto_patches.keep_alive_connections()
+    moto_patches.cache_update_expressions()
     cfn_models.register()
 
 

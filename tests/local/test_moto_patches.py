@@ -4,6 +4,7 @@ And moto's DynamoDB under ThreadedMotoServer, serialized, loses nothing to concu
 
 from __future__ import annotations
 
+import http.client
 import json
 import threading
 import time
@@ -345,3 +346,187 @@ def test_transaction_rollback_from_item_backups_matches_table_copies() -> None:
     # Nothing of the failed ones stayed: the 50 bystanders and "a", updated once; two ranged items.
     assert len(patched[3]) == 51 and '{"n": {"N": "2"}, "pk": {"S": "a"}}' in patched[3]
     assert len(patched[4]) == 2
+
+
+def update_session() -> list[Any]:
+    """UpdateItem with the expressions the runtime sends and moto's error cases, each text more than once."""
+    dynamodb = boto3.client("dynamodb", region_name="us-east-1")
+    dynamodb.create_table(
+        TableName="t",
+        KeySchema=[{"AttributeName": "pk", "KeyType": "HASH"}, {"AttributeName": "sk", "KeyType": "RANGE"}],
+        AttributeDefinitions=[
+            {"AttributeName": "pk", "AttributeType": "S"},
+            {"AttributeName": "sk", "AttributeType": "S"},
+        ],
+        BillingMode="PAY_PER_REQUEST",
+    )
+    key = {"pk": {"S": "tenant-01"}, "sk": {"S": "ingest"}}
+    lease = "SET tokens = :tokens, updated_at = :updated, version = :next"
+    calls: list[dict[str, Any]] = []
+    for version in range(3):  # a token lease as ingest takes it, then a lost race (stale version)
+        for expected in (version, version - 1):
+            values = {
+                ":tokens": {"N": f"{version}.5"},
+                ":updated": {"N": "17.25"},
+                ":next": {"N": str(version + 1)},
+            }
+            condition = "attribute_not_exists(version)"
+            if expected > 0:
+                condition, values[":version"] = "version = :version", {"N": str(expected)}
+            calls.append(
+                {
+                    "UpdateExpression": lease,
+                    "ConditionExpression": condition,
+                    "ExpressionAttributeValues": values,
+                    "ReturnValuesOnConditionCheckFailure": "ALL_OLD",
+                }
+            )
+    more: list[tuple[str, dict[str, Any]]] = [
+        ("SET #n = if_not_exists(#n, :zero) + :one", {"#n": "n"}),
+        ("SET #n = if_not_exists(#n, :zero) + :one", {"#n": "n"}),
+        ("SET l = list_append(if_not_exists(l, :empty), :items), m.a = :one", {}),
+        ("SET l = list_append(if_not_exists(l, :empty), :items), m.a = :one", {}),  # m missing: error
+        ("SET m = :map", {}),
+        ("SET m.a = :one, l[0] = :zero REMOVE tokens ADD s :set", {}),
+        ("SET m.a = :one, l[0] = :zero REMOVE tokens ADD s :set", {}),
+        ("DELETE s :set", {}),
+        ("SET sk = :one", {}),  # a key attribute: error
+        ("SET size = :one", {}),  # a reserved word: error
+        ("SET a = :undefined", {}),  # an undefined value: error
+        ("SET a = :one, a = :zero", {}),  # the same path twice: error
+        ("SET = :one", {}),  # a syntax error
+        ("SET = :one", {}),
+    ]
+    shared = {
+        ":zero": {"N": "0"},
+        ":one": {"N": "1"},
+        ":empty": {"L": []},
+        ":items": {"L": [{"S": "x"}]},
+        ":map": {"M": {"b": {"S": "y"}}},
+        ":set": {"SS": ["p", "q"]},
+    }
+    for expression, names in more:
+        used = {name: value for name, value in shared.items() if name in expression}
+        call: dict[str, Any] = {"UpdateExpression": expression}
+        if used:
+            call["ExpressionAttributeValues"] = used
+        if names:
+            call["ExpressionAttributeNames"] = names
+        calls.append(call)
+    outcome: list[Any] = []
+    for call in calls:
+        try:
+            outcome.append(
+                dynamodb.update_item(TableName="t", Key=key, ReturnValues="ALL_NEW", **call)["Attributes"]
+            )
+        except ClientError as error:
+            outcome.append(
+                (
+                    error.response["Error"]["Code"],
+                    error.response["Error"]["Message"],
+                    error.response.get("Item"),
+                )
+            )
+    transaction = {"Update": {"TableName": "t", "Key": key, "UpdateExpression": lease, **calls[0]}}
+    transaction["Update"]["ExpressionAttributeValues"] = {
+        ":tokens": {"N": "9"},
+        ":updated": {"N": "1"},
+        ":next": {"N": "1"},
+    }
+    transaction["Update"].pop("ReturnValuesOnConditionCheckFailure")
+    try:
+        dynamodb.transact_write_items(TransactItems=[transaction])
+        outcome.append("ok")
+    except ClientError as error:
+        outcome.append(error.response["Error"]["Code"])
+    outcome.append(dynamodb.scan(TableName="t")["Items"])
+    return outcome
+
+
+def test_update_expressions_parsed_once_match_parsed_each_time() -> None:
+    was_applied = "update_expressions" in moto_patches._applied
+    moto_patches.parse_update_expressions_each_time()
+    try:
+        with mock_aws():
+            unpatched = update_session()
+        moto_patches.cache_update_expressions()
+        with mock_aws():
+            patched = update_session()
+        with mock_aws():
+            again = update_session()  # every text is now cached from the first session
+    finally:
+        (
+            moto_patches.cache_update_expressions
+            if was_applied
+            else moto_patches.parse_update_expressions_each_time
+        )()
+    assert patched == unpatched
+    assert again == unpatched
+    errors = [entry[0] for entry in unpatched if isinstance(entry, tuple)]
+    assert errors.count("ConditionalCheckFailedException") == 3
+    assert errors.count("ValidationException") >= 6
+    assert unpatched[-2] == "TransactionCanceledException"  # attribute_not_exists(version) on a leased bucket
+
+
+@pytest.fixture
+def keep_alive_server() -> Iterator[tuple[str, int]]:
+    was_applied = "keep_alive" in moto_patches._applied
+    moto_patches.keep_alive_connections()
+    server = ThreadedMotoServer(ip_address="127.0.0.1", port=0, verbose=False)
+    server.start()
+    host, port = server.get_host_and_port()
+    yield host, port
+    server.stop()
+    if not was_applied:
+        moto_patches.close_connections()
+
+
+SQS_HEADERS = {
+    "Content-Type": "application/x-amz-json-1.0",
+    "Authorization": "AWS4-HMAC-SHA256 Credential=testing/20260101/us-east-1/sqs/aws4_request, "
+    "SignedHeaders=host, Signature=0",
+}
+
+
+def sqs_call(connection: http.client.HTTPConnection, action: str, body: dict[str, Any]) -> tuple[Any, Any]:
+    connection.request("POST", "/", json.dumps(body), {**SQS_HEADERS, "X-Amz-Target": f"AmazonSQS.{action}"})
+    response = connection.getresponse()
+    data = response.read()
+    return response, json.loads(data) if response.status == 200 else data
+
+
+def test_a_connection_serves_several_requests(keep_alive_server: tuple[str, int]) -> None:
+    connection = http.client.HTTPConnection(*keep_alive_server, timeout=10)
+    response, created = sqs_call(connection, "CreateQueue", {"QueueName": "kept"})
+    assert response.status == 200 and response.getheader("Connection") is None
+    sock = connection.sock
+    # A failing request's body (an unknown action) is consumed with it, not taken for the next request.
+    response, _ = sqs_call(connection, "NoSuchAction", {"padding": "x" * 100_000})
+    assert response.status >= 400
+    for n in range(3):
+        response, _ = sqs_call(
+            connection, "SendMessage", {"QueueUrl": created["QueueUrl"], "MessageBody": str(n)}
+        )
+        assert response.status == 200
+    response, received = sqs_call(
+        connection, "ReceiveMessage", {"QueueUrl": created["QueueUrl"], "MaxNumberOfMessages": 10}
+    )
+    assert sorted(m["Body"] for m in received["Messages"]) == ["0", "1", "2"]
+    assert connection.sock is sock  # one TCP connection throughout
+    connection.close()
+
+
+def test_a_chunked_request_still_closes_its_connection(keep_alive_server: tuple[str, int]) -> None:
+    connection = http.client.HTTPConnection(*keep_alive_server, timeout=10)
+    body = json.dumps({"QueueName": "chunked"}).encode()
+    connection.request(
+        "POST",
+        "/",
+        iter([body]),
+        {**SQS_HEADERS, "X-Amz-Target": "AmazonSQS.CreateQueue", "Transfer-Encoding": "chunked"},
+        encode_chunked=True,
+    )
+    response = connection.getresponse()
+    assert response.status == 200 and json.loads(response.read())["QueueUrl"].endswith("/chunked")
+    assert response.getheader("Connection") == "close"
+    connection.close()
