@@ -48,6 +48,7 @@ from breakwater.sequencing import ShardLineage, ready_shards
 from local.discovery import MappingSpec
 from local.embedded_aws import REGION, EmbeddedAws
 from local.functions import FunctionPool, Invocation
+from local.mappings import MappingConfigs
 
 log = logging.getLogger("breakwater.local.kinesis")
 
@@ -193,6 +194,7 @@ class KinesisMapping:
         *,
         template_properties: dict[str, Any] | None = None,
         on_invocation: Callable[[MappingSpec, list[dict[str, Any]], Invocation, float], None] | None = None,
+        configs: MappingConfigs | None = None,
     ) -> None:
         if ":kinesis:" not in spec.source_arn:
             raise ValueError(f"mapping {spec.uuid} is not a Kinesis mapping")
@@ -201,6 +203,7 @@ class KinesisMapping:
         self._pool = pool
         # The emulator re-reading its mapping (the Lambda service has it in hand): not counted.
         self._lambda = aws.client("lambda", counted=False)
+        self._configs = configs or MappingConfigs(aws)  # the runtime passes one for all its pollers
         self._kinesis = aws.client("kinesis")
         self._sqs = aws.client("sqs")
         self._template = template_properties or {}
@@ -281,7 +284,7 @@ class KinesisMapping:
     def state(self) -> KinesisMappingState:
         now = time.monotonic()
         if self._state is None or now - self._state_read_at >= REFRESH_SECONDS:
-            config = self._lambda.get_event_source_mapping(UUID=self.spec.uuid)
+            config = self._configs.get(self.spec.uuid, REFRESH_SECONDS)
             destination = self._setting(config, "DestinationConfig", {}) or {}
             self._state = KinesisMappingState(
                 enabled=config.get("State") in ("Enabled", "Enabling", "Updating"),

@@ -1,7 +1,8 @@
 """SQS event source mappings, emulated as the Lambda service runs them (moto stores mappings but runs none).
 
-Per mapping, one poller: it re-reads the mapping from moto (``GetEventSourceMapping``) about once
-a second, so ``UpdateEventSourceMapping`` — the controller enabling or disabling a sideline
+Per mapping, one poller: it re-reads the mapping from moto about once a second (one
+``ListEventSourceMappings`` a second serves every poller, :class:`MappingConfigs`), so
+``UpdateEventSourceMapping`` — the controller enabling or disabling a sideline
 drainer, a new batch size or maximum concurrency — takes effect as it would in AWS; a disabled
 mapping does not poll. While enabled it receives up to ``BatchSize`` messages, waiting up to
 ``MaximumBatchingWindowInSeconds`` to fill a batch, and invokes the function with at most
@@ -53,6 +54,43 @@ class MappingState:
     window_s: float
     max_concurrency: int
     report_failures: bool
+
+
+class MappingConfigs:
+    """Every event source mapping's configuration, as moto has it, from one ``ListEventSourceMappings``.
+
+    Each poller re-reads its mapping about once a second; with one ``GetEventSourceMapping`` each,
+    the demo's ~14 pollers sent ~14 requests a second to the one moto process (~1,300 a run, as many
+    as the controller, archiver and stream consumer together), for a configuration that changes a
+    few times a run. The pollers share one instance: a read older than ``max_age`` lists every
+    mapping again, once for all of them. Not counted as the functions' requests (the Lambda service
+    has its mappings in hand).
+    """
+
+    def __init__(self, aws: EmbeddedAws) -> None:
+        self._lambda = aws.client("lambda", counted=False)
+        self._lock = threading.Lock()
+        self._configs: dict[str, dict[str, Any]] = {}
+        self._read_at = float("-inf")
+
+    def get(self, uuid: str, max_age: float) -> dict[str, Any]:
+        """``uuid``'s configuration, read at most ``max_age`` seconds ago (moto's error if there is none)."""
+        with self._lock:
+            now = time.monotonic()
+            if now - self._read_at >= max_age or uuid not in self._configs:
+                configs: dict[str, dict[str, Any]] = {}
+                kwargs: dict[str, Any] = {}
+                while True:
+                    page = self._lambda.list_event_source_mappings(**kwargs)
+                    configs.update((m["UUID"], m) for m in page.get("EventSourceMappings", []))
+                    if not page.get("NextMarker"):
+                        break
+                    kwargs["Marker"] = page["NextMarker"]
+                self._configs, self._read_at = configs, now
+            config = self._configs.get(uuid)
+        if config is None:
+            return dict(self._lambda.get_event_source_mapping(UUID=uuid))  # raises moto's not-found error
+        return config
 
 
 def sqs_record(message: dict[str, Any], source_arn: str) -> dict[str, Any]:
@@ -117,14 +155,14 @@ class SqsMapping:
         *,
         default_max_concurrency: int,
         on_invocation: Callable[[MappingSpec, list[dict[str, Any]], Invocation, float], None] | None = None,
+        configs: MappingConfigs | None = None,
     ) -> None:
         if spec.queue_url is None:
             raise ValueError(f"mapping {spec.uuid} is not an SQS mapping")
         self.spec = spec
         self.queue_url: str = spec.queue_url
         self._pool = pool
-        # The emulator re-reading its mapping (the Lambda service has it in hand): not counted.
-        self._lambda = aws.client("lambda", counted=False)
+        self._configs = configs or MappingConfigs(aws)  # the runtime passes one for all its pollers
         self._sqs = aws.client("sqs")
         self._executor = executor
         self._default_max_concurrency = default_max_concurrency
@@ -156,7 +194,7 @@ class SqsMapping:
     def state(self) -> MappingState:
         now = time.monotonic()
         if self._state is None or now - self._state_read_at >= REFRESH_SECONDS:
-            config = self._lambda.get_event_source_mapping(UUID=self.spec.uuid)
+            config = self._configs.get(self.spec.uuid, REFRESH_SECONDS)
             scaling = config.get("ScalingConfig") or {}
             self._state = MappingState(
                 enabled=config.get("State") in ("Enabled", "Enabling", "Updating"),

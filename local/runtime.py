@@ -28,7 +28,7 @@ from local.discovery import MappingSpec, ScheduleSpec
 from local.embedded_aws import EmbeddedAws
 from local.functions import FunctionPool, FunctionSpec, Invocation
 from local.kinesis_mapping import KinesisMapping
-from local.mappings import SqsMapping
+from local.mappings import MappingConfigs, SqsMapping
 from local.replay import LocalRun, ReplayRequest, discover_target, run_local
 
 log = logging.getLogger("breakwater.local")
@@ -123,6 +123,7 @@ class LocalRuntime:
         self.pools: dict[str, FunctionPool] = {}
         self.mapping_specs: list[MappingSpec] = []
         self.mappings: list[SqsMapping] = []
+        self._mapping_configs: MappingConfigs | None = None
         self.kinesis_mappings: list[KinesisMapping] = []
         self.schedule_specs: list[ScheduleSpec] = []
         self.api: LocalApi | None = None
@@ -190,6 +191,7 @@ class LocalRuntime:
         return self
 
     def start_mappings(self) -> None:
+        self._mapping_configs = MappingConfigs(self.aws)  # one read a second serves every poller
         for spec in self.mapping_specs:
             if ":kinesis:" in spec.source_arn:
                 self._start_kinesis_mapping(spec)
@@ -205,6 +207,7 @@ class LocalRuntime:
                 self._executor,
                 default_max_concurrency=pool.max_containers,
                 on_invocation=self._mapping_invoked,
+                configs=self._mapping_configs,
             )
             self.mappings.append(mapping.start())
 
@@ -219,7 +222,11 @@ class LocalRuntime:
             None,
         )
         mapping = KinesisMapping(
-            spec, self.pools[spec.function_logical_id], self.aws, template_properties=properties
+            spec,
+            self.pools[spec.function_logical_id],
+            self.aws,
+            template_properties=properties,
+            configs=self._mapping_configs,
         )
         self.kinesis_mappings.append(mapping.start())
 

@@ -19,7 +19,7 @@ from local import mappings as mappings_module
 from local.discovery import MappingSpec
 from local.embedded_aws import EmbeddedAws
 from local.functions import FunctionPool, FunctionSpec
-from local.mappings import SqsMapping
+from local.mappings import MappingConfigs, SqsMapping
 from tests.local import embedded
 from tests.local.embedded import wait_for
 
@@ -171,3 +171,24 @@ def test_the_context_honours_the_function_timeout(pool: FunctionPool) -> None:
     assert invocation.ok and invocation.result == {"batchItemFailures": []}
     remaining = next(json.loads(line)["remaining_ms"] for line in lines if "remaining_ms" in line)
     assert 0 < remaining <= 5000
+
+
+def test_one_listing_serves_every_mapping_until_it_is_older_than_asked(
+    aws: EmbeddedAws, pool: FunctionPool
+) -> None:
+    first, _, _ = make_mapping(aws, pool, "configs-a", BatchSize=3)
+    second, _, _ = make_mapping(aws, pool, "configs-b", BatchSize=4)
+    configs = MappingConfigs(aws)
+    calls: list[str] = []
+    aws_lambda = configs._lambda
+    aws_lambda.meta.events.register("before-call.lambda", lambda model, **_: calls.append(model.name))
+    assert configs.get(first.spec.uuid, 60)["BatchSize"] == 3
+    assert configs.get(second.spec.uuid, 60)["BatchSize"] == 4
+    assert calls == ["ListEventSourceMappings"]  # one read for both
+    aws.client("lambda").update_event_source_mapping(UUID=second.spec.uuid, BatchSize=7)
+    assert configs.get(second.spec.uuid, 60)["BatchSize"] == 4  # young enough: not read again
+    time.sleep(0.05)
+    assert configs.get(second.spec.uuid, 0.01)["BatchSize"] == 7  # older than asked: read again
+    assert calls == ["ListEventSourceMappings", "ListEventSourceMappings"]
+    with pytest.raises(aws_lambda.exceptions.ResourceNotFoundException):
+        configs.get("00000000-0000-0000-0000-000000000000", 60)
