@@ -33,7 +33,8 @@ containers) instead of moto's Docker runner.
 :func:`keep_alive_connections` lets a client connection serve more than one request (werkzeug closes
 each one, so every AWS request cost a TCP connection and a server thread);
 :func:`cache_update_expressions` parses each DynamoDB ``UpdateExpression`` text once (moto parsed it
-twice per ``UpdateItem``) and makes the validator's per-request copy and traversals cheaper.
+twice per ``UpdateItem``) and makes the validator's per-request copy and traversals cheaper;
+:func:`cache_response_keys` works out once where a response member's value is found in a ``dict``.
 """
 
 from __future__ import annotations
@@ -52,6 +53,7 @@ from typing import Any, overload
 from moto import backends as moto_backends
 from moto.awslambda import models as lambda_models
 from moto.core import responses as moto_responses
+from moto.core import serialize as moto_serialize
 from moto.core.utils import camelcase_to_underscores, unix_time_millis
 from moto.dynamodb import models as dynamodb_models
 from moto.dynamodb.models.dynamo_type import DynamoType
@@ -717,3 +719,55 @@ def parse_update_expressions_each_time() -> None:
         _update_asts.clear()
         _update_ast_copies.clear()
         _processed_types.clear()
+
+
+# (picker class, alias providers, member key, shape, its parent) -> the keys to try, in order; each entry
+# holds its shape and parent, so their ids stay theirs while the entry lives.
+_possible_keys: dict[tuple[Any, ...], tuple[Any, Any, tuple[str, ...]]] = {}
+_POSSIBLE_KEYS_LIMIT = 20_000
+
+
+def _possible_keys_once(original: Any) -> Any:
+    def get_possible_keys(self: Any, context: Any) -> Iterator[str]:
+        shape = context.shape
+        if type(context.obj) is not dict or shape is None:
+            return iter(original(self, context))
+        parent = getattr(shape, "parent", None)
+        key = (type(self), tuple(self.alias_providers), context.key, id(shape), id(parent))
+        entry = _possible_keys.get(key)
+        if entry is None or entry[0] is not shape or entry[1] is not parent:
+            if len(_possible_keys) >= _POSSIBLE_KEYS_LIMIT:
+                _possible_keys.clear()
+            entry = _possible_keys[key] = (shape, parent, tuple(original(self, context)))
+        return iter(entry[2])
+
+    return get_possible_keys
+
+
+def cache_response_keys() -> None:
+    """Work out once per response member where its value may be found in a plain ``dict`` (idempotent).
+
+    moto 5.2.5 serialises a response by walking the operation's output shape and, for every member of
+    every structure, asks six alias providers (new objects each time) which keys the value may be
+    found under, then ``botocore.xform_name`` of each: for a DynamoDB item, the ten members of each
+    attribute's ``AttributeValue``. For a ``dict`` the answer depends only on the member's name, its
+    shape and that shape's parent (a dict has no ``Meta`` aliases and its class name is ``dict``), and
+    the shapes are the cached service model's own objects, so the keys are cached under those; any
+    other object is asked every time. The values are still read from the object each time.
+    """
+    with _lock:
+        if "response_keys" in _applied:
+            return
+        _applied["response_keys"] = moto_serialize.XFormedAttributePicker.__dict__["get_possible_keys"]
+        moto_serialize.XFormedAttributePicker.get_possible_keys = _possible_keys_once(  # type: ignore[method-assign]
+            _applied["response_keys"]
+        )
+
+
+def look_up_response_keys_each_time() -> None:
+    """Undo :func:`cache_response_keys` (tests)."""
+    with _lock:
+        original = _applied.pop("response_keys", None)
+        if original is not None:
+            moto_serialize.XFormedAttributePicker.get_possible_keys = original  # type: ignore[method-assign]
+            _possible_keys.clear()

@@ -41,6 +41,7 @@ def apply_patches() -> None:
     moto_patches.back_up_transaction_items()
     moto_patches.keep_alive_connections()
     moto_patches.cache_update_expressions()
+    moto_patches.cache_response_keys()
     cfn_models.register()
 
 

@@ -530,3 +530,86 @@ def test_a_chunked_request_still_closes_its_connection(keep_alive_server: tuple[
     assert response.status == 200 and json.loads(response.read())["QueueUrl"].endswith("/chunked")
     assert response.getheader("Connection") == "close"
     connection.close()
+
+
+def response_session() -> list[Any]:
+    """Responses built from dicts (DynamoDB items of every type, tables) and from moto's objects (SQS)."""
+    dynamodb = boto3.client("dynamodb", region_name="us-east-1")
+    sqs = boto3.client("sqs", region_name="us-east-1")
+    dynamodb.create_table(
+        TableName="t",
+        KeySchema=[{"AttributeName": "pk", "KeyType": "HASH"}, {"AttributeName": "sk", "KeyType": "RANGE"}],
+        AttributeDefinitions=[
+            {"AttributeName": "pk", "AttributeType": "S"},
+            {"AttributeName": "sk", "AttributeType": "N"},
+        ],
+        BillingMode="PAY_PER_REQUEST",
+    )
+    item = {
+        "pk": {"S": "a"},
+        "sk": {"N": "1"},
+        "b": {"B": b"\x00\x01bytes"},
+        "ss": {"SS": ["x", "y"]},
+        "ns": {"NS": ["1", "2.5"]},
+        "bs": {"BS": [b"\x02", b"\x03"]},
+        "m": {"M": {"inner": {"L": [{"S": "s"}, {"NULL": True}, {"BOOL": False}, {"M": {}}]}}},
+        "flag": {"BOOL": True},
+    }
+    outcome: list[Any] = []
+    for n in range(3):
+        dynamodb.put_item(TableName="t", Item={**item, "sk": {"N": str(n)}})
+    outcome.append(dynamodb.get_item(TableName="t", Key={"pk": {"S": "a"}, "sk": {"N": "1"}})["Item"])
+    query = dynamodb.query(
+        TableName="t",
+        KeyConditionExpression="pk = :pk",
+        ExpressionAttributeValues={":pk": {"S": "a"}},
+        Limit=2,
+    )
+    outcome.append({key: query[key] for key in ("Items", "Count", "ScannedCount", "LastEvaluatedKey")})
+    batch = dynamodb.batch_get_item(
+        RequestItems={"t": {"Keys": [{"pk": {"S": "a"}, "sk": {"N": str(n)}} for n in range(3)]}}
+    )
+    outcome.append(sorted(json.dumps(i, sort_keys=True, default=str) for i in batch["Responses"]["t"]))
+    updated = dynamodb.update_item(
+        TableName="t",
+        Key={"pk": {"S": "a"}, "sk": {"N": "0"}},
+        UpdateExpression="SET n = :n REMOVE b",
+        ExpressionAttributeValues={":n": {"N": "7"}},
+        ReturnValues="ALL_NEW",
+    )
+    outcome.append(updated["Attributes"])
+    table = dynamodb.describe_table(TableName="t")["Table"]
+    outcome.append(
+        {key: table[key] for key in ("KeySchema", "AttributeDefinitions", "TableStatus", "ItemCount")}
+    )
+    url = sqs.create_queue(QueueName="q")["QueueUrl"]
+    sqs.send_message(
+        QueueUrl=url,
+        MessageBody="body",
+        MessageAttributes={"kind": {"DataType": "String", "StringValue": "k"}},
+    )
+    received = sqs.receive_message(
+        QueueUrl=url, AttributeNames=["ApproximateReceiveCount"], MessageAttributeNames=["All"]
+    )["Messages"]
+    outcome.append([(m["Body"], m["Attributes"], m["MessageAttributes"], m["MD5OfBody"]) for m in received])
+    return outcome
+
+
+def test_response_keys_looked_up_once_give_the_same_responses() -> None:
+    was_applied = "response_keys" in moto_patches._applied
+    moto_patches.look_up_response_keys_each_time()
+    try:
+        with mock_aws():
+            unpatched = response_session()
+        moto_patches.cache_response_keys()
+        with mock_aws():
+            patched = response_session()
+        with mock_aws():
+            again = response_session()  # from the cache throughout
+    finally:
+        (moto_patches.cache_response_keys if was_applied else moto_patches.look_up_response_keys_each_time)()
+    assert patched == unpatched
+    assert again == unpatched
+    assert unpatched[0]["bs"] == {"BS": [b"\x02", b"\x03"]} and unpatched[0]["m"]["M"]["inner"]["L"][1] == {
+        "NULL": True
+    }
