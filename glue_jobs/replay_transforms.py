@@ -7,6 +7,8 @@ The plan is shaped for throughput on a few cores (docs/performance.md, "Replay")
   a reason instead of failing the run;
 * the only shuffle is one hash repartition by tenant; dedup, rank and the fair interleave are then
   partition-local windows and sorts: no global sort, no second exchange;
+* two sorts of every row, not three: one in time order per tenant drops copies by id and ranks in
+  the same window, one interleaves; only the envelopes with a ``dedup_key`` get a sort by key;
 * sort keys are 64-bit longs (hashes, time), strings only break ties; the interleave sorts on one
   long, which Spark does as a radix sort.
 """
@@ -142,38 +144,63 @@ def _order_key() -> Column:
     return F.col("enqueued_at") * (1 << _ID_BITS) + F.pmod(F.xxhash64("id"), F.lit(1 << _ID_BITS))
 
 
+def _partition_local(frame: DataFrame, condition: Column) -> DataFrame:
+    """``frame.filter(condition)``, kept above the exchange below it.
+
+    The optimizer pushes a deterministic filter through a repartition. Two branches split by
+    complementary filters would then shuffle (and read and parse the archive) once each; held above
+    it, both read the one exchange (adaptive execution reuses it: one map stage, and each reduce task
+    reads its block once per branch). ``spark_partition_id`` is nondeterministic, so a condition
+    wrapped in it stays where it is written; it is always >= 0, so the filter is ``condition``.
+    """
+    return frame.filter(F.when(F.spark_partition_id() >= 0, condition))
+
+
 def dedup_and_rank(envelopes: DataFrame) -> DataFrame:
     """Drop duplicates and number each tenant's envelopes by ``enqueued_at``: ``rank`` 1, 2, ...
 
     Dedup key: ``dedup_key`` when set (the newest envelope with that key wins), else the envelope
     ``id`` (an archiver crash may have written the same envelope twice). Ranks are dense over the
     kept rows, in (``enqueued_at``, ``id``) order. Partitioned by tenant first (:func:`by_tenant`),
-    both windows are partition-local: a sort each, no exchange.
+    everything here is partition-local: no exchange.
 
-    The dedup window groups by (group hash, tenant hash, tenant, key), the group hash being
-    xxhash64 of (tenant, key): the strings only break hash ties, so a collision costs a comparison,
-    never a wrong dedup. The group hash leads because Spark's sort compares an 8-byte prefix of the
-    first key before it reads a row: led by the tenant's hash, every comparison inside a huge tenant
-    tied on the prefix and read both rows (the dedup sort of the 10M bench took 61 s in the noisy
-    tenant's task, 43 s led by the group hash). The tenant's hash stays in the window's keys so the
-    tenant partitioning of :func:`by_tenant` satisfies it (no second exchange). The rank window
-    groups by the tenant's 64-bit hash alone: a collision would merely share one rank sequence
-    between two tenants (fairness, not correctness). (Measured against a fixed-width hash aggregate
-    joined back: the self-join reads the archive twice, which costs more than this sort.)
+    One sort of all rows, not two (docs/performance.md, "Replay"):
+
+    * only the envelopes with a ``dedup_key`` are grouped by key, in a window of their own (keyed
+      by (group hash, tenant hash, tenant, key), the group hash being xxhash64 of (tenant, key): the
+      strings only break hash ties, so a collision costs a comparison, never a wrong dedup; the
+      group hash leads because Spark's sort compares an 8-byte prefix of the first key before it
+      reads a row, D-archive-5). The newest of each group is kept.
+    * copies by ``id`` need no grouping of their own: an id is minted once, with its
+      ``enqueued_at``, and neither ever changes (``Envelope.rehomed``), so copies tie on
+      (``enqueued_at``, ``id``) and are neighbours in time order. One window over the tenant in
+      (time, ``id``, ``dedup_key``) order then drops them (a row whose ``row_number`` differs from
+      its ``rank`` repeats the row before it) and numbers the rest (``dense_rank``: copies share one
+      number, so the kept rows are numbered 1..n without a gap). After the key dedup no two keyed
+      rows of a tenant tie, and a keyed row never ties an unkeyed one, so only copies are dropped.
+
+    The rank window groups by the tenant's 64-bit hash alone: a collision would merely share one
+    rank sequence between two tenants (fairness, not correctness).
     """
-    key = F.coalesce(F.concat(F.lit("k:"), "dedup_key"), F.concat(F.lit("i:"), "id"))
-    newest_first = Window.partitionBy("_group_hash", "_tenant_hash", "tenant", "_key").orderBy(
+    ordered = envelopes.withColumn("_order", _order_key())
+    newest_first = Window.partitionBy("_group_hash", "_tenant_hash", "tenant", "dedup_key").orderBy(
         F.desc("_order"), F.desc("id")
     )
-    oldest_first = Window.partitionBy("_tenant_hash").orderBy("_order", "id")
-    return (
-        envelopes.withColumn("_key", key)
-        .withColumn("_group_hash", F.xxhash64("tenant", "_key"))
-        .withColumn("_order", _order_key())
+    newest_of_key = (
+        _partition_local(ordered, F.col("dedup_key").isNotNull())
+        .withColumn("_group_hash", F.xxhash64("tenant", "dedup_key"))
         .withColumn("_n", F.row_number().over(newest_first))
         .filter(F.col("_n") == 1)
-        .withColumn("rank", F.row_number().over(oldest_first))
-        .drop("_key", "_group_hash", "_n", "_order")
+        .drop("_group_hash", "_n")
+    )
+    without_key = _partition_local(ordered, F.col("dedup_key").isNull())
+    in_time = Window.partitionBy("_tenant_hash").orderBy("_order", "id", "dedup_key")
+    return (
+        newest_of_key.unionByName(without_key)
+        .withColumn("_first", F.row_number().over(in_time) == F.rank().over(in_time))
+        .withColumn("rank", F.dense_rank().over(in_time))
+        .filter(F.col("_first"))
+        .drop("_first", "_order")
     )
 
 

@@ -105,14 +105,21 @@ def test_order_within_tenant_and_fair_interleave(spark, tmp_path) -> None:
 
 
 def test_interleave_is_partition_local(spark, tmp_path) -> None:
-    archive_envelopes(tmp_path, [envelope(f"t{n}", T0 + n) for n in range(8)])
-    plan = (
-        transforms.replay_order(_classified(spark, tmp_path), partitions=2)
-        ._jdf.queryExecution()
-        .executedPlan()
+    archive_envelopes(
+        tmp_path, [envelope(f"t{n}", T0 + n, dedup_key="k" if n % 2 else None) for n in range(8)]
     )
-    text = plan.toString()
-    assert text.count("Exchange") == 1  # the one repartition by tenant; no global sort
+    ordered = transforms.replay_order(_classified(spark, tmp_path), partitions=2)
+    ordered.collect()  # adaptive execution settles the plan (the reused exchange) when it runs
+    final = ordered._jdf.queryExecution().executedPlan().toString().split("== Initial Plan ==")[0]
+
+    assert "isFinalPlan=true" in final
+    # The one repartition by tenant, read by both branches of the dedup: the archive is read once.
+    nodes = [line.lstrip(" :+-") for line in final.splitlines()]
+    assert sum(node.startswith("Exchange ") for node in nodes) == 1
+    assert sum(node.startswith("ReusedExchange ") for node in nodes) == 1
+    assert sum(node.startswith("FileScan ") for node in nodes) == 1
+    # Sorts: the keyed rows by key, every row in time order per tenant, every row by round.
+    assert sum(node.split(") ", 1)[-1].startswith("Sort [") for node in nodes) == 3
 
 
 def test_partition_of_is_the_partition_by_tenant_puts_a_row_in(spark, tmp_path) -> None:
