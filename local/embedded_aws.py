@@ -156,6 +156,13 @@ class EmbeddedAws:
             raise RuntimeError(f"the moto server process exited ({code}) before it listened")
         self._port = int(json.loads(line)["port"])
 
+    def freeze_heap(self) -> None:
+        """Ask the server's process to keep its garbage collections off what it holds now (after a
+        deployment): a full collection walking moto's imports and the stack stalls every request."""
+        if self._process is not None and self._process.stdin is not None:
+            self._process.stdin.write(moto_process.FREEZE_COMMAND + "\n")
+            self._process.stdin.flush()
+
     @property
     def server_pid(self) -> int | None:
         """The moto server's process (None when it runs in this one)."""

@@ -9,6 +9,7 @@ start the functions' containers, the SQS mappings, the API and the schedules.
 
 from __future__ import annotations
 
+import gc
 import json
 import logging
 import shutil
@@ -188,6 +189,13 @@ class LocalRuntime:
         if self.options.start_schedules:
             for schedule in self.schedule_specs:
                 self._start_schedule(schedule)
+        # The synthesis (jsii), boto3's models and the deployment leave a large heap in this process,
+        # which runs the API, the pollers and the demo's load: a full garbage collection walking it
+        # stalls them all at once (as in the moto process, local/moto_process.py). Collect it once
+        # now and keep later collections off it; the moto process does the same with the stack.
+        self.aws.freeze_heap()
+        gc.collect()
+        gc.freeze()
         return self
 
     def start_mappings(self) -> None:
