@@ -8,7 +8,7 @@ import http.client
 import json
 import threading
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from typing import Any
 
 import boto3
@@ -265,6 +265,19 @@ def test_concurrent_transactions_and_updates_keep_every_write(dynamodb_server: s
     assert items == 1 + DYNAMODB_THREADS + 2 * DYNAMODB_THREADS * DYNAMODB_ROUNDS
 
 
+def create_ranged_table(dynamodb: Any, name: str, *, sort_key_type: str) -> None:
+    """An on-demand table keyed by a string ``pk`` and an ``sk`` of ``sort_key_type``."""
+    dynamodb.create_table(
+        TableName=name,
+        KeySchema=[{"AttributeName": "pk", "KeyType": "HASH"}, {"AttributeName": "sk", "KeyType": "RANGE"}],
+        AttributeDefinitions=[
+            {"AttributeName": "pk", "AttributeType": "S"},
+            {"AttributeName": "sk", "AttributeType": sort_key_type},
+        ],
+        BillingMode="PAY_PER_REQUEST",
+    )
+
+
 def transaction_session() -> list[Any]:
     """Transactions that succeed, fail on a condition, and fail on a duplicate key, on two tables."""
     dynamodb = boto3.client("dynamodb", region_name="us-east-1")
@@ -274,15 +287,7 @@ def transaction_session() -> list[Any]:
         AttributeDefinitions=[{"AttributeName": "pk", "AttributeType": "S"}],
         BillingMode="PAY_PER_REQUEST",
     )
-    dynamodb.create_table(
-        TableName="ranged",
-        KeySchema=[{"AttributeName": "pk", "KeyType": "HASH"}, {"AttributeName": "sk", "KeyType": "RANGE"}],
-        AttributeDefinitions=[
-            {"AttributeName": "pk", "AttributeType": "S"},
-            {"AttributeName": "sk", "AttributeType": "S"},
-        ],
-        BillingMode="PAY_PER_REQUEST",
-    )
+    create_ranged_table(dynamodb, "ranged", sort_key_type="S")
     for n in range(50):  # bystanders: never touched, never lost
         dynamodb.put_item(TableName="plain", Item={"pk": {"S": f"other-{n}"}, "n": {"N": str(n)}})
     dynamodb.put_item(TableName="plain", Item={"pk": {"S": "a"}, "n": {"N": "1"}})
@@ -326,18 +331,36 @@ def transaction_session() -> list[Any]:
     return outcome
 
 
-def test_transaction_rollback_from_item_backups_matches_table_copies() -> None:
-    was_applied = "transaction_backups" in moto_patches._applied
-    moto_patches.restore_transaction_copies()
+def unpatched_then_patched(
+    name: str, revert: Callable[[], None], apply: Callable[[], None], session: Callable[[], list[Any]]
+) -> tuple[list[Any], list[Any], list[Any]]:
+    """``session`` on moto without the patch ``name``, then with it twice (the second from its caches).
+
+    The patch is left as it was found (the suite's other tests may run with the patches applied).
+    """
+    was_applied = name in moto_patches._applied
+    revert()
     try:
         with mock_aws():
-            unpatched = transaction_session()
-        moto_patches.back_up_transaction_items()
+            unpatched = session()
+        apply()
         with mock_aws():
-            patched = transaction_session()
+            patched = session()
+        with mock_aws():
+            again = session()
     finally:
-        (moto_patches.back_up_transaction_items if was_applied else moto_patches.restore_transaction_copies)()
-    assert patched == unpatched
+        (apply if was_applied else revert)()
+    return unpatched, patched, again
+
+
+def test_transaction_rollback_from_item_backups_matches_table_copies() -> None:
+    unpatched, patched, again = unpatched_then_patched(
+        "transaction_backups",
+        moto_patches.restore_transaction_copies,
+        moto_patches.back_up_transaction_items,
+        transaction_session,
+    )
+    assert patched == unpatched == again
     assert patched[:3] == [
         "ok",
         ("TransactionCanceledException", ["None", "None", "None", "None", "ConditionalCheckFailed"]),
@@ -351,15 +374,7 @@ def test_transaction_rollback_from_item_backups_matches_table_copies() -> None:
 def update_session() -> list[Any]:
     """UpdateItem with the expressions the runtime sends and moto's error cases, each text more than once."""
     dynamodb = boto3.client("dynamodb", region_name="us-east-1")
-    dynamodb.create_table(
-        TableName="t",
-        KeySchema=[{"AttributeName": "pk", "KeyType": "HASH"}, {"AttributeName": "sk", "KeyType": "RANGE"}],
-        AttributeDefinitions=[
-            {"AttributeName": "pk", "AttributeType": "S"},
-            {"AttributeName": "sk", "AttributeType": "S"},
-        ],
-        BillingMode="PAY_PER_REQUEST",
-    )
+    create_ranged_table(dynamodb, "t", sort_key_type="S")
     key = {"pk": {"S": "tenant-01"}, "sk": {"S": "ingest"}}
     lease = "SET tokens = :tokens, updated_at = :updated, version = :next"
     calls: list[dict[str, Any]] = []
@@ -444,22 +459,12 @@ def update_session() -> list[Any]:
 
 
 def test_update_expressions_parsed_once_match_parsed_each_time() -> None:
-    was_applied = "update_expressions" in moto_patches._applied
-    moto_patches.parse_update_expressions_each_time()
-    try:
-        with mock_aws():
-            unpatched = update_session()
-        moto_patches.cache_update_expressions()
-        with mock_aws():
-            patched = update_session()
-        with mock_aws():
-            again = update_session()  # every text is now cached from the first session
-    finally:
-        (
-            moto_patches.cache_update_expressions
-            if was_applied
-            else moto_patches.parse_update_expressions_each_time
-        )()
+    unpatched, patched, again = unpatched_then_patched(  # ``again``: every text cached by then
+        "update_expressions",
+        moto_patches.parse_update_expressions_each_time,
+        moto_patches.cache_update_expressions,
+        update_session,
+    )
     assert patched == unpatched
     assert again == unpatched
     errors = [entry[0] for entry in unpatched if isinstance(entry, tuple)]
@@ -536,15 +541,7 @@ def response_session() -> list[Any]:
     """Responses built from dicts (DynamoDB items of every type, tables) and from moto's objects (SQS)."""
     dynamodb = boto3.client("dynamodb", region_name="us-east-1")
     sqs = boto3.client("sqs", region_name="us-east-1")
-    dynamodb.create_table(
-        TableName="t",
-        KeySchema=[{"AttributeName": "pk", "KeyType": "HASH"}, {"AttributeName": "sk", "KeyType": "RANGE"}],
-        AttributeDefinitions=[
-            {"AttributeName": "pk", "AttributeType": "S"},
-            {"AttributeName": "sk", "AttributeType": "N"},
-        ],
-        BillingMode="PAY_PER_REQUEST",
-    )
+    create_ranged_table(dynamodb, "t", sort_key_type="N")
     item = {
         "pk": {"S": "a"},
         "sk": {"N": "1"},
@@ -596,18 +593,12 @@ def response_session() -> list[Any]:
 
 
 def test_response_keys_looked_up_once_give_the_same_responses() -> None:
-    was_applied = "response_keys" in moto_patches._applied
-    moto_patches.look_up_response_keys_each_time()
-    try:
-        with mock_aws():
-            unpatched = response_session()
-        moto_patches.cache_response_keys()
-        with mock_aws():
-            patched = response_session()
-        with mock_aws():
-            again = response_session()  # from the cache throughout
-    finally:
-        (moto_patches.cache_response_keys if was_applied else moto_patches.look_up_response_keys_each_time)()
+    unpatched, patched, again = unpatched_then_patched(  # ``again``: from the cache throughout
+        "response_keys",
+        moto_patches.look_up_response_keys_each_time,
+        moto_patches.cache_response_keys,
+        response_session,
+    )
     assert patched == unpatched
     assert again == unpatched
     assert unpatched[0]["bs"] == {"BS": [b"\x02", b"\x03"]} and unpatched[0]["m"]["M"]["inner"]["L"][1] == {
