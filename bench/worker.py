@@ -148,21 +148,31 @@ def event(batch: int, *, age_ms: int) -> dict[str, Any]:
     return {"Records": records}
 
 
+def _stubbed_clients(
+    recorded: list[tuple[Any, str, dict[str, Any]]] | None = None,
+) -> tuple[Any, Any, list[CannedStubber]]:
+    """(dynamodb, sqs, their active stubs): clients with the worker's own config, answered in memory."""
+    from breakwater.aws.worker_ports import client_config
+
+    ddb, sqs = boto3.client("dynamodb", config=client_config()), boto3.client("sqs", config=client_config())
+    stubs = [CannedStubber(ddb, recorded), CannedStubber(sqs, recorded)]
+    for stub in stubs:
+        stub.activate()
+    return ddb, sqs, stubs
+
+
 def _stubbed_handler(
     kind: str, recorded: list[tuple[Any, str, dict[str, Any]]] | None = None
 ) -> tuple[Any, list[CannedStubber]]:
     """The worker's decorated handler over stubbed clients (the worker's own client config)."""
     from breakwater import processor
-    from breakwater.aws.worker_ports import build_worker_ports, client_config
+    from breakwater.aws.worker_ports import build_worker_ports
     from breakwater.observability import logger, metrics
     from breakwater.settings import WorkerSettings
     from breakwater.worker import Worker, WorkerConfig
 
     settings = WorkerSettings.from_env()
-    ddb, sqs = boto3.client("dynamodb", config=client_config()), boto3.client("sqs", config=client_config())
-    stubs = [CannedStubber(ddb, recorded), CannedStubber(sqs, recorded)]
-    for stub in stubs:
-        stub.activate()
+    ddb, sqs, stubs = _stubbed_clients(recorded)
     worker = Worker(
         WorkerConfig.from_settings(settings),
         build_worker_ports(settings, processor.process, dynamodb=ddb, sqs=sqs),
@@ -210,14 +220,8 @@ def botocore_floor_us(kind: str, batches: int = 300, batch: int = 10) -> tuple[f
         recorded.clear()
         for each in events[20:]:
             handler(each, Context())
-    from breakwater.aws.worker_ports import client_config
-
-    clients: dict[str, Any] = {
-        "dynamodb": boto3.client("dynamodb", config=client_config()),
-        "sqs": boto3.client("sqs", config=client_config()),
-    }
-    for client in clients.values():
-        CannedStubber(client).activate()
+    ddb, sqs, _ = _stubbed_clients()  # other clients than the handler's, same config
+    clients = {"dynamodb": ddb, "sqs": sqs}
     calls = [
         (getattr(clients[client.meta.service_model.service_name], operation), params)
         for client, operation, params in recorded
