@@ -8,7 +8,7 @@ across all containers, for one write per batch.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Sequence
 from typing import TYPE_CHECKING
 
 from botocore.exceptions import ClientError
@@ -18,6 +18,7 @@ from breakwater.aws.counters import plain
 if TYPE_CHECKING:
     from mypy_boto3_dynamodb import DynamoDBClient
     from mypy_boto3_sqs import SQSClient
+    from mypy_boto3_sqs.literals import QueueAttributeFilterType
 
 HEALTH_SK = "health"
 WINDOW_MS = 60_000
@@ -101,19 +102,19 @@ def read_oldest_age(client: DynamoDBClient, table_name: str, role: str) -> tuple
     return int(item["oldest_age_ms"]), int(item["observed_at"])
 
 
+def _attribute_total(client: SQSClient, queue_url: str, names: Sequence[QueueAttributeFilterType]) -> int:
+    """The sum of the queue's numeric attributes ``names`` (one GetQueueAttributes)."""
+    attributes = client.get_queue_attributes(QueueUrl=queue_url, AttributeNames=names)["Attributes"]
+    return sum(int(value) for value in attributes.values())
+
+
 def queue_depth(client: SQSClient, queue_urls: Iterable[str]) -> int:
     """Visible plus in-flight messages over the queues (GetQueueAttributes, one call per queue)."""
-    total = 0
-    for url in queue_urls:
-        attributes = client.get_queue_attributes(
-            QueueUrl=url,
-            AttributeNames=[
-                "ApproximateNumberOfMessages",
-                "ApproximateNumberOfMessagesNotVisible",
-            ],
-        )["Attributes"]
-        total += sum(int(value) for value in attributes.values())
-    return total
+    names: list[QueueAttributeFilterType] = [
+        "ApproximateNumberOfMessages",
+        "ApproximateNumberOfMessagesNotVisible",
+    ]
+    return sum(_attribute_total(client, url, names) for url in queue_urls)
 
 
 def waiting_messages(client: SQSClient, queue_url: str) -> int:
@@ -122,8 +123,6 @@ def waiting_messages(client: SQSClient, queue_url: str) -> int:
     Delayed ones (a sideline drainer's deferrals) count: they are backlog too. The archiver waits for
     them to come due (``ArchiverSettings.wait_for_delayed_seconds``) rather than leave them behind.
     """
-    attributes = client.get_queue_attributes(
-        QueueUrl=queue_url,
-        AttributeNames=["ApproximateNumberOfMessages", "ApproximateNumberOfMessagesDelayed"],
-    )["Attributes"]
-    return sum(int(value) for value in attributes.values())
+    return _attribute_total(
+        client, queue_url, ["ApproximateNumberOfMessages", "ApproximateNumberOfMessagesDelayed"]
+    )
