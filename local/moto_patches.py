@@ -686,7 +686,7 @@ def cache_update_expressions() -> None:
     values it uses, the backend to validate it) with a hand-written tokenizer and parser, then
     deep-copies the tree for the validator, whose ten traversals rebuild each traverser's list of
     node classes at every node. The runtime's functions send a handful of expression texts thousands
-    of times (a token lease is ``SET tokens = :tokens, updated_at = :updated, version = :next``), so:
+    of times (a token lease is ``SET tokens = :tokens, updated_at = :updated, full_at = :full, ...``), so:
     the parse is cached by text (only successful parses; the tree is never changed, as the validator
     works on a copy), the validator's copy of a cached tree comes from its pickle, and a traverser's
     node classes are computed once per class. Values, errors and the updated item are moto's own.

@@ -94,6 +94,27 @@ def take_lease(state: BucketState, limits: BucketLimits, now: float, wanted: int
     return LeaseDecision(granted=0, state=current, retry_after=max(missing / limits.rate, 0.001))
 
 
+MAX_CONTENTION_DOUBLINGS = 2
+"""A container that keeps losing a tenant's bucket to others waits at most 4 whole-lease refills."""
+
+
+def contention_backoff(retry_after: float, contended_refusals: int, limits: BucketLimits) -> float:
+    """How long a container waits after its ``contended_refusals``-th refusal in a row after a lost race.
+
+    A lost race proves other containers are taking this tenant's tokens as they refill; if every
+    refused container came back after one whole-lease refill, each return would cost a write that
+    mostly loses again (the refill went to whoever came first). Doubling the wait per such refusal
+    (exponential backoff, as for any contended resource) spreads the containers out; admission over
+    time is unchanged, because tokens nobody takes stay in the shared bucket. The wait never exceeds
+    the time the bucket takes to refill from empty to full, so no refill is lost to the burst cap
+    by the backoff alone.
+    """
+    if contended_refusals <= 0:
+        return retry_after
+    backed_off = retry_after * 2 ** min(contended_refusals, MAX_CONTENTION_DOUBLINGS)
+    return min(backed_off, max(retry_after, limits.burst / limits.rate))
+
+
 @dataclass
 class LocalLease:
     """Tokens a container holds; unspent tokens are forfeited when the lease expires (never carried)."""
@@ -101,6 +122,7 @@ class LocalLease:
     tokens: int = 0
     expires_at: float = 0.0
     blocked_until: float = 0.0  # after a refused lease, do not ask the shared bucket again before this
+    contended_refusals: int = 0  # refusals in a row that followed a lost race (reset by a grant)
 
     def try_spend(self, now: float) -> bool:
         if self.tokens > 0 and now < self.expires_at:
@@ -114,6 +136,7 @@ class LocalLease:
         self.tokens = tokens
         self.expires_at = now + ttl
         self.blocked_until = 0.0
+        self.contended_refusals = 0
 
     def refuse(self, now: float, retry_after: float) -> None:
         self.tokens = 0

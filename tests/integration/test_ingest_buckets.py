@@ -116,3 +116,112 @@ def test_an_unavailable_table_fails_open_with_a_bounded_local_lease(clock, count
 
     assert admitted(gate, "acme", 100) == 20  # the burst, leased from the container's own view
     assert counter.calls.count("UpdateItem") == 4  # one failed call per lease, none per refusal
+
+
+def _item(client, state_table, purpose="ingest"):
+    return client.get_item(
+        TableName=state_table, Key={"pk": {"S": "tenant#acme"}, "sk": {"S": f"bucket#{purpose}"}}
+    )["Item"]
+
+
+def test_a_full_bucket_is_leased_with_one_write_whatever_others_wrote(state_table, clock, counted_client):
+    client, counter = counted_client
+    first, second = bucket(state_table, clock, client), bucket(state_table, clock, client)
+    assert first.try_acquire("acme", LIMITS)[0]  # a new bucket: one write, 20 - 5 left
+    clock.advance(2.0)  # full again
+    assert second.try_acquire("acme", LIMITS)[0]
+    clock.advance(2.0)
+    counter.calls.clear()
+
+    # first's copy is two writes old, but it says the bucket is full by now: no lost race
+    assert first.try_acquire("acme", LIMITS)[0]
+
+    assert counter.calls == ["UpdateItem"]
+    item = _item(client, state_table)
+    assert item["version"]["N"] == "3"
+    assert float(item["tokens"]["N"]) == pytest.approx(15)
+    assert float(item["full_at"]["N"]) == pytest.approx(clock.now + 0.5)  # 5 tokens at 10/s
+
+
+def test_the_full_bucket_write_is_refused_when_the_bucket_is_not_full(state_table, clock, counted_client):
+    client, counter = counted_client
+    first, second = bucket(state_table, clock, client), bucket(state_table, clock, client)
+    assert first.try_acquire("acme", LIMITS)[0]
+    clock.advance(2.0)
+    assert admitted(second, "acme", 20) == 20  # drains the refilled bucket in four leases
+    counter.calls.clear()
+
+    # first's copy says full, the table says empty: the condition fails, nothing is admitted
+    ok, retry_after = first.try_acquire("acme", LIMITS)
+
+    assert not ok and retry_after == pytest.approx(0.5)  # learnt from the returned item, no lost race
+    assert counter.calls == ["UpdateItem"]
+    assert float(_item(client, state_table)["tokens"]["N"]) == pytest.approx(0)
+
+
+def test_the_full_bucket_write_respects_a_new_multiplier(state_table, clock, counted_client):
+    client, counter = counted_client
+    gate = bucket(state_table, clock, client)
+    assert gate.try_acquire("acme", LIMITS)[0]  # multiplier 1 as far as this container knows
+    client.update_item(  # the controller halves the rate (breakwater.aws.controller_ports.set_multiplier)
+        TableName=state_table,
+        Key={"pk": {"S": "tenant#acme"}, "sk": {"S": "bucket#ingest"}},
+        UpdateExpression="SET multiplier = :m",
+        ExpressionAttributeValues={":m": {"N": "0.5"}},
+    )
+    clock.advance(10.0)
+    counter.calls.clear()
+
+    assert gate.try_acquire("acme", LIMITS)[0]
+
+    # the full-bucket write is refused (multiplier 1 assumed), the versioned one leases at 5/s, burst 10
+    assert counter.calls == ["UpdateItem", "UpdateItem"]
+    assert gate.multiplier("acme") == 0.5
+    assert float(_item(client, state_table)["tokens"]["N"]) == pytest.approx(10 - 2)  # a lease of 2.5 -> 2
+
+
+def test_a_bucket_written_before_full_at_takes_the_versioned_write(state_table, clock, counted_client):
+    client, counter = counted_client
+    client.put_item(
+        TableName=state_table,
+        Item={
+            "pk": {"S": "tenant#acme"},
+            "sk": {"S": "bucket#ingest"},
+            "tokens": {"N": "20"},
+            "updated_at": {"N": str(clock.now - 60)},
+            "version": {"N": "7"},
+        },
+    )
+    gate = bucket(state_table, clock, client)
+    counter.calls.clear()
+
+    assert gate.try_acquire("acme", LIMITS)[0]
+
+    assert counter.calls == [
+        "UpdateItem",
+        "UpdateItem",
+    ]  # the full-bucket write refused, then the versioned one
+    item = _item(client, state_table)
+    assert item["version"]["N"] == "8" and "full_at" in item
+
+
+def test_a_refusal_after_a_lost_race_backs_off_until_a_grant(state_table, clock, counted_client):
+    client, _ = counted_client
+    first, second = bucket(state_table, clock, client), bucket(state_table, clock, client)
+    assert second.try_acquire("acme", LIMITS)[0]  # 15 left, second's copy says so
+    assert admitted(first, "acme", 15) == 15  # first empties it; second does not know
+    assert admitted(second, "acme", 4) == 4  # second's own lease
+
+    ok, retry_after = second.try_acquire("acme", LIMITS)  # its copy: 15 tokens; the table: none
+
+    assert not ok and retry_after == pytest.approx(2 * 0.5)  # a lost race, then refused: twice a refill
+    ok, plain = first.try_acquire("acme", LIMITS)
+    assert not ok and plain == pytest.approx(0.5)  # refused from its own copy: no race, no backoff
+    clock.advance(retry_after)
+    assert second.try_acquire("acme", LIMITS)[0]  # 10 tokens by now: a lease of 5, the backoff ends
+    assert admitted(first, "acme", 5) == 5  # first takes the other 5 (after a lost race of its own)
+    assert admitted(second, "acme", 4) == 4
+
+    ok, retry_after = second.try_acquire("acme", LIMITS)
+
+    assert not ok and retry_after == pytest.approx(2 * 0.5)  # doubled once again, not four times

@@ -10,6 +10,7 @@ from breakwater.fairness import (
     BucketLimits,
     BucketState,
     LocalLease,
+    contention_backoff,
     lease_size,
     refill,
     retry_after_header,
@@ -106,6 +107,22 @@ def test_local_lease_is_spent_expires_and_blocks_after_a_refusal():
     lease.refuse(now=3, retry_after=0.25)
     assert lease.is_blocked(now=3.2)
     assert not lease.is_blocked(now=3.25)
+
+
+def test_contended_refusals_back_off_exponentially_up_to_a_full_refill():
+    assert contention_backoff(0.5, 0, LIMITS) == 0.5  # no lost race: one whole-lease refill
+    assert contention_backoff(0.5, 1, LIMITS) == 1.0
+    assert contention_backoff(0.5, 2, LIMITS) == 2.0
+    assert contention_backoff(0.5, 9, LIMITS) == 2.0  # at most four refills
+    # never longer than the bucket takes to fill from empty (20 tokens at 10/s), unless the refill itself is
+    assert contention_backoff(0.75, 2, LIMITS) == 2.0
+    assert contention_backoff(3.0, 2, LIMITS) == 3.0
+
+
+def test_a_grant_ends_the_contention():
+    lease = LocalLease(contended_refusals=2)
+    lease.grant(1, now=0, ttl=1)
+    assert lease.contended_refusals == 0
 
 
 @pytest.mark.parametrize(("seconds", "header"), [(0.001, "1"), (1.0, "1"), (1.2, "2"), (30, "30")])

@@ -4,6 +4,12 @@ Shared by ingest (purpose ``ingest``) and the workers (purpose ``consumer``). On
 UpdateItem on ``version`` takes a lease; it returns the new item (so the next lease needs no read)
 and, when another container won the race, the current item (so a lost race costs one more call,
 never a read). The math is :mod:`breakwater.fairness`; this module only moves state in and out.
+
+Every write also stores ``full_at``, when the bucket is full again at the limits the writer used.
+A container whose copy says the bucket must be full by now (a tenant under its limits, the common
+case) takes its lease with a write conditional on ``full_at`` and the multiplier instead of the
+version: a copy that other containers made stale since (they wrote the item) then costs no lost
+race, which with one tenant's traffic spread over many containers was every second write.
 """
 
 from __future__ import annotations
@@ -11,12 +17,22 @@ from __future__ import annotations
 import math
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
+from decimal import Decimal
 from typing import TYPE_CHECKING, Any
 
 import boto3
 from botocore.exceptions import BotoCoreError, ClientError
 
-from breakwater.fairness import BucketLimits, BucketState, LeaseDecision, LocalLease, lease_size, take_lease
+from breakwater.fairness import (
+    BucketLimits,
+    BucketState,
+    LeaseDecision,
+    LocalLease,
+    contention_backoff,
+    lease_size,
+    refill,
+    take_lease,
+)
 from breakwater.observability import logger
 
 if TYPE_CHECKING:
@@ -24,6 +40,7 @@ if TYPE_CHECKING:
 
 MIN_MULTIPLIER = 0.001
 """A multiplier the controller wrote as 0 or less would mean "never admit"; clamp it to a trickle."""
+_FULL_EPSILON = 1e-4  # tokens, as in breakwater.fairness
 
 
 @dataclass(frozen=True)
@@ -91,43 +108,114 @@ class LeasedTokenBucket:
             return True, 0.0
         if lease.is_blocked(now):
             return False, lease.blocked_until - now
-        decision = self._lease(tenant, limits, now)
+        decision, contended = self._lease(tenant, limits, now)
         if decision.ok:
             lease.grant(decision.granted, now, self.lease_seconds)
             lease.try_spend(now)
             return True, 0.0
-        lease.refuse(now, decision.retry_after)
-        return False, decision.retry_after
+        retry_after = decision.retry_after
+        if contended:  # others are taking this tenant's tokens: back off (fairness.contention_backoff)
+            lease.contended_refusals += 1
+            effective = limits.scaled(self.multiplier(tenant))
+            retry_after = contention_backoff(retry_after, lease.contended_refusals, effective)
+        lease.refuse(now, retry_after)
+        return False, retry_after
 
     def multiplier(self, tenant: str) -> float:
         """The controller's multiplier as last seen by this container (1 until a lease was taken)."""
         known = self._known.get(tenant)
         return known.multiplier if known else 1.0
 
-    def _lease(self, tenant: str, limits: BucketLimits, now: float) -> LeaseDecision:
+    def _lease(self, tenant: str, limits: BucketLimits, now: float) -> tuple[LeaseDecision, bool]:
+        """The lease decision, and whether a write lost a race to another container on the way."""
         known = self._known.get(tenant) or StoredBucket(state=None, version=None)
+        if self._predicts_full(known, limits, now):
+            try:
+                decision, item = self._take_from_full(tenant, known, limits, now)
+            except ClientError as exc:
+                if exc.response.get("Error", {}).get("Code") != "ConditionalCheckFailedException":
+                    return self._fail_open(tenant, known, limits, now, exc), False
+                # Not full after all (or the multiplier moved): the error carries the current item.
+                known = parse_bucket_item(exc.response.get("Item"))  # type: ignore[arg-type]
+                self._known[tenant] = known
+            except BotoCoreError as exc:
+                return self._fail_open(tenant, known, limits, now, exc), False
+            else:
+                self._known[tenant] = parse_bucket_item(item)
+                return decision, False
         decision = self._decide(known, limits, now)
+        contended = False
         for _ in range(self.max_attempts):
             if not decision.ok:
                 # Other containers only ever take tokens, so a refusal on our view is a refusal on theirs.
-                return decision
+                return decision, contended
             try:
-                item = self._write(tenant, known, decision, now)
+                item = self._write(tenant, known, decision, limits, now)
             except ClientError as exc:
                 if exc.response.get("Error", {}).get("Code") != "ConditionalCheckFailedException":
-                    return self._fail_open(tenant, known, limits, now, exc)
+                    return self._fail_open(tenant, known, limits, now, exc), contended
                 # Lost the race: the error carries the current item, recompute and try once more.
+                contended = True
                 known = parse_bucket_item(exc.response.get("Item"))  # type: ignore[arg-type]
                 self._known[tenant] = known
                 decision = self._decide(known, limits, now)
                 continue
             except BotoCoreError as exc:
-                return self._fail_open(tenant, known, limits, now, exc)
+                return self._fail_open(tenant, known, limits, now, exc), contended
             self._known[tenant] = parse_bucket_item(item)
-            return decision
+            return decision, contended
         # Heavy contention on one bucket: refuse briefly rather than spin.
         current = decision.state
-        return LeaseDecision(granted=0, state=current, retry_after=min(1.0, self.lease_seconds))
+        return LeaseDecision(granted=0, state=current, retry_after=min(1.0, self.lease_seconds)), True
+
+    def _predicts_full(self, known: StoredBucket, limits: BucketLimits, now: float) -> bool:
+        """Whether our copy says the bucket has refilled to its burst by now (or we have no copy yet)."""
+        if known.state is None:
+            return known.version is None  # never seen here: most tenants' buckets are full
+        effective = limits.scaled(known.multiplier)
+        return refill(known.state, effective, now).tokens >= effective.burst - _FULL_EPSILON
+
+    def _take_from_full(
+        self, tenant: str, known: StoredBucket, limits: BucketLimits, now: float
+    ) -> tuple[LeaseDecision, dict[str, Any]]:
+        """A whole lease from a full bucket, conditional on ``full_at`` and the multiplier, not the version.
+
+        Whatever other containers wrote since our copy, the bucket is full now if the stored
+        ``full_at`` has passed (at the stored multiplier, the one we compute with), so the lease is
+        exactly what a versioned write would have taken; a bucket nobody leased from yet (no
+        ``version``) is full too. Raises ConditionalCheckFailedException (with the current item) if
+        the bucket is not full, the multiplier differs, or the item predates ``full_at``.
+        """
+        effective = limits.scaled(known.multiplier)
+        decision = take_lease(
+            BucketState.full(effective, now),
+            effective,
+            now,
+            lease_size(effective, self.lease_seconds, self.max_fraction),
+        )
+        values: dict[str, Any] = {
+            ":tokens": {"N": f"{decision.state.tokens:.6f}"},
+            ":updated": {"N": f"{decision.state.updated_at:.6f}"},
+            ":full": {"N": f"{_full_at(decision.state, effective):.6f}"},
+            ":now": {"N": f"{now:.6f}"},
+            ":one": {"N": "1"},
+        }
+        if known.multiplier == 1.0:
+            multiplier = "(attribute_not_exists(multiplier) OR multiplier = :m)"
+        else:
+            multiplier = "multiplier = :m"
+        values[":m"] = {"N": str(Decimal(str(known.multiplier)))}
+        response = self._client.update_item(
+            TableName=self.table_name,
+            Key=bucket_key(tenant, self.purpose),
+            UpdateExpression="SET tokens = :tokens, updated_at = :updated, full_at = :full ADD version :one",
+            # No version yet: nobody has leased from this bucket, so it is full (the multiplier still counts).
+            ConditionExpression=f"(attribute_not_exists(version) OR full_at <= :now) AND {multiplier}",
+            ExpressionAttributeValues=values,
+            ReturnValues="ALL_NEW",
+            ReturnValuesOnConditionCheckFailure="ALL_OLD",
+        )
+        return decision, dict(response.get("Attributes", {}))
 
     def _decide(self, known: StoredBucket, limits: BucketLimits, now: float) -> LeaseDecision:
         effective = limits.scaled(known.multiplier)
@@ -137,10 +225,14 @@ class LeasedTokenBucket:
         wanted = lease_size(effective, self.lease_seconds, self.max_fraction)
         return take_lease(state, effective, now, wanted)
 
-    def _write(self, tenant: str, known: StoredBucket, decision: LeaseDecision, now: float) -> dict[str, Any]:
+    def _write(
+        self, tenant: str, known: StoredBucket, decision: LeaseDecision, limits: BucketLimits, now: float
+    ) -> dict[str, Any]:
+        full_at = _full_at(decision.state, limits.scaled(known.multiplier))
         values: dict[str, Any] = {
             ":tokens": {"N": f"{decision.state.tokens:.6f}"},
             ":updated": {"N": f"{decision.state.updated_at:.6f}"},
+            ":full": {"N": f"{full_at:.6f}"},
             ":next": {"N": str((known.version or 0) + 1)},
         }
         if known.version is None:
@@ -151,7 +243,7 @@ class LeasedTokenBucket:
         response = self._client.update_item(
             TableName=self.table_name,
             Key=bucket_key(tenant, self.purpose),
-            UpdateExpression="SET tokens = :tokens, updated_at = :updated, version = :next",
+            UpdateExpression="SET tokens = :tokens, updated_at = :updated, full_at = :full, version = :next",
             ConditionExpression=condition,
             ExpressionAttributeValues=values,
             ReturnValues="ALL_NEW",
@@ -175,3 +267,8 @@ class LeasedTokenBucket:
             extra={"tenant": tenant, "purpose": self.purpose, "granted": decision.granted, "error": str(exc)},
         )
         return decision
+
+
+def _full_at(state: BucketState, limits: BucketLimits) -> float:
+    """When a bucket left in ``state`` is full again at ``limits`` (epoch seconds)."""
+    return state.updated_at + max(0.0, limits.burst - state.tokens) / limits.rate
