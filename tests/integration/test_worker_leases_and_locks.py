@@ -106,8 +106,86 @@ def test_a_lock_whose_record_exists_is_dropped_and_the_rest_written_again(world:
     grants = gate.acquire_many({"acme": LIMITS}, FAR, [done, fresh])
 
     assert grants == {"acme": Grant.FLOOR}
-    assert client.calls == ["batch_get_item", "transact_write_items", "transact_write_items"]
+    # one tenant, no item yet: the floor lease without a read is refused (nothing to count), then
+    # the read, the transaction with both locks (refused by the done one), and again without it
+    assert client.calls == [
+        "transact_write_items",
+        "batch_get_item",
+        "transact_write_items",
+        "transact_write_items",
+    ]
     assert sorted(_statuses(world)) == ["COMPLETED", "INPROGRESS"]
+    assert world.item("tenant#acme", "concurrency")["leases"].keys() == {"me"}
+
+
+def _released(world: WorkerWorld, tenant: str, leases: dict[str, Any] | None = None) -> None:
+    """The tenant's item as a release leaves it: an empty map of leases (or the ones given)."""
+    world.put(
+        {
+            "pk": {"S": f"tenant#{tenant}"},
+            "sk": {"S": "concurrency"},
+            "leases": {"M": leases or {}},
+            "version": {"N": "4"},
+        }
+    )
+
+
+def test_a_one_tenant_batch_takes_its_floor_lease_and_locks_in_one_write(world: WorkerWorld) -> None:
+    client = CountingClient(boto3.client("dynamodb", region_name=REGION))
+    gate, idempotent = _gate(client)
+    _released(world, "acme")
+    envelopes = [make_envelope("acme"), make_envelope("acme")]
+
+    grants = gate.acquire_many({"acme": LIMITS}, FAR, envelopes)
+
+    assert grants == {"acme": Grant.FLOOR}
+    assert client.calls == ["transact_write_items"]  # no read
+    item = world.item("tenant#acme", "concurrency")
+    assert item["leases"] == {"me": {"exp": FAR, "burst": False}}
+    assert item["version"] == 5  # a read-then-write of another container made meanwhile fails
+    assert _statuses(world) == ["INPROGRESS", "INPROGRESS"]
+    idempotent.lock(envelopes)  # already held
+    assert client.calls == ["transact_write_items"]
+
+
+def test_a_lock_whose_record_exists_is_dropped_from_the_write_without_read(world: WorkerWorld) -> None:
+    client = CountingClient(boto3.client("dynamodb", region_name=REGION))
+    gate, idempotent = _gate(client)
+    _released(world, "acme")
+    done, fresh = make_envelope("acme"), make_envelope("acme")
+    idempotent.lock([done])
+    idempotent(done, WorkContext())
+    idempotent.flush()
+    client.calls.clear()
+
+    assert gate.acquire_many({"acme": LIMITS}, FAR, [done, fresh]) == {"acme": Grant.FLOOR}
+
+    assert client.calls == ["transact_write_items", "transact_write_items"]
+    assert sorted(_statuses(world)) == ["COMPLETED", "INPROGRESS"]
+
+
+def test_a_tenant_at_its_floor_is_read_and_read_first_for_a_while(world: WorkerWorld) -> None:
+    client = CountingClient(boto3.client("dynamodb", region_name=REGION))
+    gate, _ = _gate(client)
+    _hold(world, "busy")  # another container's live lease: the floor (and the ceiling) of 1 is taken
+
+    assert gate.acquire_many({"busy": LIMITS}, FAR, [make_envelope("busy")]) == {"busy": Grant.REFUSED}
+    assert client.calls == ["transact_write_items", "batch_get_item"]  # refused, read: nothing to write
+
+    client.calls.clear()
+    assert gate.acquire_many({"busy": LIMITS}, FAR, [make_envelope("busy")]) == {"busy": Grant.REFUSED}
+    assert client.calls == ["batch_get_item"]  # crowded: read first
+    assert world.item("tenant#busy", "concurrency")["leases"].keys() == {"other"}
+
+
+def test_an_expired_lease_counts_until_the_read_path_drops_it(world: WorkerWorld) -> None:
+    client = CountingClient(boto3.client("dynamodb", region_name=REGION))
+    gate, _ = _gate(client)
+    _released(world, "acme", {"crashed": {"M": {"exp": {"N": "1"}, "burst": {"BOOL": False}}}})
+
+    assert gate.acquire_many({"acme": LIMITS}, FAR, [make_envelope("acme")]) == {"acme": Grant.FLOOR}
+
+    assert client.calls == ["transact_write_items", "batch_get_item", "transact_write_items"]
     assert world.item("tenant#acme", "concurrency")["leases"].keys() == {"me"}
 
 

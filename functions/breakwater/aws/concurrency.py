@@ -7,7 +7,10 @@ move. A floor lease is one conditional PutItem; a burst lease also takes a place
 batch acquires all its tenants at once (:meth:`ConcurrencyLeases.acquire_many`: one BatchGetItem,
 one TransactWriteItems) and gives them back in one write with its counters (``release_updates``),
 so the cost per batch is three calls whatever the number of tenants; a lost race falls back to one
-tenant at a time.
+tenant at a time. A batch of one tenant first tries a *floor* lease without reading
+(:meth:`ConcurrencyLeases._floor_without_read`): one conditional write, on condition that the
+tenant's item holds fewer leases than its floor, expired ones included; a tenant found at its floor
+is read first for a few seconds.
 """
 
 from __future__ import annotations
@@ -28,6 +31,7 @@ CONCURRENCY_SK = "concurrency"
 POOL_PK = "pool#concurrency"
 POOL_SK = "burst"
 MAX_TENANTS_PER_WRITE = 99  # TransactWriteItems takes 100 items: the tenants and the pool
+CROWDED_MS = 5_000  # after a tenant's floor was found taken, its batches read before writing this long
 _OK = (None, "None")  # the cancellation reason of an item that did not fail
 _CONFLICTS = {
     "ConditionalCheckFailedException",
@@ -75,6 +79,7 @@ class ConcurrencyLeases:
         self.burst_capacity = burst_capacity
         self._clock_ms = clock_ms
         self._attempts = attempts
+        self._crowded: dict[str, int] = {}  # tenant -> until (ms): its floor was taken, read first
 
     def _get(self, pk: str, sk: str) -> dict[str, Any]:
         response = self._client.get_item(
@@ -129,6 +134,11 @@ class ConcurrencyLeases:
         """
         if not requests or len(requests) > MAX_TENANTS_PER_WRITE or (len(requests) == 1 and riders is None):
             return self._one_by_one(requests, expires_at_ms), []
+        if len(requests) == 1 and riders is not None:
+            tenant, limits = next(iter(requests.items()))
+            unread = self._floor_without_read(tenant, limits, expires_at_ms, riders)
+            if unread is not None:
+                return unread
         now = self._clock_ms()
         keys = [(tenant_pk(tenant), CONCURRENCY_SK) for tenant in requests]
         if self.burst_capacity is not None:
@@ -177,6 +187,75 @@ class ConcurrencyLeases:
                     continue  # only riders failed their conditions: again without them
                 break
         return self._one_by_one(requests, expires_at_ms), []
+
+    def _floor_without_read(
+        self,
+        tenant: str,
+        limits: ConcurrencyLimits,
+        expires_at_ms: int,
+        riders: Callable[[Mapping[str, Grant]], Mapping[str, Any]],
+    ) -> tuple[dict[str, Grant], list[str]] | None:
+        """A floor lease of ``tenant`` with its riders in one write, without reading the item first.
+
+        The condition ``size(leases) < floor`` counts every lease in the item, expired ones and an
+        old one of this holder included, so it only ever grants what :func:`grant_for` would grant
+        as FLOOR (the read path cleans expired leases up); ``version`` moves, so a read-then-write
+        of another container made meanwhile fails its condition, as with any write. None: not
+        granted this way (the floor is taken, the item is new, a conflict), the caller reads.
+        """
+        now = self._clock_ms()
+        if self._crowded.get(tenant, 0) > now:
+            return None
+        grants = {tenant: Grant.FLOOR}
+        extra = dict(riders(grants))
+        if len(extra) > MAX_TENANTS_PER_WRITE:
+            return None
+        update: dict[str, Any] = {
+            "TableName": self._table,
+            "Key": {"pk": {"S": tenant_pk(tenant)}, "sk": {"S": CONCURRENCY_SK}},
+            "UpdateExpression": "SET leases.#h = :lease, #ttl = :ttl ADD version :one",
+            "ConditionExpression": "size(leases) < :floor",
+            "ExpressionAttributeNames": {"#h": self.holder, "#ttl": "ttl"},
+            "ExpressionAttributeValues": {
+                ":lease": {"M": {"exp": {"N": str(expires_at_ms)}, "burst": {"BOOL": False}}},
+                ":ttl": {"N": str(expires_at_ms // 1000 + 86_400)},
+                ":floor": {"N": str(limits.floor)},
+                ":one": {"N": "1"},
+            },
+        }
+        for _ in range(self._attempts):
+            try:
+                if extra:
+                    items: list[Any] = [{"Update": update}, *extra.values()]
+                    self._client.transact_write_items(TransactItems=items)
+                else:
+                    self._client.update_item(**update)
+                return grants, list(extra)
+            except ClientError as exc:
+                error = exc.response.get("Error", {}).get("Code")
+                if error not in _CONFLICTS:
+                    raise
+                reasons = exc.response.get("CancellationReasons") or []
+                lease_failed = (
+                    error == "ConditionalCheckFailedException"
+                    if not extra
+                    else not reasons or reasons[0].get("Code") not in _OK
+                )
+                if lease_failed:
+                    if error == "ConditionalCheckFailedException" or (
+                        reasons and reasons[0].get("Code") == "ConditionalCheckFailed"
+                    ):
+                        self._crowded[tenant] = now + CROWDED_MS
+                    return None
+                rider_keys = list(extra)
+                failed = [index for index, reason in enumerate(reasons) if reason.get("Code") not in _OK]
+                if len(reasons) != 1 + len(extra) or any(
+                    reasons[index].get("Code") != "ConditionalCheckFailed" for index in failed
+                ):
+                    return None
+                for index in failed:  # locks whose record exists: again without them
+                    del extra[rider_keys[index - 1]]
+        return None
 
     def _one_by_one(self, requests: Mapping[str, ConcurrencyLimits], expires_at_ms: int) -> dict[str, Grant]:
         """Each tenant acquired on its own (:meth:`acquire`), without riders."""
