@@ -44,6 +44,8 @@ WARMUP_SIZE = 1_000_000
 def _session(app: str) -> Any:
     from pyspark.sql import SparkSession
 
+    from glue_jobs.replay_backlog import configure
+
     spark = (
         SparkSession.builder.master("local[2]")
         .appName(app)
@@ -51,12 +53,11 @@ def _session(app: str) -> Any:
         .config("spark.ui.showConsoleProgress", "false")
         .config("spark.driver.memory", DRIVER_MEMORY)
         .config("spark.sql.shuffle.partitions", "4")
-        # gzip files cannot be split: smaller packs give both cores work to the end.
-        .config("spark.sql.files.maxPartitionBytes", str(16 * 1024 * 1024))
         .config("spark.sql.session.timeZone", "UTC")
         .getOrCreate()
     )
     spark.sparkContext.setLogLevel("ERROR")
+    configure(spark)  # the job's own read settings (glue_jobs.replay_backlog.READ_CONF)
     return spark
 
 

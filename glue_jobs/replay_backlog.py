@@ -132,6 +132,24 @@ def default_partitions(spark: SparkSession) -> int:
     return 2 * spark.sparkContext.defaultParallelism
 
 
+# SQL settings the job sets on its session before reading (and the bench measures with them). The
+# archive is many small gzip objects (~0.1-20 MB, one per tenant and hour and archiver run), which
+# Spark cannot split: a read task packs whole objects up to ``maxPartitionBytes``, counting each one
+# as at least ``openCostInBytes``. At the default 4 MiB a task got ~4 small objects (151 tasks for 1M
+# lines): their fixed cost was a quarter of the run's CPU. 128 KiB packs them by their real size;
+# 16 MiB keeps enough tasks for every core to the end of the scan (docs/performance.md, "Replay").
+READ_CONF = {
+    "spark.sql.files.maxPartitionBytes": str(16 << 20),
+    "spark.sql.files.openCostInBytes": str(128 << 10),
+}
+
+
+def configure(spark: SparkSession) -> None:
+    """Apply :data:`READ_CONF` to the session (runtime SQL settings: Glue, spark-submit and local alike)."""
+    for name, value in READ_CONF.items():
+        spark.conf.set(name, value)
+
+
 def load(spark: SparkSession, args: ReplayArgs) -> DataFrame:
     return read_archive(
         spark,
@@ -242,6 +260,7 @@ def write_report(report: ReplayReport, args: ReplayArgs) -> str:
 
 def main(spark: SparkSession, args: ReplayArgs, *, now_ms: int | None = None) -> ReplayReport:
     now = int(time.time() * 1000) if now_ms is None else now_ms
+    configure(spark)
     partitions = args.partitions or default_partitions(spark)
     classified, ordered = transform(load(spark, args), args, now, partitions)
     report = save(spark, classified, ordered, args)

@@ -16,7 +16,7 @@ import boto3
 import pytest
 from moto.server import ThreadedMotoServer
 
-from glue_jobs.replay_backlog import ReplayArgs, main
+from glue_jobs.replay_backlog import READ_CONF, ReplayArgs, main
 from glue_jobs.replay_load import read_archive
 from tests.spark.helpers import NOW, T0, archive_envelopes, envelope, write_archive
 
@@ -137,6 +137,16 @@ def test_dry_run_sends_nothing_and_reports(spark, tmp_path, moto_endpoint) -> No
     report = main(spark, args, now_ms=NOW)
     assert (report.read, report.replayed, report.deduplicated) == (5, 0, 0)
     assert _drain(sqs, urls) == []
+
+
+def test_main_reads_with_the_jobs_read_settings(spark, tmp_path, moto_endpoint) -> None:
+    """Small gzip objects are packed by their size, not by Spark's 4 MiB open cost (the bench's settings)."""
+    for name in READ_CONF:
+        spark.conf.unset(name)
+    archive_envelopes(tmp_path / "archive", [envelope(f"t{n}", T0 + n) for n in range(3)])
+    args = ReplayArgs(archive_path=str(tmp_path / "archive"), output_path=str(tmp_path / "out"), dry_run=True)
+    main(spark, args, now_ms=NOW)
+    assert {name: spark.conf.get(name) for name in READ_CONF} == READ_CONF
 
 
 def test_arguments_from_glue_options() -> None:
