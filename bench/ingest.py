@@ -112,6 +112,8 @@ def set_environment(config: dict[str, Any], tenants_table: str, state_table: str
 def create_resources(queue_count: int) -> tuple[str, str, list[str]]:
     import boto3
 
+    from bench.tables import create_pk_sk_table
+
     dynamodb = boto3.client("dynamodb")
     dynamodb.create_table(
         TableName="tenants",
@@ -119,15 +121,7 @@ def create_resources(queue_count: int) -> tuple[str, str, list[str]]:
         KeySchema=[{"AttributeName": "tenant_id", "KeyType": "HASH"}],
         BillingMode="PAY_PER_REQUEST",
     )
-    dynamodb.create_table(
-        TableName="state",
-        AttributeDefinitions=[
-            {"AttributeName": "pk", "AttributeType": "S"},
-            {"AttributeName": "sk", "AttributeType": "S"},
-        ],
-        KeySchema=[{"AttributeName": "pk", "KeyType": "HASH"}, {"AttributeName": "sk", "KeyType": "RANGE"}],
-        BillingMode="PAY_PER_REQUEST",
-    )
+    create_pk_sk_table(dynamodb, "state")
     sqs = boto3.client("sqs")
     urls = [sqs.create_queue(QueueName=f"live-{index}")["QueueUrl"] for index in range(queue_count)]
     return "tenants", "state", urls

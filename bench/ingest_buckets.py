@@ -20,7 +20,7 @@ import sys
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
-sys.path.insert(0, str(ROOT / "functions"))
+sys.path[:0] = [str(ROOT / "functions"), str(ROOT)]
 for name, value in (
     ("AWS_DEFAULT_REGION", "us-east-1"),
     ("AWS_ACCESS_KEY_ID", "x"),
@@ -31,6 +31,7 @@ for name, value in (
 import boto3  # noqa: E402
 from moto import mock_aws  # noqa: E402
 
+from bench.tables import create_pk_sk_table  # noqa: E402
 from breakwater.aws.buckets import LeasedTokenBucket  # noqa: E402
 from breakwater.fairness import BucketLimits  # noqa: E402
 
@@ -47,18 +48,7 @@ def run(purpose: str, rate: float, burst: float, per_second: float, containers: 
     rng = random.Random(1)
     with mock_aws():
         client = boto3.client("dynamodb")
-        client.create_table(
-            TableName="state",
-            KeySchema=[
-                {"AttributeName": "pk", "KeyType": "HASH"},
-                {"AttributeName": "sk", "KeyType": "RANGE"},
-            ],
-            AttributeDefinitions=[
-                {"AttributeName": "pk", "AttributeType": "S"},
-                {"AttributeName": "sk", "AttributeType": "S"},
-            ],
-            BillingMode="PAY_PER_REQUEST",
-        )
+        create_pk_sk_table(client, "state")
         counts = {"writes": 0, "lost": 0}
 
         def before(**_: object) -> None:

@@ -31,6 +31,7 @@ for name in ("AWS_ACCESS_KEY_ID", "AWS_SECRET_ACCESS_KEY"):
 import boto3  # noqa: E402
 from moto import mock_aws  # noqa: E402
 
+from bench.tables import create_pk_sk_table  # noqa: E402
 from breakwater.aws.aggregates import DynamoAggregateStore  # noqa: E402
 from breakwater.envelope import new_envelope_id  # noqa: E402
 from breakwater.events import StreamEvent  # noqa: E402
@@ -80,18 +81,7 @@ def main() -> None:
 
     with mock_aws():
         client = boto3.client("dynamodb")
-        client.create_table(
-            TableName=TABLE,
-            AttributeDefinitions=[
-                {"AttributeName": "pk", "AttributeType": "S"},
-                {"AttributeName": "sk", "AttributeType": "S"},
-            ],
-            KeySchema=[
-                {"AttributeName": "pk", "KeyType": "HASH"},
-                {"AttributeName": "sk", "KeyType": "RANGE"},
-            ],
-            BillingMode="PAY_PER_REQUEST",
-        )
+        create_pk_sk_table(client, TABLE)
         writes = {"n": 0}
 
         def count(**_: Any) -> None:
