@@ -53,6 +53,16 @@ def refill(state: BucketState, limits: BucketLimits, now: float) -> BucketState:
     return BucketState(tokens=tokens, updated_at=max(now, state.updated_at))
 
 
+def is_full(state: BucketState, limits: BucketLimits, now: float) -> bool:
+    """Whether a bucket left in ``state`` has refilled to its burst by ``now``."""
+    return refill(state, limits, now).tokens >= limits.burst - _EPSILON
+
+
+def full_at(state: BucketState, limits: BucketLimits) -> float:
+    """When a bucket left in ``state`` is full again at ``limits`` (epoch seconds)."""
+    return state.updated_at + max(0.0, limits.burst - state.tokens) / limits.rate
+
+
 def lease_size(limits: BucketLimits, lease_seconds: float, max_fraction: float) -> int:
     """Tokens a container asks for at once: ``lease_seconds`` of rate, at most ``max_fraction`` of the burst.
 

@@ -11,6 +11,8 @@ from breakwater.fairness import (
     BucketState,
     LocalLease,
     contention_backoff,
+    full_at,
+    is_full,
     lease_size,
     refill,
     retry_after_header,
@@ -128,3 +130,11 @@ def test_a_grant_ends_the_contention():
 @pytest.mark.parametrize(("seconds", "header"), [(0.001, "1"), (1.0, "1"), (1.2, "2"), (30, "30")])
 def test_retry_after_header_is_whole_seconds_never_zero(seconds, header):
     assert retry_after_header(seconds) == header
+
+
+def test_full_at_is_when_the_refill_reaches_the_burst():
+    state = BucketState(tokens=5, updated_at=100.0)  # 15 tokens short at 10/s
+    assert full_at(state, LIMITS) == pytest.approx(101.5)
+    assert not is_full(state, LIMITS, 101.4)
+    assert is_full(state, LIMITS, full_at(state, LIMITS))
+    assert full_at(BucketState.full(LIMITS, 100.0), LIMITS) == 100.0

@@ -29,8 +29,9 @@ from breakwater.fairness import (
     LeaseDecision,
     LocalLease,
     contention_backoff,
+    full_at,
+    is_full,
     lease_size,
-    refill,
     take_lease,
 )
 from breakwater.observability import logger
@@ -40,7 +41,6 @@ if TYPE_CHECKING:
 
 MIN_MULTIPLIER = 0.001
 """A multiplier the controller wrote as 0 or less would mean "never admit"; clamp it to a trickle."""
-_FULL_EPSILON = 1e-4  # tokens, as in breakwater.fairness
 
 
 @dataclass(frozen=True)
@@ -172,8 +172,7 @@ class LeasedTokenBucket:
         """Whether our copy says the bucket has refilled to its burst by now (or we have no copy yet)."""
         if known.state is None:
             return known.version is None  # never seen here: most tenants' buckets are full
-        effective = limits.scaled(known.multiplier)
-        return refill(known.state, effective, now).tokens >= effective.burst - _FULL_EPSILON
+        return is_full(known.state, limits.scaled(known.multiplier), now)
 
     def _take_from_full(
         self, tenant: str, known: StoredBucket, limits: BucketLimits, now: float
@@ -193,13 +192,7 @@ class LeasedTokenBucket:
             now,
             lease_size(effective, self.lease_seconds, self.max_fraction),
         )
-        values: dict[str, Any] = {
-            ":tokens": {"N": f"{decision.state.tokens:.6f}"},
-            ":updated": {"N": f"{decision.state.updated_at:.6f}"},
-            ":full": {"N": f"{_full_at(decision.state, effective):.6f}"},
-            ":now": {"N": f"{now:.6f}"},
-            ":one": {"N": "1"},
-        }
+        values = {**_state_values(decision.state, effective), ":now": {"N": f"{now:.6f}"}, ":one": {"N": "1"}}
         if known.multiplier == 1.0:
             multiplier = "(attribute_not_exists(multiplier) OR multiplier = :m)"
         else:
@@ -228,11 +221,8 @@ class LeasedTokenBucket:
     def _write(
         self, tenant: str, known: StoredBucket, decision: LeaseDecision, limits: BucketLimits, now: float
     ) -> dict[str, Any]:
-        full_at = _full_at(decision.state, limits.scaled(known.multiplier))
-        values: dict[str, Any] = {
-            ":tokens": {"N": f"{decision.state.tokens:.6f}"},
-            ":updated": {"N": f"{decision.state.updated_at:.6f}"},
-            ":full": {"N": f"{full_at:.6f}"},
+        values = {
+            **_state_values(decision.state, limits.scaled(known.multiplier)),
             ":next": {"N": str((known.version or 0) + 1)},
         }
         if known.version is None:
@@ -269,6 +259,10 @@ class LeasedTokenBucket:
         return decision
 
 
-def _full_at(state: BucketState, limits: BucketLimits) -> float:
-    """When a bucket left in ``state`` is full again at ``limits`` (epoch seconds)."""
-    return state.updated_at + max(0.0, limits.burst - state.tokens) / limits.rate
+def _state_values(state: BucketState, limits: BucketLimits) -> dict[str, Any]:
+    """What every lease writes: ``:tokens``, ``:updated``, ``:full`` (when it is full again at ``limits``)."""
+    return {
+        ":tokens": {"N": f"{state.tokens:.6f}"},
+        ":updated": {"N": f"{state.updated_at:.6f}"},
+        ":full": {"N": f"{full_at(state, limits):.6f}"},
+    }
