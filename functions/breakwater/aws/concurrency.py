@@ -16,7 +16,7 @@ is read first for a few seconds.
 from __future__ import annotations
 
 import time
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Mapping, Sequence
 from typing import TYPE_CHECKING, Any
 
 from botocore.exceptions import ClientError
@@ -58,6 +58,22 @@ def _condition(version: int | None) -> dict[str, Any]:
     if version is None:
         return {"ConditionExpression": "attribute_not_exists(pk)"}
     return {"ConditionExpression": "version = :v", "ExpressionAttributeValues": {":v": {"N": str(version)}}}
+
+
+def _failed_riders(
+    reasons: Sequence[Mapping[str, object]], leases: int, rider_keys: list[str]
+) -> list[str] | None:
+    """The riders to drop after a cancelled transaction of ``leases`` leases, then the riders.
+
+    The keys of the riders that failed their conditions (possibly none), when those are the only
+    failures; None when a lease failed, a rider failed otherwise, or the reasons do not match the items.
+    """
+    failed = [index for index, reason in enumerate(reasons) if reason.get("Code") not in _OK]
+    if len(reasons) != leases + len(rider_keys) or (failed and min(failed) < leases):
+        return None
+    if any(reasons[index].get("Code") != "ConditionalCheckFailed" for index in failed):
+        return None
+    return [rider_keys[index - leases] for index in failed]
 
 
 class ConcurrencyLeases:
@@ -175,17 +191,11 @@ class ConcurrencyLeases:
                 if exc.response.get("Error", {}).get("Code") not in _CONFLICTS:
                     raise
                 reasons = exc.response.get("CancellationReasons") or []
-                failed = [index for index, reason in enumerate(reasons) if reason.get("Code") not in _OK]
-                rider_keys = list(extra)
-                if len(reasons) != len(items) + len(extra) or not failed or min(failed) < len(items):
+                dropped = _failed_riders(reasons, len(items), list(extra))
+                if not dropped:
                     break  # a lease lost a race (or no reasons): each tenant on its own, without riders
-                for index in failed:
-                    if reasons[index].get("Code") != "ConditionalCheckFailed":
-                        break
-                    del extra[rider_keys[index - len(items)]]
-                else:
-                    continue  # only riders failed their conditions: again without them
-                break
+                for key in dropped:  # only riders failed their conditions: again without them
+                    del extra[key]
         return self._one_by_one(requests, expires_at_ms), []
 
     def _floor_without_read(
@@ -247,14 +257,11 @@ class ConcurrencyLeases:
                     ):
                         self._crowded[tenant] = now + CROWDED_MS
                     return None
-                rider_keys = list(extra)
-                failed = [index for index, reason in enumerate(reasons) if reason.get("Code") not in _OK]
-                if len(reasons) != 1 + len(extra) or any(
-                    reasons[index].get("Code") != "ConditionalCheckFailed" for index in failed
-                ):
+                dropped = _failed_riders(reasons, 1, list(extra))
+                if dropped is None:
                     return None
-                for index in failed:  # locks whose record exists: again without them
-                    del extra[rider_keys[index - 1]]
+                for key in dropped:  # locks whose record exists: again without them
+                    del extra[key]
         return None
 
     def _one_by_one(self, requests: Mapping[str, ConcurrencyLimits], expires_at_ms: int) -> dict[str, Grant]:
