@@ -87,6 +87,12 @@ def start_server() -> ThreadedMotoServer:
     return server
 
 
+def freeze_heap() -> None:
+    """Collect once, then keep later full collections off every object this process holds now."""
+    gc.collect()
+    gc.freeze()
+
+
 def freeze_startup_objects() -> None:
     """Keep the garbage collector's full collections off everything imported at start.
 
@@ -100,8 +106,7 @@ def freeze_startup_objects() -> None:
     """
     import moto.cloudformation.parsing  # noqa: F401 - imported by the first CreateStack otherwise
 
-    gc.collect()
-    gc.freeze()
+    freeze_heap()
 
 
 def main() -> None:
@@ -125,8 +130,7 @@ def _watch_parent() -> None:
     what the process holds now, the stack's resources included (:func:`freeze_startup_objects`)."""
     for line in sys.stdin:
         if line.strip() == FREEZE_COMMAND:
-            gc.collect()
-            gc.freeze()
+            freeze_heap()
 
 
 if __name__ == "__main__":

@@ -9,7 +9,6 @@ start the functions' containers, the SQS mappings, the API and the schedules.
 
 from __future__ import annotations
 
-import gc
 import json
 import logging
 import shutil
@@ -30,6 +29,7 @@ from local.embedded_aws import EmbeddedAws
 from local.functions import FunctionPool, FunctionSpec, Invocation
 from local.kinesis_mapping import KinesisMapping
 from local.mappings import MappingConfigs, SqsMapping
+from local.moto_process import freeze_heap
 from local.replay import LocalRun, ReplayRequest, discover_target, run_local
 
 log = logging.getLogger("breakwater.local")
@@ -194,8 +194,7 @@ class LocalRuntime:
         # stalls them all at once (as in the moto process, local/moto_process.py). Collect it once
         # now and keep later collections off it; the moto process does the same with the stack.
         self.aws.freeze_heap()
-        gc.collect()
-        gc.freeze()
+        freeze_heap()
         return self
 
     def start_mappings(self) -> None:
