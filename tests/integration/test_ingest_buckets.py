@@ -225,3 +225,53 @@ def test_a_refusal_after_a_lost_race_backs_off_until_a_grant(state_table, clock,
     ok, retry_after = second.try_acquire("acme", LIMITS)
 
     assert not ok and retry_after == pytest.approx(2 * 0.5)  # doubled once again, not four times
+
+
+def test_a_stale_copy_of_a_bucket_that_is_not_full_leases_with_one_write(state_table, clock, counted_client):
+    client, counter = counted_client
+    first, second = bucket(state_table, clock, client), bucket(state_table, clock, client)
+    assert admitted(first, "acme", 5) == 5  # a new bucket: 15 left, first's copy says so
+    assert admitted(second, "acme", 5) == 5  # 10 left; first does not know
+    counter.calls.clear()
+
+    # first's copy is one write old and says 15; 10 are left, enough for a lease of 5: no lost race
+    assert first.try_acquire("acme", LIMITS)[0]
+
+    assert admitted(first, "acme", 4) == 4  # the rest of the lease is spent locally
+    assert counter.calls == ["UpdateItem"]
+    item = _item(client, state_table)
+    assert item["version"]["N"] == "3"
+    assert float(item["full_at"]["N"]) == pytest.approx(clock.now + 1.5)  # 15 tokens short at 10/s
+
+
+def test_the_relative_write_is_refused_when_the_tokens_are_gone(state_table, clock, counted_client):
+    client, counter = counted_client
+    first, second = bucket(state_table, clock, client), bucket(state_table, clock, client)
+    assert admitted(first, "acme", 5) == 5  # 15 left
+    assert admitted(second, "acme", 15) == 15  # second takes them all
+    before = _item(client, state_table)
+    counter.calls.clear()
+
+    ok, _ = first.try_acquire("acme", LIMITS)  # its copy says 15; the table says none
+
+    assert not ok
+    assert counter.calls == ["UpdateItem"]  # the condition failed; the returned item settles it
+    assert _item(client, state_table) == before  # nothing taken
+
+
+def test_relative_writes_from_many_containers_never_exceed_the_limits(state_table, clock, counted_client):
+    import random
+
+    client, _ = counted_client
+    rng = random.Random(7)
+    containers = [bucket(state_table, clock, client, purpose="consumer") for _ in range(6)]
+    limits = BucketLimits(rate=5, burst=5)
+    start, total, requests = clock.now, 0, 0
+    while clock.now - start < 30:
+        clock.advance(rng.expovariate(12))  # 12 requests/s against a rate of 5: always contended
+        requests += 1
+        total += containers[rng.randrange(len(containers))].try_acquire("acme", limits)[0]
+
+    elapsed = clock.now - start
+    assert total <= limits.burst + limits.rate * elapsed + 1e-9
+    assert total >= 0.8 * limits.rate * elapsed  # the containers share the bucket, they do not starve it

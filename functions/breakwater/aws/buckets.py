@@ -9,7 +9,11 @@ Every write also stores ``full_at``, when the bucket is full again at the limits
 A container whose copy says the bucket must be full by now (a tenant under its limits, the common
 case) takes its lease with a write conditional on ``full_at`` and the multiplier instead of the
 version: a copy that other containers made stale since (they wrote the item) then costs no lost
-race, which with one tenant's traffic spread over many containers was every second write.
+race, which with one tenant's traffic spread over many containers was every second write. A bucket
+that is not full is leased the same way: relative to what is stored (``full_at`` and ``tokens``
+move by the lease), on condition that the tokens are still there, not that nobody wrote
+(:meth:`LeasedTokenBucket._take_from_partial`; a generic cell rate algorithm). The versioned write
+remains for items written before ``full_at`` was kept and for the fail-open path.
 """
 
 from __future__ import annotations
@@ -50,6 +54,7 @@ class StoredBucket:
     state: BucketState | None
     version: int | None
     multiplier: float = 1.0
+    full_at: float | None = None  # as stored (None: an item written before ``full_at`` was kept)
 
 
 def bucket_key(tenant: str, purpose: str) -> dict[str, dict[str, str]]:
@@ -68,7 +73,10 @@ def parse_bucket_item(item: Mapping[str, Any] | None) -> StoredBucket:
         # e.g. the controller set a multiplier before anyone leased: treat as full, create the version.
         return StoredBucket(state=None, version=None, multiplier=multiplier)
     state = BucketState(tokens=float(item["tokens"]["N"]), updated_at=float(item["updated_at"]["N"]))
-    return StoredBucket(state=state, version=int(item["version"]["N"]), multiplier=multiplier)
+    stored_full_at = float(item["full_at"]["N"]) if "full_at" in item else None
+    return StoredBucket(
+        state=state, version=int(item["version"]["N"]), multiplier=multiplier, full_at=stored_full_at
+    )
 
 
 class LeasedTokenBucket:
@@ -150,11 +158,15 @@ class LeasedTokenBucket:
                 # Other containers only ever take tokens, so a refusal on our view is a refusal on theirs.
                 return decision, contended
             try:
-                item = self._write(tenant, known, decision, limits, now)
+                if known.full_at is not None and known.full_at >= now:
+                    item = self._take_from_partial(tenant, known, decision.granted, limits, now)
+                else:
+                    item = self._write(tenant, known, decision, limits, now)
             except ClientError as exc:
                 if exc.response.get("Error", {}).get("Code") != "ConditionalCheckFailedException":
                     return self._fail_open(tenant, known, limits, now, exc), contended
-                # Lost the race: the error carries the current item, recompute and try once more.
+                # Lost the race (a versioned write), or fewer tokens were left than our copy said (a
+                # partial one): the error carries the current item, recompute and try once more.
                 contended = True
                 known = parse_bucket_item(exc.response.get("Item"))  # type: ignore[arg-type]
                 self._known[tenant] = known
@@ -209,6 +221,45 @@ class LeasedTokenBucket:
             ReturnValuesOnConditionCheckFailure="ALL_OLD",
         )
         return decision, dict(response.get("Attributes", {}))
+
+    def _take_from_partial(
+        self, tenant: str, known: StoredBucket, tokens: int, limits: BucketLimits, now: float
+    ) -> dict[str, Any]:
+        """``tokens`` from a bucket that is not full, conditional on enough being left, not on the version.
+
+        A bucket's state is the one instant ``full_at`` (a generic cell rate algorithm's theoretical
+        arrival time, plus the burst): at ``now`` it holds ``burst - (full_at - now) * rate`` tokens
+        while ``full_at >= now``. Taking ``n`` of them moves ``full_at`` by ``n / rate`` and ``tokens``
+        (as of ``updated_at``) down by ``n``, both relative to what is stored, so the write holds
+        whatever other containers took since our copy, as long as ``n`` tokens are still there:
+        ``full_at <= now + (burst - n) / rate``. Containers sharing a busy tenant's bucket then no
+        longer lose races to each other; a failed condition means the tokens are really gone (or the
+        bucket refilled, or the multiplier moved) and carries the current item. ``tokens`` as stored
+        may go below zero: it is the level at ``updated_at``, and the refill since then covers it.
+        """
+        effective = limits.scaled(known.multiplier)
+        values = {
+            ":n": {"N": str(tokens)},
+            ":dt": {"N": f"{tokens / effective.rate:.6f}"},
+            ":now": {"N": f"{now:.6f}"},
+            ":limit": {"N": f"{now + (effective.burst - tokens) / effective.rate:.6f}"},
+            ":one": {"N": "1"},
+            ":m": {"N": str(Decimal(str(known.multiplier)))},
+        }
+        if known.multiplier == 1.0:
+            multiplier = "(attribute_not_exists(multiplier) OR multiplier = :m)"
+        else:
+            multiplier = "multiplier = :m"
+        response = self._client.update_item(
+            TableName=self.table_name,
+            Key=bucket_key(tenant, self.purpose),
+            UpdateExpression="SET tokens = tokens - :n, full_at = full_at + :dt ADD version :one",
+            ConditionExpression=f"full_at BETWEEN :now AND :limit AND {multiplier}",
+            ExpressionAttributeValues=values,
+            ReturnValues="ALL_NEW",
+            ReturnValuesOnConditionCheckFailure="ALL_OLD",
+        )
+        return dict(response.get("Attributes", {}))
 
     def _decide(self, known: StoredBucket, limits: BucketLimits, now: float) -> LeaseDecision:
         effective = limits.scaled(known.multiplier)
