@@ -121,7 +121,8 @@ class WorkerPorts:
     tenant_limits: Callable[[str], TierLimits]
     swept_at_ms: Callable[[str], int | None]
     send_moves: Callable[[list[Move]], set[str]]
-    # gives back the batch's leases and adds its per-tenant counters (never fails the batch)
+    # gives back the batch's leases, adds its per-tenant counters and writes the COMPLETED records the
+    # processor buffered (never fails the batch)
     settle: Callable[[Mapping[str, Grant], Mapping[str, Mapping[str, int]]], None]
     record_oldest_age: Callable[[str, int, int], object]
     extend_visibility: Callable[[str, str, int], None]  # queue url, receipt handle, seconds
@@ -249,8 +250,8 @@ class Worker:
             failures = self._process_admitted(batch)
         finally:
             failures |= self._flush_moves(batch)
-            self._flush_processed()
-            self._flush_aggregates(batch)
+            self._flush_aggregates(batch)  # settles the batch, its COMPLETED records included
+            self._flush_processed()  # whatever the settle did not write (a port without it)
             self._batch = None
             logger.remove_keys(list(LOG_KEYS))
         reported = {item["itemIdentifier"] for item in response.get("batchItemFailures", [])}

@@ -11,6 +11,7 @@ from aws_lambda_powertools.utilities.idempotency import (
     IdempotencyConfig,
     idempotent_function,
 )
+from botocore.exceptions import ClientError
 
 from breakwater import processor
 from breakwater.aws.idempotency import KEY_PREFIX
@@ -129,3 +130,57 @@ def test_an_envelope_in_progress_elsewhere_is_failed_without_running(
     by_body = {message["MessageId"]: message["Body"] for message in received}
     assert [by_body[item["itemIdentifier"]] for item in response["batchItemFailures"]] == [busy.to_json()]
     assert calls == [free.id]
+
+
+def test_the_completed_record_rides_in_the_transaction_that_settles_the_batch(
+    world: WorkerWorld, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr(processor, "process", _counting([]))
+    envelope = make_envelope("acme")
+    world.send("live-0", envelope)
+    handler = load(monkeypatch, "worker.handler", world.environment())
+    writes: list[tuple[str, list[str]]] = []
+
+    def record(params: dict[str, Any], **_: Any) -> None:  # the API parameters of each write
+        kinds = [next(iter(item)) for item in params.get("TransactItems", [])]
+        writes.append(("TransactWriteItems", kinds))
+
+    client = handler.worker.ports.rate._client  # the worker's DynamoDB client
+    client.meta.events.register("provide-client-params.dynamodb.TransactWriteItems", record)
+    client.meta.events.register(
+        "provide-client-params.dynamodb.BatchWriteItem", lambda **_: writes.append(("BatchWriteItem", []))
+    )
+
+    response, _ = world.deliver(handler, "live-0")
+
+    assert response == {"batchItemFailures": []}
+    # the lease with the lock, then one write settling the batch: release, counters, COMPLETED record
+    assert writes[-1] == ("TransactWriteItems", ["Update", "Update", "Put"])
+    assert all(kind != "BatchWriteItem" for kind, _ in writes)
+    (stored,) = _records(world)
+    assert stored["status"] == {"S": "COMPLETED"}
+
+
+def test_a_refused_settle_transaction_still_writes_the_completed_record(
+    world: WorkerWorld, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr(processor, "process", _counting([]))
+    envelope = make_envelope("acme")
+    world.send("live-0", envelope)
+    handler = load(monkeypatch, "worker.handler", world.environment())
+    client = handler.worker.ports.rate._client
+    refused: list[int] = []
+
+    def refuse_settle(params: dict[str, Any], **_: Any) -> None:  # a conflicting transaction, say
+        puts = [item["Put"]["Item"] for item in params["TransactItems"] if "Put" in item]
+        if any(put.get("status") == {"S": "COMPLETED"} for put in puts):
+            refused.append(1)
+            raise ClientError({"Error": {"Code": "TransactionConflictException"}}, "TransactWriteItems")
+
+    client.meta.events.register("provide-client-params.dynamodb.TransactWriteItems", refuse_settle)
+
+    response, _ = world.deliver(handler, "live-0")
+
+    assert response == {"batchItemFailures": []} and refused == [1]
+    (stored,) = _records(world)
+    assert stored["status"] == {"S": "COMPLETED"}  # written apart, with BatchWriteItem

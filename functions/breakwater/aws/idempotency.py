@@ -171,6 +171,15 @@ class BatchedPersistenceLayer(DynamoDBPersistenceLayer):
 
     def flush(self) -> None:
         """Write the buffered COMPLETED records (BatchWriteItem, 25 per call, unprocessed ones retried)."""
+        self.write_completed(self.take_completed())
+
+    def take_completed(self) -> list[dict[str, Any]]:
+        """End the batch: its buffered COMPLETED records as ``Put`` entries, for the caller to write.
+
+        The worker writes them in the transaction that settles the batch (its lease releases and
+        counters): one call after the batch instead of two. :meth:`write_completed` writes them
+        on their own if that transaction is refused.
+        """
         records, self._completed, self._locked, self._running = (
             list(self._completed.values()),
             {},
@@ -178,7 +187,11 @@ class BatchedPersistenceLayer(DynamoDBPersistenceLayer):
             set(),
         )
         self._keys = {}
-        requests: list[Any] = [{"PutRequest": {"Item": self._completed_item(record)}} for record in records]
+        return [{"TableName": self.table_name, "Item": self._completed_item(record)} for record in records]
+
+    def write_completed(self, puts: Sequence[dict[str, Any]]) -> None:
+        """COMPLETED records taken by :meth:`take_completed`, with BatchWriteItem (25 per call)."""
+        requests: list[Any] = [{"PutRequest": {"Item": put["Item"]}} for put in puts]
         for attempt in range(8):
             if not requests:
                 return
@@ -279,6 +292,12 @@ class IdempotentProcessor:
 
     def flush(self) -> None:
         self.persistence.flush()
+
+    def take_completed(self) -> list[dict[str, Any]]:
+        return self.persistence.take_completed()
+
+    def write_completed(self, puts: Sequence[dict[str, Any]]) -> None:
+        self.persistence.write_completed(puts)
 
     def __call__(self, envelope: Envelope, work: WorkContext) -> dict[str, Any]:
         if self.persistence.use_lock(envelope):

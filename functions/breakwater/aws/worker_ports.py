@@ -16,7 +16,7 @@ from breakwater.aws.buckets import LeasedTokenBucket
 from breakwater.aws.concurrency import ConcurrencyLeases
 from breakwater.aws.counters import counters_update, plain, tenant_pk, write_updates
 from breakwater.aws.health import ThrottledAgeReports, record_oldest_age
-from breakwater.aws.idempotency import IdempotentProcessor
+from breakwater.aws.idempotency import MAX_TRANSACT_ITEMS, IdempotentProcessor
 from breakwater.aws.moves import send_moves
 from breakwater.aws.tenant_limits import TenantLimitsCache
 from breakwater.aws.tenants import TenantTable
@@ -149,12 +149,29 @@ def build_worker_ports(
     )
 
     def settle(grants: Mapping[str, Grant], counters: Mapping[str, Mapping[str, int]]) -> None:
-        """One write for the batch: the lease releases and the counter ADDs of all its tenants."""
+        """One write for the batch: the lease releases, the counter ADDs and the COMPLETED records.
+
+        All unconditional, so the TransactWriteItems fails only on a conflicting transaction or
+        throttling; then the records go out with BatchWriteItem and the updates one by one
+        (D-worker-13).
+        """
         updates = leases.release_updates(grants) if leases is not None else []
         for tenant, deltas in counters.items():
             update = counters_update(table, tenant, deltas)
             if update is not None:
                 updates.append(update)
+        completed = idempotent.take_completed()
+        if completed and updates and len(completed) + len(updates) <= MAX_TRANSACT_ITEMS:
+            items: list[Any] = [
+                *({"Update": update} for update in updates),
+                *({"Put": put} for put in completed),
+            ]
+            try:
+                ddb.transact_write_items(TransactItems=items)
+                return
+            except Exception as exc:  # written apart below
+                logger.warning("batch settle transaction refused", extra={"error": str(exc)})
+        idempotent.write_completed(completed)
         for error in write_updates(ddb, updates):  # a lease expires on its own; counters feed estimates
             logger.warning("lease release or counter flush failed", extra={"error": str(error)})
 
