@@ -135,12 +135,16 @@ class LocalLease:
     contended_refusals: int = 0  # refusals in a row that followed a lost race (reset by a grant)
 
     def try_spend(self, now: float) -> bool:
-        if self.tokens > 0 and now < self.expires_at:
-            self.tokens -= 1
-            return True
+        return self.spend_up_to(1, now) == 1
+
+    def spend_up_to(self, count: int, now: float) -> int:
+        """Spend up to ``count`` held tokens; how many were spent (none once the lease expired)."""
         if now >= self.expires_at:
             self.tokens = 0
-        return False
+            return 0
+        spent = min(count, self.tokens)
+        self.tokens -= spent
+        return spent
 
     def grant(self, tokens: int, now: float, ttl: float) -> None:
         self.tokens = tokens

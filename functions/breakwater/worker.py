@@ -99,7 +99,7 @@ class OutOfTimeError(RuntimeError):
 class RateGate(Protocol):
     """The consumer-side token bucket (``breakwater.aws.buckets.LeasedTokenBucket``, purpose ``consumer``)."""
 
-    def try_acquire(self, tenant: str, limits: BucketLimits) -> tuple[bool, float]: ...
+    def try_acquire_up_to(self, tenant: str, limits: BucketLimits, count: int) -> tuple[int, float]: ...
 
 
 class LeaseGate(Protocol):
@@ -333,13 +333,18 @@ class Worker:
     def _gate(self, batch: _Batch) -> list[_Admitted]:
         """The consumer rate per message (in record order), then the concurrency of all tenants at once."""
         within: list[_Admitted] = []
+        tokens: dict[str, int] = {}
+        if self.ports.rate is not None:  # each tenant's tokens in one ask: its first messages get them
+            for tenant, count in Counter(each.envelope.tenant for each in batch.admitted).items():
+                limits = consumer_bucket_limits(self.ports.tenant_limits(tenant))
+                tokens[tenant] = self.ports.rate.try_acquire_up_to(tenant, limits, count)[0]
         for each in batch.admitted:
             tenant = each.envelope.tenant
             if self.ports.rate is not None:
-                limits = consumer_bucket_limits(self.ports.tenant_limits(tenant))
-                if not self.ports.rate.try_acquire(tenant, limits)[0]:
+                if tokens[tenant] <= 0:
                     self._redecide(each, replace(each.state, within_consumer_rate=False), batch)
                     continue
+                tokens[tenant] -= 1
             within.append(each)
         if self.ports.leases is None or not within:
             return within

@@ -275,3 +275,19 @@ def test_relative_writes_from_many_containers_never_exceed_the_limits(state_tabl
     elapsed = clock.now - start
     assert total <= limits.burst + limits.rate * elapsed + 1e-9
     assert total >= 0.8 * limits.rate * elapsed  # the containers share the bucket, they do not starve it
+
+
+def test_requests_waiting_together_take_their_tokens_in_one_lease(state_table, clock, counted_client):
+    client, counter = counted_client
+    gate = bucket(state_table, clock, client, purpose="consumer")
+    limits = BucketLimits(rate=5, burst=5)  # the usual lease: a quarter of the burst, 1 token
+
+    assert gate.try_acquire_up_to("acme", limits, 4) == (4, 0.0)
+    assert counter.calls == ["UpdateItem"]  # four tokens in one write
+    assert gate.try_acquire_up_to("acme", limits, 3) == (1, 0.0)  # the one token left, in one more write
+    assert counter.calls == ["UpdateItem", "UpdateItem"]
+    taken, retry_after = gate.try_acquire_up_to("acme", limits, 2)
+    assert taken == 0 and retry_after > 0
+    assert len(counter.calls) == 2  # refused from the copy the last write returned: no call
+    clock.advance(10)
+    assert gate.try_acquire_up_to("acme", limits, 9) == (5, 0.0)  # never more than the burst

@@ -228,3 +228,28 @@ def test_the_worker_handler_does_not_import_every_powertools_parser_model(world:
         check=True,
     )
     assert done.stdout.strip() == "[]"
+
+
+def test_a_batch_takes_its_tenant_s_consumer_tokens_in_one_write(
+    world: WorkerWorld, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    add_tenant("slow", "slow")  # consumer rate 3/s, burst 3
+    envelopes = [make_envelope("slow") for _ in range(5)]
+    for envelope in envelopes:
+        world.send("live-0", envelope)
+    handler = load(monkeypatch, "worker.handler", world.environment())
+    bucket_writes: list[str] = []
+
+    def count(params: dict[str, Any], **_: Any) -> None:
+        if params["Key"]["sk"]["S"] == "bucket#consumer":
+            bucket_writes.append(params["UpdateExpression"])
+
+    handler.worker.ports.rate._client.meta.events.register("provide-client-params.dynamodb.UpdateItem", count)
+
+    response, received = world.deliver(handler, "live-0")
+
+    assert len(received) == 5 and response == {"batchItemFailures": []}
+    assert len(bucket_writes) == 1  # the batch's three tokens in one lease, not one write per message
+    # the first three (record order) are processed, the other two are over the rate and spill
+    assert world.item("tenant#slow", "counters")["processed"] == 3
+    assert sorted(e.id for e in world.bodies("spillover")) == sorted(e.id for e in envelopes[3:])

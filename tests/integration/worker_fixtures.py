@@ -30,6 +30,7 @@ IDEMPOTENCY_TABLE = "bw-idempotency"
 TIERS = {
     "standard": {"rate": 50, "burst": 100, "consumer_rate": 1000, "concurrency": 4, "concurrency_floor": 1},
     "tiny": {"rate": 1, "burst": 1, "consumer_rate": 0.001, "concurrency": 1, "concurrency_floor": 1},
+    "slow": {"rate": 50, "burst": 100, "consumer_rate": 3, "concurrency": 4, "concurrency_floor": 1},
 }
 QUEUE_ROLES = ("live-0", "surge", "spillover", "backlog")
 

@@ -110,36 +110,48 @@ class LeasedTokenBucket:
         self._known: dict[str, StoredBucket] = {}
 
     def try_acquire(self, tenant: str, limits: BucketLimits) -> tuple[bool, float]:
+        taken, retry_after = self.try_acquire_up_to(tenant, limits, 1)
+        return taken == 1, retry_after
+
+    def try_acquire_up_to(self, tenant: str, limits: BucketLimits, count: int) -> tuple[int, float]:
+        """Up to ``count`` tokens for requests waiting now: ``(taken, 0.0)`` or ``(taken, retry_after)``.
+
+        A worker's batch asks for all the messages of a tenant at once: when its lease is short, it
+        leases what the batch needs in one write (at least the usual lease, at most the burst), not
+        one lease per message; tokens it spends at once starve nobody (D-worker-15).
+        """
         now = self._clock()
         lease = self._leases.setdefault(tenant, LocalLease())
-        if lease.try_spend(now):
-            return True, 0.0
+        taken = lease.spend_up_to(count, now)
+        if taken == count:
+            return taken, 0.0
         if lease.is_blocked(now):
-            return False, lease.blocked_until - now
-        decision, contended = self._lease(tenant, limits, now)
+            return taken, lease.blocked_until - now
+        decision, contended = self._lease(tenant, limits, now, count - taken)
         if decision.ok:
             lease.grant(decision.granted, now, self.lease_seconds)
-            lease.try_spend(now)
-            return True, 0.0
+            return taken + lease.spend_up_to(count - taken, now), 0.0
         retry_after = decision.retry_after
         if contended:  # others are taking this tenant's tokens: back off (fairness.contention_backoff)
             lease.contended_refusals += 1
             effective = limits.scaled(self.multiplier(tenant))
             retry_after = contention_backoff(retry_after, lease.contended_refusals, effective)
         lease.refuse(now, retry_after)
-        return False, retry_after
+        return taken, retry_after
 
     def multiplier(self, tenant: str) -> float:
         """The controller's multiplier as last seen by this container (1 until a lease was taken)."""
         known = self._known.get(tenant)
         return known.multiplier if known else 1.0
 
-    def _lease(self, tenant: str, limits: BucketLimits, now: float) -> tuple[LeaseDecision, bool]:
+    def _lease(
+        self, tenant: str, limits: BucketLimits, now: float, need: int = 1
+    ) -> tuple[LeaseDecision, bool]:
         """The lease decision, and whether a write lost a race to another container on the way."""
         known = self._known.get(tenant) or StoredBucket(state=None, version=None)
         if self._predicts_full(known, limits, now):
             try:
-                decision, item = self._take_from_full(tenant, known, limits, now)
+                decision, item = self._take_from_full(tenant, known, limits, now, need)
             except ClientError as exc:
                 if exc.response.get("Error", {}).get("Code") != "ConditionalCheckFailedException":
                     return self._fail_open(tenant, known, limits, now, exc), False
@@ -151,7 +163,7 @@ class LeasedTokenBucket:
             else:
                 self._known[tenant] = parse_bucket_item(item)
                 return decision, False
-        decision = self._decide(known, limits, now)
+        decision = self._decide(known, limits, now, need)
         contended = False
         for _ in range(self.max_attempts):
             if not decision.ok:
@@ -170,7 +182,7 @@ class LeasedTokenBucket:
                 contended = True
                 known = parse_bucket_item(exc.response.get("Item"))  # type: ignore[arg-type]
                 self._known[tenant] = known
-                decision = self._decide(known, limits, now)
+                decision = self._decide(known, limits, now, need)
                 continue
             except BotoCoreError as exc:
                 return self._fail_open(tenant, known, limits, now, exc), contended
@@ -187,7 +199,7 @@ class LeasedTokenBucket:
         return is_full(known.state, limits.scaled(known.multiplier), now)
 
     def _take_from_full(
-        self, tenant: str, known: StoredBucket, limits: BucketLimits, now: float
+        self, tenant: str, known: StoredBucket, limits: BucketLimits, now: float, need: int = 1
     ) -> tuple[LeaseDecision, dict[str, Any]]:
         """A whole lease from a full bucket, conditional on ``full_at`` and the multiplier, not the version.
 
@@ -198,12 +210,7 @@ class LeasedTokenBucket:
         the bucket is not full, the multiplier differs, or the item predates ``full_at``.
         """
         effective = limits.scaled(known.multiplier)
-        decision = take_lease(
-            BucketState.full(effective, now),
-            effective,
-            now,
-            lease_size(effective, self.lease_seconds, self.max_fraction),
-        )
+        decision = take_lease(BucketState.full(effective, now), effective, now, self._wanted(effective, need))
         values = {**_state_values(decision.state, effective), ":now": {"N": f"{now:.6f}"}, ":one": {"N": "1"}}
         if known.multiplier == 1.0:
             multiplier = "(attribute_not_exists(multiplier) OR multiplier = :m)"
@@ -261,13 +268,17 @@ class LeasedTokenBucket:
         )
         return dict(response.get("Attributes", {}))
 
-    def _decide(self, known: StoredBucket, limits: BucketLimits, now: float) -> LeaseDecision:
+    def _decide(self, known: StoredBucket, limits: BucketLimits, now: float, need: int = 1) -> LeaseDecision:
         effective = limits.scaled(known.multiplier)
         state = known.state if known.state is not None else BucketState.full(effective, now)
         # A lowered multiplier also caps what is already in the bucket.
         state = BucketState(tokens=min(state.tokens, effective.burst), updated_at=state.updated_at)
-        wanted = lease_size(effective, self.lease_seconds, self.max_fraction)
-        return take_lease(state, effective, now, wanted)
+        return take_lease(state, effective, now, self._wanted(effective, need))
+
+    def _wanted(self, effective: BucketLimits, need: int) -> int:
+        """The usual lease, or what the requests waiting now need if more (never above the burst)."""
+        usual = lease_size(effective, self.lease_seconds, self.max_fraction)
+        return max(usual, min(need, math.floor(effective.burst)))
 
     def _write(
         self, tenant: str, known: StoredBucket, decision: LeaseDecision, limits: BucketLimits, now: float
