@@ -37,25 +37,25 @@ for name, value in {
     os.environ.setdefault(name, value)
 
 NOW_MS = 1_767_225_600_000 + 3_600_000  # one hour into the generated backlog: 5% of it has expired
-DRIVER_MEMORY = "3g"
 WARMUP_SIZE = 1_000_000
 
 
 def _session(app: str) -> Any:
     from pyspark.sql import SparkSession
 
-    from glue_jobs.replay_backlog import configure
+    from glue_jobs.replay_backlog import LOCAL_SESSION_CONF, configure
 
-    spark = (
+    builder = (
         SparkSession.builder.master("local[2]")
         .appName(app)
         .config("spark.ui.enabled", "false")
         .config("spark.ui.showConsoleProgress", "false")
-        .config("spark.driver.memory", DRIVER_MEMORY)
         .config("spark.sql.shuffle.partitions", "4")
         .config("spark.sql.session.timeZone", "UTC")
-        .getOrCreate()
     )
+    for name, value in LOCAL_SESSION_CONF.items():  # the JVM the job's local session gets (heap, collector)
+        builder = builder.config(name, value)
+    spark = builder.getOrCreate()
     spark.sparkContext.setLogLevel("ERROR")
     configure(spark)  # the job's own read settings (glue_jobs.replay_backlog.READ_CONF)
     return spark
@@ -77,7 +77,7 @@ def measure_transform(size: int) -> dict[str, Any]:
     """One size, in this (fresh) process: generate or reuse the archive, run the transform once."""
     from bench.replay_data import generate_archive
     from glue_jobs import replay_transforms as transforms
-    from glue_jobs.replay_backlog import default_partitions
+    from glue_jobs.replay_backlog import default_partitions, jvm_collectors
     from glue_jobs.replay_load import read_archive
 
     spark = _session(f"bench-replay-{size}")
@@ -105,6 +105,7 @@ def measure_transform(size: int) -> dict[str, Any]:
         "python_driver_peak_rss_mb": round(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024, 1),
         "jvm_peak_rss_mb": round(_proc_status(jvm_pid, "VmHWM") / 2**20, 1),
         "load_average_1m": round(os.getloadavg()[0], 2),
+        "jvm_collectors": "+".join(jvm_collectors(spark)),
     }
     spark.stop()
     return result

@@ -22,6 +22,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import asdict, dataclass, field
 from datetime import UTC, datetime
 from pathlib import Path
+from typing import Any
 
 from pyspark.sql import DataFrame, Observation, SparkSession
 from pyspark.sql import functions as F  # noqa: N812 - the usual Spark alias
@@ -142,6 +143,35 @@ READ_CONF = {
     "spark.sql.files.maxPartitionBytes": str(16 << 20),
     "spark.sql.files.openCostInBytes": str(128 << 10),
 }
+
+
+# The JVM of a session the job starts itself: the embedded default (``local/replay.py`` runs this
+# script as plain ``python`` on local[2]) and the bench, one definition. Options of the JVM take effect
+# only when this process launches it (PySpark passes them to spark-submit); Glue and a plain
+# ``spark-submit`` start the JVM first, so there they are the launcher's to set (docs/decisions.md
+# D-archive-10). The parallel collector: 18-25 % less JVM CPU than G1 (Java 17's default) for the same
+# plan on two cores, where G1's write barriers and concurrent threads compete with the tasks; its
+# pauses were under 2 % of the 10M run (docs/performance.md, "Replay"). 3g: the heap the bench
+# has always measured with (a run's sorts spill past it, bounded).
+LOCAL_SESSION_CONF = {
+    "spark.driver.memory": "3g",
+    "spark.driver.extraJavaOptions": "-XX:+UseParallelGC",
+}
+
+
+def local_session(app_name: str) -> SparkSession:
+    """A session with :data:`LOCAL_SESSION_CONF` (the master comes from spark-submit's arguments)."""
+    builder = SparkSession.builder.appName(app_name)
+    for name, value in LOCAL_SESSION_CONF.items():
+        builder = builder.config(name, value)
+    return builder.getOrCreate()
+
+
+def jvm_collectors(spark: SparkSession) -> list[str]:
+    """The collectors of the session's JVM as it reports them: what took effect, not what was asked."""
+    jvm: Any = spark.sparkContext._jvm
+    beans = jvm.java.lang.management.ManagementFactory.getGarbageCollectorMXBeans()
+    return [str(bean.getName()) for bean in beans]
 
 
 def configure(spark: SparkSession) -> None:
@@ -298,7 +328,8 @@ if __name__ == "__main__":
         from awsglue.job import Job
         from awsglue.utils import getResolvedOptions
     except ImportError:  # plain spark-submit / the embedded default
-        session = SparkSession.builder.appName("breakwater-replay").getOrCreate()
+        session = local_session("breakwater-replay")
+        print(json.dumps({"replay_session": {"collectors": jvm_collectors(session)}}), flush=True)
         ship_runtime_library(session)
         main(session, ReplayArgs.from_mapping(_parse_cli(sys.argv[1:])))
     else:

@@ -151,6 +151,7 @@ class LocalRun:
     report: dict[str, Any]  # the job's run report (read, rejected, expired, deduplicated, replayed, failed)
     output_dir: Path
     seconds: float
+    session: dict[str, Any]  # the JVM the job's local session got (its collectors)
 
 
 class ReplayError(RuntimeError):
@@ -183,15 +184,15 @@ def run_local(
         check=False,
     )
     seconds = time.monotonic() - started
-    report = next(
-        (
-            json.loads(line)["replay_report"]
-            for line in completed.stdout.splitlines()
-            if line.startswith('{"replay_report"')
-        ),
-        None,
-    )
+    printed = {
+        key: value
+        for line in completed.stdout.splitlines()
+        if line.startswith('{"replay_')
+        for key, value in json.loads(line).items()
+    }
+    report = printed.get("replay_report")
     if completed.returncode != 0 or report is None:
         tail = "\n".join(completed.stderr.splitlines()[-30:])
         raise ReplayError(f"replay job exited {completed.returncode}:\n{tail}")
-    return LocalRun(run_id, staged, report, output_dir / f"run={run_id}", round(seconds, 1))
+    session = printed.get("replay_session", {})
+    return LocalRun(run_id, staged, report, output_dir / f"run={run_id}", round(seconds, 1), session)

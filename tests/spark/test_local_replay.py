@@ -46,6 +46,8 @@ def test_run_local_stages_the_archive_and_replays_it_into_the_live_queues(
         "read": 35, "rejected": 0, "replayed": 35, "failed": 0,
     }  # fmt: skip
     assert (run.output_dir / "report.json").exists()
+    # The job's local session got LOCAL_SESSION_CONF's JVM: the parallel collector took effect.
+    assert set(run.session["collectors"]) == {"PS Scavenge", "PS MarkSweep"}
     bodies = _drain(sqs, urls)
     assert len(bodies) == 35 and {b["origin"] for b in bodies} == {"replay"}
     assert {b["replay_run"] for b in bodies} == {"local-1"}
