@@ -239,10 +239,20 @@ def interleave(ranked: DataFrame) -> DataFrame:
     One tenant's huge backlog then takes one turn per round instead of the whole send, which is the
     fairness of the replay (the same idea as SQS fair queues). Partition-local: no global sort, and
     the key is one long (rank, then the tenant's hash), so the sort is a radix sort.
+
+    Nothing is projected after the sort: a projection there copies every row once more, in the task
+    that holds the largest tenant (docs/performance.md, "Replay"). So the sort is on the key's
+    expression, not on a column to drop afterwards (a radix sort computes it once per row, as it
+    inserts the row), and ``_tenant_hash`` stays in the output (the send reads the envelope's fields
+    by name).
     """
-    tenant_hash = F.col("_tenant_hash") if "_tenant_hash" in ranked.columns else F.xxhash64("tenant")
-    slot = F.col("rank") * (1 << _TENANT_BITS) + F.pmod(tenant_hash, F.lit(1 << _TENANT_BITS))
-    return ranked.withColumn("_slot", slot).sortWithinPartitions("_slot").drop("_slot", "_tenant_hash")
+    ranked = (
+        ranked
+        if "_tenant_hash" in ranked.columns
+        else ranked.withColumn("_tenant_hash", F.xxhash64("tenant"))
+    )
+    slot = F.col("rank") * (1 << _TENANT_BITS) + F.pmod("_tenant_hash", F.lit(1 << _TENANT_BITS))
+    return ranked.sortWithinPartitions(slot)
 
 
 def replay_order(classified: DataFrame, partitions: int) -> DataFrame:
