@@ -126,18 +126,17 @@ def by_tenant(envelopes: DataFrame, partitions: int) -> DataFrame:
     sort of a small batch), and a shuffle block keeps the order its map task wrote: a partition
     then arrives as one sorted run per map task, and the rank window's sort of a huge tenant merges
     runs instead of sorting rows that all tie on the tenant's hash (its first key). That moves work
-    from the one task holding the huge tenant to the map stage, where both cores share it. (The
-    optimizer drops a sort straight below a repartition; one on a column projected away before it
-    stays. A test counts the sorts of the final plan.)
+    from the one task holding the huge tenant to the map stage, where both cores share it.
+
+    The sort is on the run key's expression (a radix sort computes it once per row), and a filter
+    that is always true but nondeterministic (``spark_partition_id() >= 0``, as in
+    :func:`_partition_local`) keeps it above the repartition: the optimizer drops a sort straight
+    below a repartition. A projection dropping a sort column there did the same, at the cost of
+    one more copy of every row (docs/performance.md, "Replay"). A test counts the final plan's sorts.
     """
-    return (
-        envelopes.withColumn("_tenant_hash", F.xxhash64("tenant"))
-        .withColumn("_order", _order_key())
-        .withColumn("_run", _run_key())
-        .sortWithinPartitions("_run")
-        .drop("_run")
-        .repartition(partitions, "_tenant_hash")
-    )
+    keyed = envelopes.withColumn("_tenant_hash", F.xxhash64("tenant")).withColumn("_order", _order_key())
+    runs = keyed.sortWithinPartitions(_run_key())
+    return runs.filter(F.spark_partition_id() >= 0).repartition(partitions, "_tenant_hash")
 
 
 def partition_of(partitions: int) -> Column:
