@@ -149,9 +149,9 @@ READ_CONF = {
 # script as plain ``python`` on local[2]) and the bench, one definition. Options of the JVM take effect
 # only when this process launches it (PySpark passes them to spark-submit); Glue and a plain
 # ``spark-submit`` start the JVM first, so there they are the launcher's to set (docs/decisions.md
-# D-archive-10). The parallel collector: 18-25 % less JVM CPU than G1 (Java 17's default) for the same
+# D-archive-10). The parallel collector: 18-29 % less JVM CPU than G1 (Java 17's default) for the same
 # plan on two cores, where G1's write barriers and concurrent threads compete with the tasks; its
-# pauses were under 2 % of the 10M run (docs/performance.md, "Replay"). 3g: the heap the bench
+# pauses add up to 1.4-2.4 s of a 10M run (docs/performance.md, "Replay"). 3g: the heap the bench
 # has always measured with (a run's sorts spill past it, bounded).
 LOCAL_SESSION_CONF = {
     "spark.driver.memory": "3g",
