@@ -132,20 +132,24 @@ def test_an_envelope_in_progress_elsewhere_is_failed_without_running(
     assert calls == [free.id]
 
 
+def _one_message_waiting(world: WorkerWorld, monkeypatch: pytest.MonkeyPatch) -> tuple[Any, Any]:
+    """A live queue holding one message of a tenant; the worker's handler and its DynamoDB client."""
+    monkeypatch.setattr(processor, "process", _counting([]))
+    world.send("live-0", make_envelope("acme"))
+    handler = load(monkeypatch, "worker.handler", world.environment())
+    return handler, handler.worker.ports.rate._client
+
+
 def test_the_completed_record_rides_in_the_transaction_that_settles_the_batch(
     world: WorkerWorld, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    monkeypatch.setattr(processor, "process", _counting([]))
-    envelope = make_envelope("acme")
-    world.send("live-0", envelope)
-    handler = load(monkeypatch, "worker.handler", world.environment())
+    handler, client = _one_message_waiting(world, monkeypatch)
     writes: list[tuple[str, list[str]]] = []
 
     def record(params: dict[str, Any], **_: Any) -> None:  # the API parameters of each write
         kinds = [next(iter(item)) for item in params.get("TransactItems", [])]
         writes.append(("TransactWriteItems", kinds))
 
-    client = handler.worker.ports.rate._client  # the worker's DynamoDB client
     client.meta.events.register("provide-client-params.dynamodb.TransactWriteItems", record)
     client.meta.events.register(
         "provide-client-params.dynamodb.BatchWriteItem", lambda **_: writes.append(("BatchWriteItem", []))
@@ -164,11 +168,7 @@ def test_the_completed_record_rides_in_the_transaction_that_settles_the_batch(
 def test_a_refused_settle_transaction_still_writes_the_completed_record(
     world: WorkerWorld, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    monkeypatch.setattr(processor, "process", _counting([]))
-    envelope = make_envelope("acme")
-    world.send("live-0", envelope)
-    handler = load(monkeypatch, "worker.handler", world.environment())
-    client = handler.worker.ports.rate._client
+    handler, client = _one_message_waiting(world, monkeypatch)
     refused: list[int] = []
 
     def refuse_settle(params: dict[str, Any], **_: Any) -> None:  # a conflicting transaction, say

@@ -211,23 +211,20 @@ class LeasedTokenBucket:
         """
         effective = limits.scaled(known.multiplier)
         decision = take_lease(BucketState.full(effective, now), effective, now, self._wanted(effective, need))
-        values = {**_state_values(decision.state, effective), ":now": {"N": f"{now:.6f}"}, ":one": {"N": "1"}}
-        if known.multiplier == 1.0:
-            multiplier = "(attribute_not_exists(multiplier) OR multiplier = :m)"
-        else:
-            multiplier = "multiplier = :m"
-        values[":m"] = {"N": str(Decimal(str(known.multiplier)))}
-        response = self._client.update_item(
-            TableName=self.table_name,
-            Key=bucket_key(tenant, self.purpose),
-            UpdateExpression="SET tokens = :tokens, updated_at = :updated, full_at = :full ADD version :one",
+        multiplier, values = _multiplier_condition(known.multiplier)
+        values |= {
+            **_state_values(decision.state, effective),
+            ":now": {"N": f"{now:.6f}"},
+            ":one": {"N": "1"},
+        }
+        item = self._update(
+            tenant,
+            "SET tokens = :tokens, updated_at = :updated, full_at = :full ADD version :one",
             # No version yet: nobody has leased from this bucket, so it is full (the multiplier still counts).
-            ConditionExpression=f"(attribute_not_exists(version) OR full_at <= :now) AND {multiplier}",
-            ExpressionAttributeValues=values,
-            ReturnValues="ALL_NEW",
-            ReturnValuesOnConditionCheckFailure="ALL_OLD",
+            f"(attribute_not_exists(version) OR full_at <= :now) AND {multiplier}",
+            values,
         )
-        return decision, dict(response.get("Attributes", {}))
+        return decision, item
 
     def _take_from_partial(
         self, tenant: str, known: StoredBucket, tokens: int, limits: BucketLimits, now: float
@@ -245,23 +242,28 @@ class LeasedTokenBucket:
         may go below zero: it is the level at ``updated_at``, and the refill since then covers it.
         """
         effective = limits.scaled(known.multiplier)
-        values = {
+        multiplier, values = _multiplier_condition(known.multiplier)
+        values |= {
             ":n": {"N": str(tokens)},
             ":dt": {"N": f"{tokens / effective.rate:.6f}"},
             ":now": {"N": f"{now:.6f}"},
             ":limit": {"N": f"{now + (effective.burst - tokens) / effective.rate:.6f}"},
             ":one": {"N": "1"},
-            ":m": {"N": str(Decimal(str(known.multiplier)))},
         }
-        if known.multiplier == 1.0:
-            multiplier = "(attribute_not_exists(multiplier) OR multiplier = :m)"
-        else:
-            multiplier = "multiplier = :m"
+        return self._update(
+            tenant,
+            "SET tokens = tokens - :n, full_at = full_at + :dt ADD version :one",
+            f"full_at BETWEEN :now AND :limit AND {multiplier}",
+            values,
+        )
+
+    def _update(self, tenant: str, update: str, condition: str, values: dict[str, Any]) -> dict[str, Any]:
+        """One conditional lease write: the new item (a failed condition raises, with the current item)."""
         response = self._client.update_item(
             TableName=self.table_name,
             Key=bucket_key(tenant, self.purpose),
-            UpdateExpression="SET tokens = tokens - :n, full_at = full_at + :dt ADD version :one",
-            ConditionExpression=f"full_at BETWEEN :now AND :limit AND {multiplier}",
+            UpdateExpression=update,
+            ConditionExpression=condition,
             ExpressionAttributeValues=values,
             ReturnValues="ALL_NEW",
             ReturnValuesOnConditionCheckFailure="ALL_OLD",
@@ -292,16 +294,12 @@ class LeasedTokenBucket:
         else:
             condition = "version = :version"
             values[":version"] = {"N": str(known.version)}
-        response = self._client.update_item(
-            TableName=self.table_name,
-            Key=bucket_key(tenant, self.purpose),
-            UpdateExpression="SET tokens = :tokens, updated_at = :updated, full_at = :full, version = :next",
-            ConditionExpression=condition,
-            ExpressionAttributeValues=values,
-            ReturnValues="ALL_NEW",
-            ReturnValuesOnConditionCheckFailure="ALL_OLD",
+        return self._update(
+            tenant,
+            "SET tokens = :tokens, updated_at = :updated, full_at = :full, version = :next",
+            condition,
+            values,
         )
-        return dict(response.get("Attributes", {}))
 
     def _fail_open(
         self, tenant: str, known: StoredBucket, limits: BucketLimits, now: float, exc: Exception
@@ -328,3 +326,11 @@ def _state_values(state: BucketState, limits: BucketLimits) -> dict[str, Any]:
         ":updated": {"N": f"{state.updated_at:.6f}"},
         ":full": {"N": f"{full_at(state, limits):.6f}"},
     }
+
+
+def _multiplier_condition(multiplier: float) -> tuple[str, dict[str, Any]]:
+    """The condition that the stored multiplier is the one a lease was computed with (none stored: 1)."""
+    values = {":m": {"N": str(Decimal(str(multiplier)))}}
+    if multiplier == 1.0:
+        return "(attribute_not_exists(multiplier) OR multiplier = :m)", values
+    return "multiplier = :m", values
