@@ -157,6 +157,17 @@ def _count_not_visible(self: sqs_models.Queue) -> int:
     return sum(1 for m in self._messages if not now > m.visible_at)
 
 
+def _pending_message_groups(self: sqs_models.Queue) -> set[str]:
+    """moto's ``Queue.pending_message_groups`` over a copy of the pending set, not the set itself.
+
+    The server answers requests on threads; moto iterates ``_pending_messages`` in Python while
+    another request's receive or delete changes it, and the receive fails with "Set changed size
+    during iteration" (seen once in a demo: an HTTP 500 on ReceiveMessage, so a mapping paused a
+    second). ``set.copy`` copies in C, holding the GIL: a consistent snapshot (D-local-1).
+    """
+    return {message.group_id for message in set.copy(self._pending_messages) if message.group_id is not None}
+
+
 # Receipt handle -> message, for every handle issued since :func:`apply`. A handle not in here
 # (issued before, or already deleted) takes moto's own path, so its answers never change.
 _handles: dict[str, sqs_models.Message] = {}
@@ -198,6 +209,7 @@ _QUEUE_PROPERTIES: dict[str, Any] = {
     "messages": _visible_messages,
     "approximate_number_of_messages_delayed": _count_delayed,
     "approximate_number_of_messages_not_visible": _count_not_visible,
+    "pending_message_groups": _pending_message_groups,
 }
 
 

@@ -604,3 +604,35 @@ def test_response_keys_looked_up_once_give_the_same_responses() -> None:
     assert unpatched[0]["bs"] == {"BS": [b"\x02", b"\x03"]} and unpatched[0]["m"]["M"]["inner"]["L"][1] == {
         "NULL": True
     }
+
+
+class _ChangedWhileIterated(set):  # type: ignore[type-arg]
+    """A pending set that another request changes while Python code iterates it."""
+
+    def __iter__(self):  # type: ignore[no-untyped-def]
+        values = iter(set.copy(self))
+        first = next(values, None)
+        if first is not None:
+            self.add(_Grouped("added-meanwhile"))
+            yield first
+        yield from values
+        raise RuntimeError("Set changed size during iteration")
+
+
+class _Grouped:
+    def __init__(self, group_id: str | None) -> None:
+        self.group_id = group_id
+
+
+def test_pending_message_groups_read_a_snapshot_of_the_pending_set(restore_patches: None) -> None:
+    from moto.sqs import models as sqs_models
+
+    def queue() -> object:
+        pending = _ChangedWhileIterated({_Grouped("tenant-a"), _Grouped("tenant-b"), _Grouped(None)})
+        return type("Queue", (), {"_pending_messages": pending})()
+
+    moto_patches.revert()
+    with pytest.raises(RuntimeError, match="changed size"):
+        sqs_models.Queue.pending_message_groups.fget(queue())  # moto's own: iterates the live set
+    moto_patches.apply()
+    assert sqs_models.Queue.pending_message_groups.fget(queue()) == {"tenant-a", "tenant-b"}
