@@ -134,9 +134,6 @@ class LocalLease:
     blocked_until: float = 0.0  # after a refused lease, do not ask the shared bucket again before this
     contended_refusals: int = 0  # refusals in a row that followed a lost race (reset by a grant)
 
-    def try_spend(self, now: float) -> bool:
-        return self.spend_up_to(1, now) == 1
-
     def spend_up_to(self, count: int, now: float) -> int:
         """Spend up to ``count`` held tokens; how many were spent (none once the lease expired)."""
         if now >= self.expires_at:

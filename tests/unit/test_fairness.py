@@ -96,14 +96,17 @@ def test_invalid_limits_are_refused():
 
 def test_local_lease_is_spent_expires_and_blocks_after_a_refusal():
     lease = LocalLease()
-    assert not lease.try_spend(now=0)
+    assert lease.spend_up_to(1, now=0) == 0
     lease.grant(2, now=0, ttl=1)
-    assert lease.try_spend(now=0.5)
-    assert lease.try_spend(now=0.6)
-    assert not lease.try_spend(now=0.7)
+    assert lease.spend_up_to(1, now=0.5) == 1
+    assert lease.spend_up_to(1, now=0.6) == 1
+    assert lease.spend_up_to(1, now=0.7) == 0
 
     lease.grant(5, now=1, ttl=1)
-    assert not lease.try_spend(now=2)  # unspent tokens expire with the lease
+    assert lease.spend_up_to(3, now=1.5) == 3
+    assert lease.spend_up_to(3, now=1.6) == 2  # what is left, no more
+    lease.grant(5, now=1, ttl=1)
+    assert lease.spend_up_to(1, now=2) == 0  # unspent tokens expire with the lease
     assert lease.tokens == 0
 
     lease.refuse(now=3, retry_after=0.25)
