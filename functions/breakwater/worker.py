@@ -331,7 +331,8 @@ class Worker:
         return failures
 
     def _gate(self, batch: _Batch) -> list[_Admitted]:
-        """The consumer rate per message (in record order), then the concurrency of all tenants at once."""
+        """The consumer rate (one ask per tenant, its first messages in record order get the tokens),
+        then the concurrency of all tenants at once."""
         within: list[_Admitted] = []
         tokens: dict[str, int] = {}
         if self.ports.rate is not None:  # each tenant's tokens in one ask: its first messages get them

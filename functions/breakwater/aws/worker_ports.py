@@ -153,7 +153,7 @@ def build_worker_ports(
 
         All unconditional, so the TransactWriteItems fails only on a conflicting transaction or
         throttling; then the records go out with BatchWriteItem and the updates one by one
-        (D-worker-13).
+        (D-worker-14).
         """
         updates = leases.release_updates(grants) if leases is not None else []
         for tenant, deltas in counters.items():
