@@ -128,15 +128,15 @@ def by_tenant(envelopes: DataFrame, partitions: int) -> DataFrame:
     runs instead of sorting rows that all tie on the tenant's hash (its first key). That moves work
     from the one task holding the huge tenant to the map stage, where both cores share it.
 
-    The sort is on the run key's expression (a radix sort computes it once per row), and a filter
-    that is always true but nondeterministic (``spark_partition_id() >= 0``, as in
-    :func:`_partition_local`) keeps it above the repartition: the optimizer drops a sort straight
-    below a repartition. A projection dropping a sort column there did the same, at the cost of
-    one more copy of every row (docs/performance.md, "Replay"). A test counts the final plan's sorts.
+    The sort is on the run key's expression (a radix sort computes it once per row), and
+    :func:`_partition_local`'s always-true, nondeterministic filter keeps it above the repartition:
+    the optimizer drops a sort straight below a repartition. A projection dropping a sort column
+    there did the same, at the cost of one more copy of every row (docs/performance.md, "Replay").
+    A test counts the final plan's sorts.
     """
     keyed = envelopes.withColumn("_tenant_hash", F.xxhash64("tenant")).withColumn("_order", _order_key())
     runs = keyed.sortWithinPartitions(_run_key())
-    return runs.filter(F.spark_partition_id() >= 0).repartition(partitions, "_tenant_hash")
+    return _partition_local(runs, F.lit(True)).repartition(partitions, "_tenant_hash")
 
 
 def partition_of(partitions: int) -> Column:
