@@ -56,8 +56,9 @@ def serve(args: argparse.Namespace) -> int:
 
 def demo(args: argparse.Namespace) -> int:
     from local import demo as demo_module
+    from local.scenario import Scenario
 
-    demo_module.main(progress=not args.quiet)
+    demo_module.main(Scenario(phases=args.phases, phase_seed=args.phase_seed), progress=not args.quiet)
     return 0
 
 
@@ -74,6 +75,13 @@ def main() -> int:
     serve_parser.set_defaults(func=serve)
     demo_parser = commands.add_parser("demo", help="the noisy-neighbour demo, Breakwater vs naive")
     demo_parser.add_argument("--quiet", action="store_true", help="no progress line")
+    demo_parser.add_argument(
+        "--phases",
+        choices=("together", "spread"),
+        default="together",
+        help="tenants' first sends: all at t=0 (default, in phase) or spread at random over a period",
+    )
+    demo_parser.add_argument("--phase-seed", type=int, default=1, help="the seed of --phases spread")
     demo_parser.set_defaults(func=demo)
     args = parser.parse_args()
     return int(args.func(args))

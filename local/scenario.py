@@ -13,11 +13,12 @@ from __future__ import annotations
 import http.client
 import json
 import queue
+import random
 import threading
 import time
 from collections import defaultdict
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, Literal
 from urllib.parse import urlsplit
 
 from local.discovery import MappingSpec
@@ -78,6 +79,24 @@ class Scenario:
     # After the replay, at most this long for the replayed envelopes to be worked; what is left is
     # reported as queued (a parked tenant's envelopes drain at its consumer rate, 5/s here).
     replay_drain_s: float = 5.0
+    # When each tenant sends its first message. "together": every tenant at t = 0, so the quiet tenants'
+    # 2 s schedules stay in phase and their messages arrive in clumps of 19 (what `make demo` runs and
+    # reports). "spread": each tenant's first send drawn uniformly from its first period with
+    # ``phase_seed``, at the same rates: no clumps, so the baseline has no contention tail of its own
+    # (docs/performance.md, Demo).
+    phases: Literal["together", "spread"] = "together"
+    phase_seed: int = 1
+
+    def __post_init__(self) -> None:
+        if self.phases not in ("together", "spread"):
+            raise ValueError(f"phases must be 'together' or 'spread', not {self.phases!r}")
+
+    def first_sends(self) -> dict[str, float]:
+        """Each tenant's first send, in seconds after the start of the load (see ``phases``)."""
+        if self.phases == "together":
+            return {tenant: 0.0 for tenant in self.tenant_ids}
+        draw = random.Random(self.phase_seed)  # a load schedule, not a secret
+        return {tenant: draw.uniform(0.0, 1.0 / self.rate(tenant, 0.0)) for tenant in self.tenant_ids}
 
     @property
     def noisy(self) -> str:
@@ -202,7 +221,7 @@ class LoadGenerator:
         senders = [threading.Thread(target=self._sender, daemon=True) for _ in range(self.scenario.senders)]
         for thread in senders:
             thread.start()
-        next_send = {tenant: 0.0 for tenant in self.scenario.tenant_ids}
+        next_send = self.scenario.first_sends()
         start = self.obs.started
         last_tick = 0.0
         while True:
