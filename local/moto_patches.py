@@ -34,7 +34,8 @@ containers) instead of moto's Docker runner.
 each one, so every AWS request cost a TCP connection and a server thread);
 :func:`cache_update_expressions` parses each DynamoDB ``UpdateExpression`` text once (moto parsed it
 twice per ``UpdateItem``) and makes the validator's per-request copy and traversals cheaper;
-:func:`cache_response_keys` works out once where a response member's value is found in a ``dict``.
+:func:`cache_response_keys` works out once where a response member's value is found in a ``dict``;
+:func:`cache_condition_expressions` parses each DynamoDB condition text once, its values bound per request.
 """
 
 from __future__ import annotations
@@ -55,6 +56,7 @@ from moto.awslambda import models as lambda_models
 from moto.core import responses as moto_responses
 from moto.core import serialize as moto_serialize
 from moto.core.utils import camelcase_to_underscores, unix_time_millis
+from moto.dynamodb import comparisons as dynamodb_comparisons
 from moto.dynamodb import models as dynamodb_models
 from moto.dynamodb.models.dynamo_type import DynamoType
 from moto.dynamodb.models.table import Table as DynamoDBTable
@@ -783,3 +785,103 @@ def look_up_response_keys_each_time() -> None:
         if original is not None:
             moto_serialize.XFormedAttributePicker.get_possible_keys = original  # type: ignore[method-assign]
             _possible_keys.clear()
+
+
+class _ValueName(str):
+    """An expression attribute value's name (``:tokens``), standing in for its value in a cached tree."""
+
+
+# (condition text, its names mapping, its values' names) -> (tree, names found, values found)
+_condition_trees: dict[tuple[Any, ...], tuple[Any, tuple[str, ...], tuple[str, ...]]] = {}
+_CONDITION_TREE_LIMIT = 4096  # distinct conditions kept (the runtime's functions use a few dozen)
+
+
+def _condition_tree(parser: Any) -> Any:
+    """The steps of moto 5.2.5's ``ConditionExpressionParser.parse`` up to its syntax tree, in its order."""
+    nodes = parser._lex_condition_expression()
+    nodes = parser._parse_paths(nodes)
+    nodes = parser._apply_functions(nodes)
+    nodes = parser._apply_comparator(nodes)
+    nodes = parser._apply_in(nodes)
+    nodes = parser._apply_between(nodes)
+    nodes = parser._apply_parens_and_booleans(nodes)
+    node = nodes[0]
+    parser._assert_no_redundant_parentheses(node)
+    return node
+
+
+def _parsed_condition_once(original: Any) -> Any:
+    def parse(self: Any) -> Any:
+        expression = self.condition_expression
+        if not expression:
+            return original(self)
+        values = self.expression_attribute_values
+        key = (
+            expression,
+            tuple(sorted((self.expression_attribute_names or {}).items())),
+            tuple(sorted(values)) if isinstance(values, dict) else values,
+        )
+        entry = _condition_trees.get(key)
+        if entry is None:
+            lookup = self._lookup_expression_attribute_value
+
+            def by_name(name: str) -> _ValueName:
+                lookup(name)  # a value the request does not define fails here, with moto's own error
+                return _ValueName(name)
+
+            self._lookup_expression_attribute_value = by_name
+            try:
+                node = _condition_tree(self)  # a syntax error raises here, each time, as before
+            finally:
+                del self._lookup_expression_attribute_value
+            entry = (node, tuple(self._find_literals(node)), tuple(self._find_expr_attr_values(node)))
+            if len(_condition_trees) >= _CONDITION_TREE_LIMIT:
+                _condition_trees.clear()
+            _condition_trees[key] = entry
+        node, names_found, values_found = entry
+        self.expr_attr_names_found.extend(names_found)
+        self.expr_attr_values_found.extend(values_found)
+        return self._make_op_condition(node)
+
+    return parse
+
+
+def _bound_operand(original: Any) -> Any:
+    def make_operand(self: Any, node: Any) -> Any:
+        if type(node.value) is _ValueName:
+            return dynamodb_comparisons.AttributeValue(self._lookup_expression_attribute_value(node.value))
+        return original(self, node)
+
+    return make_operand
+
+
+def cache_condition_expressions() -> None:
+    """Parse each distinct DynamoDB condition once; bind its values for each request (idempotent).
+
+    moto 5.2.5 parses every ``ConditionExpression`` (and ``FilterExpression``) with a hand-written
+    lexer and parser, one regular expression per token, and puts the request's values into the
+    tree as it parses, so no tree could be reused: the runtime's conditions carry a new ``:now``
+    each time. Here the tree is built once per (text, names, the values' names) with each value
+    left as its name, and each request's values are looked up when the tree becomes moto's
+    condition objects (``_make_op_condition``), as moto's own parse does last. About a tenth of the
+    moto process's GIL time during the demo's burst went to this parse (docs/performance.md, Demo).
+    Errors (syntax, a missing name or value, a keyword) are raised by moto's own code, each time;
+    only successful parses are kept. The conditions' outcomes are moto's own.
+    """
+    with _lock:
+        if "condition_expressions" in _applied:
+            return
+        parser = dynamodb_comparisons.ConditionExpressionParser
+        _applied["condition_expressions"] = (parser.__dict__["parse"], parser.__dict__["_make_operand"])
+        parser.parse = _parsed_condition_once(_applied["condition_expressions"][0])  # type: ignore[method-assign]
+        parser._make_operand = _bound_operand(_applied["condition_expressions"][1])  # type: ignore[method-assign]
+
+
+def parse_condition_expressions_each_time() -> None:
+    """Undo :func:`cache_condition_expressions` (tests)."""
+    with _lock:
+        saved = _applied.pop("condition_expressions", None)
+        if saved is not None:
+            parser = dynamodb_comparisons.ConditionExpressionParser
+            parser.parse, parser._make_operand = saved  # type: ignore[method-assign]
+            _condition_trees.clear()

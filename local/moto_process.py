@@ -46,6 +46,7 @@ def apply_patches() -> None:
     moto_patches.keep_alive_connections()
     moto_patches.cache_update_expressions()
     moto_patches.cache_response_keys()
+    moto_patches.cache_condition_expressions()
     cfn_models.register()
 
 

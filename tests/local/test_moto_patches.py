@@ -473,6 +473,125 @@ def test_update_expressions_parsed_once_match_parsed_each_time() -> None:
     assert unpatched[-2] == "TransactionCanceledException"  # attribute_not_exists(version) on a leased bucket
 
 
+def condition_session() -> list[Any]:
+    """Conditions and filters of every shape moto parses, each text twice or more with other values."""
+    dynamodb = boto3.client("dynamodb", region_name="us-east-1")
+    create_ranged_table(dynamodb, "c", sort_key_type="S")
+    outcome: list[Any] = []
+
+    def attempt(action: Callable[..., Any], **kwargs: Any) -> None:
+        try:
+            response = action(**kwargs)
+            outcome.append(("ok", response.get("Items"), response.get("Count")))
+        except ClientError as error:
+            outcome.append((error.response["Error"]["Code"], error.response["Error"]["Message"]))
+        except Exception as error:  # moto's own failures (a server would answer 500): the same either way
+            outcome.append(("raised", type(error).__name__, str(error)))
+
+    for n in range(4):  # the same insert-once condition: the first wins, the rest fail
+        attempt(
+            dynamodb.put_item,
+            TableName="c",
+            Item={"pk": {"S": "p"}, "sk": {"S": f"s{n % 2}"}, "v": {"N": str(n)}, "tag": {"S": f"t-{n}"}},
+            ConditionExpression="attribute_not_exists(pk)",
+        )
+    key = {"pk": {"S": "p"}, "sk": {"S": "s0"}}
+    conditions: list[tuple[str, dict[str, Any], dict[str, str]]] = [
+        ("v = :v", {":v": {"N": "0"}}, {}),
+        ("v = :v", {":v": {"N": "7"}}, {}),  # the same text, another value: fails
+        ("#v < :hi AND #v >= :lo", {":hi": {"N": "5"}, ":lo": {"N": "0"}}, {"#v": "v"}),
+        ("#v < :hi AND #v >= :lo", {":hi": {"N": "0"}, ":lo": {"N": "0"}}, {"#v": "v"}),
+        ("#v < :hi AND #v >= :lo", {":hi": {"N": "5"}, ":lo": {"N": "0"}}, {"#v": "hits"}),  # other names
+        ("v BETWEEN :lo AND :hi", {":lo": {"N": "-1"}, ":hi": {"N": "1"}}, {}),
+        ("v BETWEEN :lo AND :hi", {":lo": {"N": "2"}, ":hi": {"N": "3"}}, {}),
+        ("v IN (:a, :b, :c)", {":a": {"N": "9"}, ":b": {"N": "0"}, ":c": {"N": "8"}}, {}),
+        ("v IN (:a, :b, :c)", {":a": {"N": "9"}, ":b": {"N": "7"}, ":c": {"N": "8"}}, {}),
+        ("begins_with(tag, :p) OR contains(tag, :q)", {":p": {"S": "t-"}, ":q": {"S": "zz"}}, {}),
+        ("begins_with(tag, :p) OR contains(tag, :q)", {":p": {"S": "x"}, ":q": {"S": "zz"}}, {}),
+        ("NOT (size(tag) > :n) AND attribute_type(v, :t)", {":n": {"N": "2"}, ":t": {"S": "N"}}, {}),
+        ("NOT (size(tag) > :n) AND attribute_type(v, :t)", {":n": {"N": "9"}, ":t": {"S": "N"}}, {}),
+        ("v = :v", {":v": {"N": "0"}, ":unused": {"N": "1"}}, {}),  # an unused value: error
+        ("v = :missing", {":v": {"N": "0"}}, {}),  # an undefined value: error
+        ("v = :missing", {":v": {"N": "0"}}, {}),
+        ("#missing = :v", {":v": {"N": "0"}}, {}),  # an undefined name: error
+        ("v = = :v", {":v": {"N": "0"}}, {}),  # a syntax error
+        ("v = = :v", {":v": {"N": "0"}}, {}),
+        ("((v = :v))", {":v": {"N": "0"}}, {}),  # redundant parentheses: error
+    ]
+    for condition, values, names in conditions:
+        extra: dict[str, Any] = {"ExpressionAttributeNames": names} if names else {}
+        attempt(
+            dynamodb.update_item,
+            TableName="c",
+            Key=key,
+            UpdateExpression="SET hits = if_not_exists(hits, :zero) + :one",
+            ConditionExpression=condition,
+            ExpressionAttributeValues={**values, ":zero": {"N": "0"}, ":one": {"N": "1"}},
+            **extra,
+        )
+        if " BETWEEN " in condition or (condition == "v = :v" and ":unused" not in values):
+            # on a missing item; moto 5.2.5 raises (HTTP 500) on size() of one and on bad texts here
+            attempt(
+                dynamodb.delete_item,
+                TableName="c",
+                Key={"pk": {"S": "none"}, "sk": {"S": "x"}},
+                ConditionExpression=condition,
+                ExpressionAttributeValues=values,
+                **extra,
+            )
+    for low in ("0", "1", "0"):  # a filter text again with other values
+        attempt(
+            dynamodb.scan,
+            TableName="c",
+            FilterExpression="v >= :low AND begins_with(tag, :p)",
+            ExpressionAttributeValues={":low": {"N": low}, ":p": {"S": "t-"}},
+        )
+        attempt(
+            dynamodb.query,
+            TableName="c",
+            KeyConditionExpression="pk = :pk",
+            FilterExpression="v >= :low",
+            ExpressionAttributeValues={":pk": {"S": "p"}, ":low": {"N": low}},
+        )
+    for version in ("0", "5"):  # a transaction's condition check, passing then failing
+        attempt(
+            dynamodb.transact_write_items,
+            TransactItems=[
+                {
+                    "ConditionCheck": {
+                        "TableName": "c",
+                        "Key": key,
+                        "ConditionExpression": "v = :v",
+                        "ExpressionAttributeValues": {":v": {"N": version}},
+                    }
+                },
+                {"Put": {"TableName": "c", "Item": {"pk": {"S": "q"}, "sk": {"S": version}}}},
+            ],
+        )
+    outcome.append(sorted(json.dumps(item, sort_keys=True) for item in dynamodb.scan(TableName="c")["Items"]))
+    return outcome
+
+
+def test_conditions_parsed_once_match_parsed_each_time() -> None:
+    unpatched, patched, again = unpatched_then_patched(  # ``again``: every text cached by then
+        "condition_expressions",
+        moto_patches.parse_condition_expressions_each_time,
+        moto_patches.cache_condition_expressions,
+        condition_session,
+    )
+    assert patched == unpatched
+    assert again == unpatched
+    codes = [entry[0] for entry in unpatched if isinstance(entry, tuple)]
+    assert codes.count("ok") == 16  # the same texts pass and fail by their values, not by the cache
+    assert codes.count("ConditionalCheckFailedException") == 12
+    assert codes.count("TransactionCanceledException") == 1
+    errors = [entry[1:] for entry in unpatched if isinstance(entry, tuple) and entry[0] != "ok"]
+    assert ("KeyError", "':missing'") in errors  # moto's own failure for an undefined value, each time
+    assert ("ValueError", "Bad comparison v = =") in errors
+    assert any("unused in expressions" in str(error) for error in errors)
+    assert any("redundant parentheses" in str(error) for error in errors)
+
+
 @pytest.fixture
 def keep_alive_server() -> Iterator[tuple[str, int]]:
     was_applied = "keep_alive" in moto_patches._applied
