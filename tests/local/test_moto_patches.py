@@ -331,10 +331,11 @@ def transaction_session() -> list[Any]:
     return outcome
 
 
-def unpatched_then_patched(
+def answers_kept(
     name: str, revert: Callable[[], None], apply: Callable[[], None], session: Callable[[], list[Any]]
-) -> tuple[list[Any], list[Any], list[Any]]:
-    """``session`` on moto without the patch ``name``, then with it twice (the second from its caches).
+) -> list[Any]:
+    """``session`` on moto without the patch ``name``, then with it twice (the second from its caches):
+    all three must give the same answers, which are returned.
 
     The patch is left as it was found (the suite's other tests may run with the patches applied).
     """
@@ -350,17 +351,18 @@ def unpatched_then_patched(
             again = session()
     finally:
         (apply if was_applied else revert)()
-    return unpatched, patched, again
+    assert patched == unpatched
+    assert again == unpatched
+    return unpatched
 
 
 def test_transaction_rollback_from_item_backups_matches_table_copies() -> None:
-    unpatched, patched, again = unpatched_then_patched(
+    patched = answers_kept(
         "transaction_backups",
         moto_patches.restore_transaction_copies,
         moto_patches.back_up_transaction_items,
         transaction_session,
     )
-    assert patched == unpatched == again
     assert patched[:3] == [
         "ok",
         ("TransactionCanceledException", ["None", "None", "None", "None", "ConditionalCheckFailed"]),
@@ -459,14 +461,12 @@ def update_session() -> list[Any]:
 
 
 def test_update_expressions_parsed_once_match_parsed_each_time() -> None:
-    unpatched, patched, again = unpatched_then_patched(  # ``again``: every text cached by then
+    unpatched = answers_kept(  # the second patched run: every text cached by then
         "update_expressions",
         moto_patches.parse_update_expressions_each_time,
         moto_patches.cache_update_expressions,
         update_session,
     )
-    assert patched == unpatched
-    assert again == unpatched
     errors = [entry[0] for entry in unpatched if isinstance(entry, tuple)]
     assert errors.count("ConditionalCheckFailedException") == 3
     assert errors.count("ValidationException") >= 6
@@ -573,14 +573,12 @@ def condition_session() -> list[Any]:
 
 
 def test_conditions_parsed_once_match_parsed_each_time() -> None:
-    unpatched, patched, again = unpatched_then_patched(  # ``again``: every text cached by then
+    unpatched = answers_kept(  # the second patched run: every text cached by then
         "condition_expressions",
         moto_patches.parse_condition_expressions_each_time,
         moto_patches.cache_condition_expressions,
         condition_session,
     )
-    assert patched == unpatched
-    assert again == unpatched
     codes = [entry[0] for entry in unpatched if isinstance(entry, tuple)]
     assert codes.count("ok") == 16  # the same texts pass and fail by their values, not by the cache
     assert codes.count("ConditionalCheckFailedException") == 12
@@ -712,14 +710,12 @@ def response_session() -> list[Any]:
 
 
 def test_response_keys_looked_up_once_give_the_same_responses() -> None:
-    unpatched, patched, again = unpatched_then_patched(  # ``again``: from the cache throughout
+    unpatched = answers_kept(  # the second patched run: from the cache throughout
         "response_keys",
         moto_patches.look_up_response_keys_each_time,
         moto_patches.cache_response_keys,
         response_session,
     )
-    assert patched == unpatched
-    assert again == unpatched
     assert unpatched[0]["bs"] == {"BS": [b"\x02", b"\x03"]} and unpatched[0]["m"]["M"]["inner"]["L"][1] == {
         "NULL": True
     }
