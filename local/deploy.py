@@ -5,6 +5,10 @@ What ``cdk bootstrap`` provides in a real account is provided here: the assets b
 the public Powertools layer (see :func:`publish_layer_stand_ins`). Nothing the template declares
 is created by hand: the stack's resources come from ``CreateStack``; what moto skips is listed in
 :attr:`Deployment.skipped`, never silently missing.
+
+When DynamoDB has a moto process of its own (D-local-9), the stack is created in each process the
+same way, side by side, each from the same random seed (moto draws the generated names' suffixes
+from it), and the DynamoDB process's tables must carry the names the main one gave them.
 """
 
 from __future__ import annotations
@@ -14,6 +18,7 @@ import re
 import time
 import zipfile
 from collections import defaultdict
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -25,6 +30,7 @@ from local.embedded_aws import ACCOUNT, REGION, EmbeddedAws
 BOOTSTRAP_QUALIFIER = "hnb659fds"
 BOOTSTRAP_VERSION = "27"
 LAYER_ARN = re.compile(r":layer:(?P<name>[A-Za-z0-9_-]+):(?P<version>\d+)")
+NAME_SEED = 20_261_122  # moto's random, seeded before CreateStack in every process (D-local-9)
 
 
 class DeployError(RuntimeError):
@@ -129,12 +135,37 @@ def _zip_directory_bytes(files: dict[str, bytes]) -> bytes:
 
 
 def create_stack(aws: EmbeddedAws, assembly: CloudAssembly, *, timeout: float = 120.0) -> Deployment:
+    """The stack in every moto process of ``aws`` (D-local-9); the main process's deployment."""
     cfn_models.register()
+    targets = aws.processes()
+    with ThreadPoolExecutor(max_workers=len(targets), thread_name_prefix="deploy") as pool:
+        main, *others = list(pool.map(lambda target: _create_in(target, assembly, timeout), targets))
+    tables = {
+        logical_id: main.physical_ids.get(logical_id)
+        for logical_id in assembly.resources("AWS::DynamoDB::Table")
+    }
+    for other in others:
+        differ = {
+            logical_id: (name, other.physical_ids.get(logical_id))
+            for logical_id, name in tables.items()
+            if other.physical_ids.get(logical_id) != name
+        }
+        if differ:
+            raise DeployError(
+                "the DynamoDB process's tables are not named as the main process's "
+                f"(logical id: (main, DynamoDB process)): {differ}"
+            )
+    return main
+
+
+def _create_in(aws: EmbeddedAws, assembly: CloudAssembly, timeout: float) -> Deployment:
+    """Bootstrap, assets, layer stand-ins and ``CreateStack`` in one moto process."""
     bucket = bootstrap(aws)
     uploaded = upload_assets(aws, assembly)
     layers = publish_layer_stand_ins(aws, assembly.template)
     template_key = next((key for key in uploaded if key.endswith(".json")), None)
     cfn = aws.client("cloudformation")
+    aws.seed_random(NAME_SEED)  # names drawn in CreateStack: the same in every process
     source: dict[str, str] = (
         {"TemplateURL": f"https://s3.{REGION}.amazonaws.com/{bucket}/{template_key}"}
         if template_key

@@ -5,6 +5,13 @@ the functions' AWS requests do not wait on the runtime process's GIL; ``in_proce
 in this process (tests and benches that reach into moto's backends). Every client of the local
 runtime, and every function it runs, reaches it through ``AWS_ENDPOINT_URL``; the credentials are
 fake, so nothing can reach a real account.
+
+DynamoDB has a second child process of its own (D-local-9): the functions' item writes were most of
+the one server's GIL in the demo's burst, and every other request waited behind them. The stack is
+deployed into both processes through CloudFormation, from the same random seed, so both hold the same
+tables under the same names (``local/deploy.py`` checks). Functions and the runtime's clients reach
+the DynamoDB process through ``AWS_ENDPOINT_URL_DYNAMODB``; the main server forwards any DynamoDB
+request it gets there too, so a tool given the one ``AWS_ENDPOINT_URL`` sees the same tables.
 """
 
 from __future__ import annotations
@@ -101,11 +108,29 @@ class _InvokeBridge:
         self._server.server_close()
 
 
-class EmbeddedAws:
-    """moto's server (a child process by default, or ThreadedMotoServer here), patched, and clients for it."""
+# Services served by a moto process of their own (D-local-9): botocore's service name -> the suffix of
+# the ``AWS_ENDPOINT_URL_<SERVICE>`` variable that points a client at it.
+OWN_PROCESS_SERVICES = {"dynamodb": "DYNAMODB"}
 
-    def __init__(self, *, in_process: bool = False) -> None:
+
+class EmbeddedAws:
+    """moto's server (a child process by default, or ThreadedMotoServer here), patched, and clients for it.
+
+    ``split_dynamodb`` (child processes only): DynamoDB in a second moto process (D-local-9).
+    ``routes_invocations``: Lambda ``Invoke`` reaches the runtime's containers (not in the DynamoDB
+    process, which gets none).
+    """
+
+    def __init__(
+        self, *, in_process: bool = False, split_dynamodb: bool = True, routes_invocations: bool = True
+    ) -> None:
         self.in_process = in_process
+        self.routes_invocations = routes_invocations
+        self.dynamodb: EmbeddedAws | None = (
+            None
+            if in_process or not split_dynamodb
+            else EmbeddedAws(split_dynamodb=False, routes_invocations=False)
+        )
         self._server: Any = None
         self._process: subprocess.Popen[str] | None = None
         self._bridge: _InvokeBridge | None = None
@@ -126,20 +151,41 @@ class EmbeddedAws:
         """Start with empty backends: moto's state is process-wide; a new runtime must not see the old."""
         if self._started:
             return self
+        if self.dynamodb is not None:
+            self.dynamodb.start()
         if self.in_process:
             self._server = moto_process.start_server()
             self._port = int(self._server.get_host_and_port()[1])
         else:
             self._start_process()
         self._started = True
-        reset = urllib.request.Request(f"{self.endpoint}/moto-api/reset", method="POST")  # noqa: S310 - http://127.0.0.1
-        with urllib.request.urlopen(reset, timeout=30) as response:  # noqa: S310 - our own local server
-            response.read()
+        self._moto_api("reset")
         return self
 
+    def _moto_api(self, action: str) -> None:
+        request = urllib.request.Request(f"{self.endpoint}/moto-api/{action}", method="POST")  # noqa: S310 - http://127.0.0.1
+        with urllib.request.urlopen(request, timeout=30) as response:  # noqa: S310 - our own local server
+            response.read()
+
+    def seed_random(self, value: int) -> None:
+        """Seed this server's random (resource names and ids): the same calls then make the same names."""
+        self._moto_api(f"seed?a={int(value)}")
+
+    def processes(self) -> list[EmbeddedAws]:
+        """This server and the one serving DynamoDB (D-local-9): each deploys the stack."""
+        return [self] if self.dynamodb is None else [self, self.dynamodb]
+
     def _start_process(self) -> None:
-        self._bridge = _InvokeBridge()
-        env = {**os.environ, moto_process.INVOKE_URL_ENV: self._bridge.url}
+        env = {
+            name: value
+            for name, value in os.environ.items()
+            if name not in {moto_process.INVOKE_URL_ENV, moto_process.FORWARD_DYNAMODB_ENV}
+        }
+        if self.routes_invocations:
+            self._bridge = _InvokeBridge()
+            env[moto_process.INVOKE_URL_ENV] = self._bridge.url
+        if self.dynamodb is not None:
+            env[moto_process.FORWARD_DYNAMODB_ENV] = self.dynamodb.endpoint
         env["PYTHONPATH"] = os.pathsep.join(filter(None, [str(ROOT), env.get("PYTHONPATH")]))
         self._process = subprocess.Popen(  # noqa: S603 - this interpreter, our own module
             [sys.executable, "-m", "local.moto_process"],
@@ -159,6 +205,8 @@ class EmbeddedAws:
     def freeze_heap(self) -> None:
         """Ask the server's process to keep its garbage collections off what it holds now (after a
         deployment): a full collection walking moto's imports and the stack stalls every request."""
+        if self.dynamodb is not None:
+            self.dynamodb.freeze_heap()
         if self._process is not None and self._process.stdin is not None:
             self._process.stdin.write(moto_process.FREEZE_COMMAND + "\n")
             self._process.stdin.flush()
@@ -167,6 +215,11 @@ class EmbeddedAws:
     def server_pid(self) -> int | None:
         """The moto server's process (None when it runs in this one)."""
         return self._process.pid if self._process is not None else None
+
+    @property
+    def server_pids(self) -> list[int]:
+        """Every moto server process of this embedded AWS (none when it runs in this one)."""
+        return [target.server_pid for target in self.processes() if target.server_pid is not None]
 
     def route_invocations(self, dispatch: LambdaDispatch) -> None:
         """Hand every Lambda ``Invoke`` to ``dispatch`` (the runtime's containers), not moto's Docker."""
@@ -204,23 +257,37 @@ class EmbeddedAws:
         if self._bridge is not None:
             self._bridge.close()
             self._bridge = None
+        if self.dynamodb is not None:
+            self.dynamodb.stop()
 
     @property
     def endpoint(self) -> str:
         return f"http://127.0.0.1:{self._port}"
 
+    def endpoint_for(self, service: str) -> str:
+        """Where a client of ``service`` goes: the DynamoDB process for DynamoDB, else :attr:`endpoint`."""
+        if service in OWN_PROCESS_SERVICES and self.dynamodb is not None:
+            return self.dynamodb.endpoint
+        return self.endpoint
+
     def client(self, service: str, *, counted: bool = True) -> Any:
         """A boto3 client for the embedded AWS; counted in :attr:`requests` unless ``counted`` is False."""
-        client = self._session.client(service, endpoint_url=self.endpoint, config=self._config)  # type: ignore[call-overload]
+        client = self._session.client(service, endpoint_url=self.endpoint_for(service), config=self._config)  # type: ignore[call-overload]
         if counted:
             self.requests.attach(client)
         return client
 
     def environment(self) -> dict[str, str]:
         """What a function (or a tool) needs in its environment to reach this AWS and nothing else."""
+        own = {
+            f"AWS_ENDPOINT_URL_{suffix}": self.endpoint_for(service)
+            for service, suffix in OWN_PROCESS_SERVICES.items()
+            if self.dynamodb is not None
+        }
         return {
             **FAKE_CREDENTIALS,
             "AWS_ENDPOINT_URL": self.endpoint,
+            **own,
             "AWS_REGION": REGION,
             "AWS_DEFAULT_REGION": REGION,
         }

@@ -11,21 +11,28 @@ stopped or died). Lambda ``Invoke`` (the controller starting the archiver) is ha
 over HTTP: ``POST <BREAKWATER_LOCAL_INVOKE_URL>`` with the function name and invocation type in
 headers and the payload as the body; the answer's body is the invocation's response payload.
 The parent may write ``freeze`` on a line of stdin once it has deployed (see
-:func:`freeze_startup_objects`).
+:func:`freeze_startup_objects`). With ``BREAKWATER_LOCAL_FORWARD_DYNAMODB`` set to another moto
+server's URL (the DynamoDB process, D-local-9), every DynamoDB request this server gets is passed to
+that server and its answer returned (:class:`ForwardService`).
 """
 
 from __future__ import annotations
 
 import gc
+import http.client
 import json
 import logging
 import os
 import sys
 import threading
 import urllib.error
+import urllib.parse
 import urllib.request
 import warnings
+from collections.abc import Callable, Iterable
+from typing import Any
 
+from moto.moto_server import threaded_moto_server
 from moto.server import ThreadedMotoServer
 
 from local import cfn_models, moto_patches
@@ -34,6 +41,12 @@ INVOKE_URL_ENV = "BREAKWATER_LOCAL_INVOKE_URL"
 FUNCTION_HEADER = "X-Breakwater-Function"
 INVOCATION_TYPE_HEADER = "X-Breakwater-Invocation-Type"
 FREEZE_COMMAND = "freeze"  # a line on stdin: keep collections off what the process holds now
+FORWARD_DYNAMODB_ENV = "BREAKWATER_LOCAL_FORWARD_DYNAMODB"
+DYNAMODB_TARGET_PREFIX = "DynamoDB_20120810."  # X-Amz-Target of every DynamoDB API request
+# Headers of one hop, not of the request or the answer (RFC 9110 7.6.1), and what werkzeug sets itself.
+_HOP_BY_HOP = frozenset(
+    {"connection", "keep-alive", "proxy-connection", "te", "trailer", "transfer-encoding", "upgrade", "host"}
+)
 
 
 def apply_patches() -> None:
@@ -69,12 +82,94 @@ def forward_invocations(invoke_url: str) -> None:
     moto_patches.route_lambda_invocations(dispatch)
 
 
+class ForwardService:
+    """WSGI: a request whose ``X-Amz-Target`` starts with ``prefix`` goes to the server at ``url``; the
+    rest to ``app``. One kept-alive connection per serving thread; the answer is passed back whole."""
+
+    def __init__(self, app: Any, prefix: str, url: str) -> None:
+        self._app, self._prefix = app, prefix
+        parts = urllib.parse.urlsplit(url)
+        self._host, self._port = parts.hostname or "127.0.0.1", parts.port or 80
+        self._connections = threading.local()
+
+    def __call__(self, environ: dict[str, Any], start_response: Callable[..., Any]) -> Iterable[bytes]:
+        if not str(environ.get("HTTP_X_AMZ_TARGET", "")).startswith(self._prefix):
+            return self._app(environ, start_response)
+        length = int(environ.get("CONTENT_LENGTH") or 0)
+        body = environ["wsgi.input"].read(length) if length else b""
+        headers = {
+            name[5:].replace("_", "-").title(): str(value)
+            for name, value in environ.items()
+            if name.startswith("HTTP_") and name[5:].replace("_", "-").lower() not in _HOP_BY_HOP
+        }
+        if environ.get("CONTENT_TYPE"):
+            headers["Content-Type"] = str(environ["CONTENT_TYPE"])
+        headers["Content-Length"] = str(len(body))
+        path = urllib.parse.quote(str(environ.get("PATH_INFO") or "/"))
+        if environ.get("QUERY_STRING"):
+            path += "?" + str(environ["QUERY_STRING"])
+        response, data = self._exchange(str(environ["REQUEST_METHOD"]), path, body, headers)
+        start_response(
+            f"{response.status} {response.reason}",
+            [(name, value) for name, value in response.getheaders() if name.lower() not in _HOP_BY_HOP],
+        )
+        return [data]
+
+    def _exchange(
+        self, method: str, path: str, body: bytes, headers: dict[str, str]
+    ) -> tuple[http.client.HTTPResponse, bytes]:
+        connection: http.client.HTTPConnection | None = getattr(self._connections, "connection", None)
+        reused = connection is not None
+        if connection is None:
+            connection = self._connections.connection = http.client.HTTPConnection(self._host, self._port)
+        try:
+            connection.request(method, path, body, headers)
+            response = connection.getresponse()
+        except (http.client.RemoteDisconnected, BrokenPipeError, ConnectionResetError):
+            connection.close()
+            if not reused:
+                raise
+            # The server closed a connection idle since the last request, before reading this one:
+            # nothing was done, so it is sent once more on a new connection.
+            connection = self._connections.connection = http.client.HTTPConnection(self._host, self._port)
+            connection.request(method, path, body, headers)
+            response = connection.getresponse()
+        return response, response.read()
+
+
+class _ForwardingMotoServer(ThreadedMotoServer):
+    """moto's threaded server whose application forwards one service's requests (:class:`ForwardService`)."""
+
+    def __init__(self, *, prefix: str, url: str, **kwargs: Any) -> None:
+        super().__init__(**kwargs)
+        self._prefix, self._url = prefix, url
+
+    def _server_entry(self) -> None:
+        app = ForwardService(
+            threaded_moto_server.DomainDispatcherApplication(threaded_moto_server.create_backend_app),
+            self._prefix,
+            self._url,
+        )
+        self._server = threaded_moto_server.make_server(
+            self._ip_address,
+            self._port,
+            app,
+            True,
+            request_handler=threaded_moto_server.MotoRequestHandler,
+        )
+        self._server_ready_event.set()
+        self._server.serve_forever()
+
+
 def _not_cloudformation_noise(record: logging.LogRecord) -> bool:
     return not str(record.msg).startswith("No Moto CloudFormation support")
 
 
-def start_server() -> ThreadedMotoServer:
-    """The patched, quiet server on a free loopback port, started in this process."""
+def start_server(forward_dynamodb_to: str | None = None) -> ThreadedMotoServer:
+    """The patched, quiet server on a free loopback port, started in this process.
+
+    ``forward_dynamodb_to``: the URL of the server that answers this one's DynamoDB requests.
+    """
     apply_patches()
     logging.getLogger("werkzeug").setLevel(logging.ERROR)  # one line per request otherwise
     # "No Moto CloudFormation support for <type>" (a log line and a warning per resource): the
@@ -83,7 +178,17 @@ def start_server() -> ThreadedMotoServer:
     if _not_cloudformation_noise not in moto_logger.filters:
         moto_logger.addFilter(_not_cloudformation_noise)
     warnings.filterwarnings("ignore", message="Tried to parse .* not supported by moto")
-    server = ThreadedMotoServer(ip_address="127.0.0.1", port=0, verbose=False)
+    server = (
+        _ForwardingMotoServer(
+            prefix=DYNAMODB_TARGET_PREFIX,
+            url=forward_dynamodb_to,
+            ip_address="127.0.0.1",
+            port=0,
+            verbose=False,
+        )
+        if forward_dynamodb_to
+        else ThreadedMotoServer(ip_address="127.0.0.1", port=0, verbose=False)
+    )
     server.start()
     return server
 
@@ -112,7 +217,7 @@ def freeze_startup_objects() -> None:
 
 def main() -> None:
     invoke_url = os.environ.get(INVOKE_URL_ENV)
-    server = start_server()
+    server = start_server(os.environ.get(FORWARD_DYNAMODB_ENV) or None)
     if invoke_url:
         forward_invocations(invoke_url)
     freeze_startup_objects()
