@@ -397,6 +397,7 @@ class LocalRuntime:
         assert self.deployment is not None
         return {
             "endpoint": self.aws.endpoint,
+            "dynamodb_endpoint": self.aws.endpoint_for("dynamodb"),  # D-local-9; the endpoint forwards too
             "api": self.api.url if self.api else None,
             "functions": {lid: spec.handler for lid, spec in self.functions.items()},
             "mappings": [
