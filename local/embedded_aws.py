@@ -108,11 +108,6 @@ class _InvokeBridge:
         self._server.server_close()
 
 
-# Services served by a moto process of their own (D-local-9): botocore's service name -> the suffix of
-# the ``AWS_ENDPOINT_URL_<SERVICE>`` variable that points a client at it.
-OWN_PROCESS_SERVICES = {"dynamodb": "DYNAMODB"}
-
-
 class EmbeddedAws:
     """moto's server (a child process by default, or ThreadedMotoServer here), patched, and clients for it.
 
@@ -216,11 +211,6 @@ class EmbeddedAws:
         """The moto server's process (None when it runs in this one)."""
         return self._process.pid if self._process is not None else None
 
-    @property
-    def server_pids(self) -> list[int]:
-        """Every moto server process of this embedded AWS (none when it runs in this one)."""
-        return [target.server_pid for target in self.processes() if target.server_pid is not None]
-
     def route_invocations(self, dispatch: LambdaDispatch) -> None:
         """Hand every Lambda ``Invoke`` to ``dispatch`` (the runtime's containers), not moto's Docker."""
         if self.in_process:
@@ -266,7 +256,7 @@ class EmbeddedAws:
 
     def endpoint_for(self, service: str) -> str:
         """Where a client of ``service`` goes: the DynamoDB process for DynamoDB, else :attr:`endpoint`."""
-        if service in OWN_PROCESS_SERVICES and self.dynamodb is not None:
+        if service == "dynamodb" and self.dynamodb is not None:
             return self.dynamodb.endpoint
         return self.endpoint
 
@@ -279,15 +269,12 @@ class EmbeddedAws:
 
     def environment(self) -> dict[str, str]:
         """What a function (or a tool) needs in its environment to reach this AWS and nothing else."""
-        own = {
-            f"AWS_ENDPOINT_URL_{suffix}": self.endpoint_for(service)
-            for service, suffix in OWN_PROCESS_SERVICES.items()
-            if self.dynamodb is not None
-        }
-        return {
+        environment = {
             **FAKE_CREDENTIALS,
             "AWS_ENDPOINT_URL": self.endpoint,
-            **own,
             "AWS_REGION": REGION,
             "AWS_DEFAULT_REGION": REGION,
         }
+        if self.dynamodb is not None:  # botocore's per-service variable: handlers are unchanged
+            environment["AWS_ENDPOINT_URL_DYNAMODB"] = self.dynamodb.endpoint
+        return environment
