@@ -20,7 +20,7 @@ import threading
 import time
 import uuid
 from collections import Counter
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import IO, Any
@@ -173,6 +173,64 @@ class _Container:
             self.kill()
 
 
+class FairSlots:
+    """``size`` slots; when all are taken, a freed one goes to the waiting source that holds the fewest.
+
+    The cap on a function's containers is the emulator's, not Lambda's: Lambda gives each SQS event
+    source mapping its own concurrency (up to its ``MaximumConcurrency``), so one busy queue never
+    waits behind another's invocations. A first-come semaphore lets a queue that always has messages
+    (a bursting tenant's shard) keep most of the containers, and the other queues' batches wait
+    behind it (docs/performance.md, Demo). Handing a freed slot to the source with the fewest slots
+    held (first come among equals) keeps the cap, and shares it the way separate concurrency would.
+    """
+
+    def __init__(self, size: int) -> None:
+        if size < 1:
+            raise ValueError(f"size must be at least 1, not {size}")
+        self.size = size
+        self._free = size
+        self._held: Counter[str | None] = Counter()
+        self._waiting: list[tuple[str | None, int]] = []  # (source, ticket), in arrival order
+        self._tickets = 0
+        self._changed = threading.Condition()
+
+    def _next(self) -> int:
+        return min(self._waiting, key=lambda waiter: (self._held[waiter[0]], waiter[1]))[1]
+
+    def acquire(self, source: str | None = None) -> None:
+        with self._changed:
+            self._tickets += 1
+            waiter = (source, self._tickets)
+            self._waiting.append(waiter)
+            while not (self._free and self._next() == waiter[1]):
+                self._changed.wait()
+            self._waiting.remove(waiter)
+            self._free -= 1
+            self._held[source] += 1
+            self._changed.notify_all()  # a slot may still be free for the next in line
+
+    def release(self, source: str | None = None) -> None:
+        with self._changed:
+            if self._held[source] < 1:
+                raise ValueError(f"source {source!r} holds no slot")
+            self._held[source] -= 1
+            self._free += 1
+            self._changed.notify_all()
+
+    def waiting(self) -> list[str | None]:
+        """The sources waiting for a slot, in arrival order."""
+        with self._changed:
+            return [source for source, _ticket in self._waiting]
+
+    @contextlib.contextmanager
+    def held(self, source: str | None = None) -> Iterator[None]:
+        self.acquire(source)
+        try:
+            yield
+        finally:
+            self.release(source)
+
+
 class FunctionPool:
     """The execution environments of one function: up to ``max_containers`` at once."""
 
@@ -185,7 +243,7 @@ class FunctionPool:
         self._idle: list[_Container] = []
         self._all: list[_Container] = []
         self._lock = threading.Lock()
-        self._slots = threading.BoundedSemaphore(max_containers)
+        self._slots = FairSlots(max_containers)
         self.max_containers = max_containers
         self.cold_starts_ms: list[float] = []
         self.requests: Counter[str] = Counter()
@@ -207,10 +265,14 @@ class FunctionPool:
             self.requests.update(container.init_requests)
         return container, container.cold_start_ms
 
-    def invoke(self, event: Any, *, trace_id: str | None = None) -> Invocation:
-        """Run the handler once in an idle (or new) container; blocks while all containers are busy."""
+    def invoke(self, event: Any, *, trace_id: str | None = None, source: str | None = None) -> Invocation:
+        """Run the handler once in an idle (or new) container; blocks while all containers are busy.
+
+        ``source`` (an event source mapping's queue or stream ARN; None for direct calls) decides who
+        gets a container first when they are all busy (:class:`FairSlots`).
+        """
         request_id = str(uuid.uuid4())
-        with self._slots:
+        with self._slots.held(source):
             container, cold_ms = self._container()
             if container.init_error is not None:
                 invocation = Invocation(self.spec.logical_id, request_id, error=container.init_error)

@@ -457,7 +457,7 @@ class KinesisMapping:
         delivered_at = time.time()
         self.stats.in_flight += 1
         try:
-            invocation = self._pool.invoke(event)
+            invocation = self._pool.invoke(event, source=self.stream_arn)
         finally:
             self.stats.in_flight -= 1
         self.stats.invocations += 1

@@ -275,7 +275,7 @@ class SqsMapping:
         try:
             event = {"Records": [sqs_record(message, self.spec.source_arn) for message in batch]}
             delivered_at = time.time()
-            invocation = self._pool.invoke(event)
+            invocation = self._pool.invoke(event, source=self.spec.source_arn)
             ids = [message["MessageId"] for message in batch]
             keep = failed_ids(invocation, ids, report_failures)
             done = [m for m in batch if m["MessageId"] not in keep]
