@@ -187,7 +187,6 @@ class FairSlots:
     def __init__(self, size: int) -> None:
         if size < 1:
             raise ValueError(f"size must be at least 1, not {size}")
-        self.size = size
         self._free = size
         self._held: Counter[str | None] = Counter()
         self._waiting: list[tuple[str | None, int]] = []  # (source, ticket), in arrival order
