@@ -22,11 +22,11 @@ from dataclasses import asdict
 from pathlib import Path
 from typing import Any
 
+from local.load_client import ClientProcess
 from local.replay import ReplayRequest
 from local.runtime import ROOT, LocalRuntime, RuntimeOptions
 from local.scenario import (
     DEMO_CONTEXT,
-    LoadGenerator,
     Observations,
     Scenario,
     create_tenants,
@@ -119,12 +119,13 @@ def run_config(
             sys.stdout.write(line)
             sys.stdout.flush()
 
+        # The clients' process starts (and imports) before the load's clock does (local/load_client.py).
+        generator = ClientProcess(runtime.api.url if runtime.api else "", keys, scenario, obs)
         by_function_before = _requests_by_function(runtime)
         requests_before = _requests(runtime, by_function_before)
         obs.started = time.time()
         sampler = threading.Thread(target=sample, daemon=True)
         sampler.start()
-        generator = LoadGenerator(runtime.api.url if runtime.api else "", keys, scenario, obs)
         generator.run(on_tick=tick)
         events_read_at = time.time() + 1.0  # the Kinesis mapping's last batches, a second after the load
         drain_until = time.time() + scenario.drain_s

@@ -139,6 +139,17 @@ class Observations:
     depths: list[tuple[float, int, int, int]] = field(default_factory=list)
     lock: threading.Lock = field(default_factory=threading.Lock)
 
+    def record(self, tenant: str, status: int, t: float) -> None:
+        """One answer of the API to ``tenant``, ``t`` seconds after the start of the load."""
+        with self.lock:
+            if status == 202:
+                self.accepted[tenant] += 1
+                self.accepted_at.append((t, tenant))
+            elif status == 429:
+                self.throttled[tenant] += 1
+            else:
+                self.rejected[tenant] += 1
+
 
 def _queue_role(source_arn: str) -> str:
     name = source_arn.rsplit(":", 1)[-1]
@@ -184,7 +195,6 @@ class LoadGenerator:
         self.scenario = scenario
         self.obs = observations
         self._work: queue.Queue[tuple[str, float] | None] = queue.Queue()
-        self.late = 0
         self.events = EventTraffic(api_url, keys)  # a share of each tenant's requests, as events
 
     def _sender(self) -> None:
@@ -208,14 +218,10 @@ class LoadGenerator:
                 connection.close()
                 connection = http.client.HTTPConnection(self.host, self.url.port, timeout=30)
                 status = 0
-            with self.obs.lock:
-                if status == 202:
-                    self.obs.accepted[tenant] += 1
-                    self.obs.accepted_at.append((time.time() - self.obs.started, tenant))
-                elif status == 429:
-                    self.obs.throttled[tenant] += 1
-                else:
-                    self.obs.rejected[tenant] += 1
+            self._answered(tenant, status)
+
+    def _answered(self, tenant: str, status: int) -> None:
+        self.obs.record(tenant, status, time.time() - self.obs.started)
 
     def run(self, on_tick: Any = None) -> None:
         senders = [threading.Thread(target=self._sender, daemon=True) for _ in range(self.scenario.senders)]
