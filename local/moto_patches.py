@@ -78,6 +78,7 @@ class QueueAttributes(Mapping[str, Any]):
 
     def __init__(self, queue: sqs_models.Queue) -> None:
         self._queue = queue
+        self._now = _request_instant()  # the three counts of one response are taken at one instant
         names = list(queue.BASE_ATTRIBUTES)
         if queue.fifo_queue:
             names += queue.FIFO_ATTRIBUTES
@@ -89,6 +90,9 @@ class QueueAttributes(Mapping[str, Any]):
         if name not in self._names:
             raise KeyError(name)
         queue = self._queue
+        count = _COUNTS.get(name)
+        if count is not None:
+            return count(queue, self._now)
         value = getattr(queue, camelcase_to_underscores(name))
         if name == "RedrivePolicy" and queue.redrive_policy:
             value = json.dumps(queue.redrive_policy)
@@ -128,8 +132,7 @@ class VisibleMessages(Sequence[sqs_models.Message]):
                 yield message
 
     def _listed(self) -> list[sqs_models.Message]:
-        now = unix_time_millis()  # moto's Message.visible / .delayed, with one clock read per scan
-        return [m for m in self._queue._messages if now > m.visible_at and not now < m.delayed_until]
+        return _visible_at(self._queue, _request_instant())
 
     def __len__(self) -> int:
         return len(self._listed())
@@ -149,14 +152,64 @@ def _visible_messages(self: sqs_models.Queue) -> VisibleMessages:
     return VisibleMessages(self)
 
 
+# While ``GetQueueAttributes`` runs on a server thread, the instant its counts are taken at.
+_instant = threading.local()
+
+
+def _request_instant() -> float:
+    """The instant of the ``GetQueueAttributes`` this thread is answering, else the clock (ms)."""
+    now: float | None = getattr(_instant, "ms", None)
+    return unix_time_millis() if now is None else now
+
+
+def _visible_at(queue: sqs_models.Queue, now: float) -> list[sqs_models.Message]:
+    """moto's ``Message.visible`` and ``not .delayed`` at ``now``: one clock reading per scan."""
+    return [m for m in queue._messages if now > m.visible_at and not now < m.delayed_until]
+
+
+def _count_delayed_at(queue: sqs_models.Queue, now: float) -> int:
+    return sum(1 for m in queue._messages if now < m.delayed_until)
+
+
+def _count_not_visible_at(queue: sqs_models.Queue, now: float) -> int:
+    return sum(1 for m in queue._messages if not now > m.visible_at)
+
+
 def _count_delayed(self: sqs_models.Queue) -> int:
-    now = unix_time_millis()
-    return sum(1 for m in self._messages if now < m.delayed_until)
+    return _count_delayed_at(self, _request_instant())
 
 
 def _count_not_visible(self: sqs_models.Queue) -> int:
-    now = unix_time_millis()
-    return sum(1 for m in self._messages if not now > m.visible_at)
+    return _count_not_visible_at(self, _request_instant())
+
+
+# A message is in exactly one of the three at any one instant: counted at one instant, they add up
+# to the queue's depth. moto counts each at its own clock reading (one more per message, in
+# ``Message.visible`` and ``.delayed``), so a delay or a visibility timeout that ran out between two
+# counts put its message in neither or in both (seen as one message "unaccounted" in a demo run).
+_COUNTS: dict[str, Callable[[sqs_models.Queue, float], int]] = {
+    "ApproximateNumberOfMessages": lambda queue, now: len(_visible_at(queue, now)),
+    "ApproximateNumberOfMessagesDelayed": _count_delayed_at,
+    "ApproximateNumberOfMessagesNotVisible": _count_not_visible_at,
+}
+
+
+def _at_one_instant(original: Any) -> Any:
+    def get_queue_attributes(self: Any, queue_name: str, attribute_names: list[str]) -> dict[str, Any]:
+        """moto's ``GetQueueAttributes``, its counts taken at the instant the request is answered.
+
+        The explicit-names path builds a fresh ``Queue.attributes`` per name; the thread's instant
+        makes every one of them count at the same moment. (``All`` returns one lazy mapping, which
+        keeps the instant it was built at.)
+        """
+        _instant.ms = unix_time_millis()
+        try:
+            result: dict[str, Any] = original(self, queue_name, attribute_names)
+            return result
+        finally:
+            _instant.ms = None
+
+    return get_queue_attributes
 
 
 def _pending_message_groups(self: sqs_models.Queue) -> set[str]:
@@ -235,6 +288,8 @@ def apply() -> None:
         _applied["mark_received"] = sqs_models.Message.mark_received
         sqs_models.Queue.delete_message = _delete_message(_applied["delete_message"])  # type: ignore[method-assign]
         sqs_models.Message.mark_received = _mark_received(_applied["mark_received"])  # type: ignore[method-assign]
+        _applied["get_queue_attributes"] = sqs_models.SQSBackend.get_queue_attributes
+        sqs_models.SQSBackend.get_queue_attributes = _at_one_instant(_applied["get_queue_attributes"])  # type: ignore[method-assign]
 
 
 def revert() -> None:
@@ -248,6 +303,7 @@ def revert() -> None:
         moto_responses.method_names_from_class = _applied.pop("method_names_from_class")
         sqs_models.Queue.delete_message = _applied.pop("delete_message")  # type: ignore[method-assign]
         sqs_models.Message.mark_received = _applied.pop("mark_received")  # type: ignore[method-assign]
+        sqs_models.SQSBackend.get_queue_attributes = _applied.pop("get_queue_attributes")  # type: ignore[method-assign]
         _handles.clear()
 
 

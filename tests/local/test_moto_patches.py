@@ -751,3 +751,45 @@ def test_pending_message_groups_read_a_snapshot_of_the_pending_set(restore_patch
         sqs_models.Queue.pending_message_groups.fget(queue())  # moto's own: iterates the live set
     moto_patches.apply()
     assert sqs_models.Queue.pending_message_groups.fget(queue()) == {"tenant-a", "tenant-b"}
+
+
+class _SteppingClock:
+    """``unix_time_millis`` that moves ``step`` ms on with every reading: a slow server, made exact."""
+
+    def __init__(self, step: float) -> None:
+        self.now = time.time() * 1000
+        self.step = step
+
+    def __call__(self, *args: Any) -> float:
+        self.now += self.step
+        return self.now
+
+
+def _depth_readings(monkeypatch: pytest.MonkeyPatch, sqs: Any, url: str) -> list[int]:
+    """The sum of the three counts, read while a clock that jumps with every reading passes the delay."""
+    from moto.sqs import models as sqs_models
+
+    clock = _SteppingClock(step=7)
+    monkeypatch.setattr(sqs_models, "unix_time_millis", clock)
+    monkeypatch.setattr(moto_patches, "unix_time_millis", clock)
+    sqs.send_message(QueueUrl=url, MessageBody="late", DelaySeconds=1)
+    sqs.send_message(QueueUrl=url, MessageBody="now")
+    sqs.receive_message(QueueUrl=url, VisibilityTimeout=1)  # "now" in flight for 1 s
+    readings = [sum(counts(sqs, url)) for _ in range(300)]  # the clock passes 1 s within these
+    monkeypatch.undo()
+    return readings
+
+
+def test_the_counts_of_one_response_are_taken_at_one_instant(
+    restore_patches: None, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # A message is visible, delayed or in flight: at any one instant exactly one of them. Counted at
+    # different instants, a delay or visibility timeout running out between two counts hid a message.
+    with mock_aws():
+        sqs = boto3.client("sqs", region_name="us-east-1")
+        moto_patches.revert()
+        url = sqs.create_queue(QueueName="unpatched")["QueueUrl"]
+        assert min(_depth_readings(monkeypatch, sqs, url)) < 2  # moto's own counts miss one
+        moto_patches.apply()
+        url = sqs.create_queue(QueueName="patched")["QueueUrl"]
+        assert set(_depth_readings(monkeypatch, sqs, url)) == {2}
