@@ -17,7 +17,9 @@ with respect to delays and visibility timeouts (they are time-dependent, so they
 Two further O(depth) steps remain per call on a deep queue (a receive scans for visible messages;
 a delete looks its receipt handle up in every message); :func:`apply` also gives a delete an index
 from receipt handle to message (``delete_message``), keeping moto's behaviour for stale and
-unknown handles.
+unknown handles. And it makes ``GetQueueAttributes`` take its three counts at one instant
+(``get_queue_attributes``): counted each at its own clock reading, a message whose delay or
+visibility timeout ran out between two counts was in neither (docs/decisions.md D-local-12).
 
 Separately, :func:`disable_inline_event_source_delivery` stops moto from invoking Lambda
 synchronously inside ``SendMessage`` for queues with an event source mapping: the local runtime

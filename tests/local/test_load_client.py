@@ -29,10 +29,10 @@ class _Api(ThreadingHTTPServer):
 class _Handler(BaseHTTPRequestHandler):
     server: _Api
 
-    def log_message(self, format: str, *args: object) -> None:  # noqa: A002 - the signature of the base
+    def log_message(self, format: str, *args: object) -> None:
         return
 
-    def do_POST(self) -> None:  # noqa: N802 - http.server's name
+    def do_POST(self) -> None:
         self.rfile.read(int(self.headers.get("Content-Length", "0")))
         key = self.headers["Authorization"].removeprefix("Bearer ")
         status = 202
