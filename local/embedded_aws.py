@@ -19,7 +19,6 @@ from __future__ import annotations
 import json
 import os
 import subprocess
-import sys
 import threading
 import urllib.request
 from collections import Counter
@@ -32,6 +31,7 @@ import boto3
 import botocore.config
 
 from local import moto_process
+from local.child_process import start_module
 
 REGION = "us-east-1"
 ACCOUNT = "123456789012"  # moto's default account
@@ -181,15 +181,7 @@ class EmbeddedAws:
             env[moto_process.INVOKE_URL_ENV] = self._bridge.url
         if self.dynamodb is not None:
             env[moto_process.FORWARD_DYNAMODB_ENV] = self.dynamodb.endpoint
-        env["PYTHONPATH"] = os.pathsep.join(filter(None, [str(ROOT), env.get("PYTHONPATH")]))
-        self._process = subprocess.Popen(  # noqa: S603 - this interpreter, our own module
-            [sys.executable, "-m", "local.moto_process"],
-            stdin=subprocess.PIPE,
-            stdout=subprocess.PIPE,
-            text=True,
-            env=env,
-            cwd=ROOT,
-        )
+        self._process = start_module("local.moto_process", env)
         assert self._process.stdout is not None
         line = self._process.stdout.readline()
         if not line:

@@ -17,17 +17,15 @@ from __future__ import annotations
 
 import json
 import os
-import subprocess
 import sys
 import threading
 import time
 from dataclasses import asdict
-from pathlib import Path
 from typing import IO, Any
 
+from local.child_process import ROOT, start_module
 from local.scenario import LoadGenerator, Observations, Scenario
 
-ROOT = Path(__file__).resolve().parent.parent
 CLIENT_NICE = 10  # added to the runtime's own niceness: the system under test comes first
 READY = "ready"
 
@@ -57,15 +55,7 @@ class ClientProcess:
         self.obs = observations
         self.events = _Summary({})
         self._request = {"api_url": api_url, "keys": keys, "scenario": asdict(scenario), "nice": nice}
-        env = dict(os.environ, PYTHONPATH=os.pathsep.join([str(ROOT), str(ROOT / "functions")]))
-        self._child = subprocess.Popen(  # noqa: S603 - this interpreter and a module of this repository
-            [sys.executable, "-m", "local.load_client"],
-            stdin=subprocess.PIPE,
-            stdout=subprocess.PIPE,
-            cwd=ROOT,
-            env=env,
-            text=True,
-        )
+        self._child = start_module("local.load_client", {**os.environ, "PYTHONPATH": str(ROOT / "functions")})
         assert self._child.stdout is not None
         if self._child.stdout.readline().strip() != READY:  # its imports done: the load can start on time
             self._child.kill()
