@@ -80,7 +80,6 @@ class QueueAttributes(Mapping[str, Any]):
 
     def __init__(self, queue: sqs_models.Queue) -> None:
         self._queue = queue
-        self._now = _request_instant()  # the three counts of one response are taken at one instant
         names = list(queue.BASE_ATTRIBUTES)
         if queue.fifo_queue:
             names += queue.FIFO_ATTRIBUTES
@@ -92,9 +91,6 @@ class QueueAttributes(Mapping[str, Any]):
         if name not in self._names:
             raise KeyError(name)
         queue = self._queue
-        count = _COUNTS.get(name)
-        if count is not None:
-            return count(queue, self._now)
         value = getattr(queue, camelcase_to_underscores(name))
         if name == "RedrivePolicy" and queue.redrive_policy:
             value = json.dumps(queue.redrive_policy)
@@ -134,7 +130,8 @@ class VisibleMessages(Sequence[sqs_models.Message]):
                 yield message
 
     def _listed(self) -> list[sqs_models.Message]:
-        return _visible_at(self._queue, _request_instant())
+        now = _request_instant()  # moto's Message.visible / .delayed, with one clock read per scan
+        return [m for m in self._queue._messages if now > m.visible_at and not now < m.delayed_until]
 
     def __len__(self) -> int:
         return len(self._listed())
@@ -164,50 +161,29 @@ def _request_instant() -> float:
     return unix_time_millis() if now is None else now
 
 
-def _visible_at(queue: sqs_models.Queue, now: float) -> list[sqs_models.Message]:
-    """moto's ``Message.visible`` and ``not .delayed`` at ``now``: one clock reading per scan."""
-    return [m for m in queue._messages if now > m.visible_at and not now < m.delayed_until]
-
-
-def _count_delayed_at(queue: sqs_models.Queue, now: float) -> int:
-    return sum(1 for m in queue._messages if now < m.delayed_until)
-
-
-def _count_not_visible_at(queue: sqs_models.Queue, now: float) -> int:
-    return sum(1 for m in queue._messages if not now > m.visible_at)
-
-
 def _count_delayed(self: sqs_models.Queue) -> int:
-    return _count_delayed_at(self, _request_instant())
+    now = _request_instant()
+    return sum(1 for m in self._messages if now < m.delayed_until)
 
 
 def _count_not_visible(self: sqs_models.Queue) -> int:
-    return _count_not_visible_at(self, _request_instant())
-
-
-# A message is in exactly one of the three at any one instant: counted at one instant, they add up
-# to the queue's depth. moto counts each at its own clock reading (one more per message, in
-# ``Message.visible`` and ``.delayed``), so a delay or a visibility timeout that ran out between two
-# counts put its message in neither or in both (seen as one message "unaccounted" in a demo run).
-_COUNTS: dict[str, Callable[[sqs_models.Queue, float], int]] = {
-    "ApproximateNumberOfMessages": lambda queue, now: len(_visible_at(queue, now)),
-    "ApproximateNumberOfMessagesDelayed": _count_delayed_at,
-    "ApproximateNumberOfMessagesNotVisible": _count_not_visible_at,
-}
+    now = _request_instant()
+    return sum(1 for m in self._messages if not now > m.visible_at)
 
 
 def _at_one_instant(original: Any) -> Any:
     def get_queue_attributes(self: Any, queue_name: str, attribute_names: list[str]) -> dict[str, Any]:
         """moto's ``GetQueueAttributes``, its counts taken at the instant the request is answered.
 
-        The explicit-names path builds a fresh ``Queue.attributes`` per name; the thread's instant
-        makes every one of them count at the same moment. (``All`` returns one lazy mapping, which
-        keeps the instant it was built at.)
+        A message is in exactly one of visible, delayed and in flight at any one instant, so counted
+        at one instant the three add up to the queue's depth. moto counts each at its own clock
+        reading, so a delay or visibility timeout that ran out between two counts put its message in
+        neither or in both (seen as one message "unaccounted" in a demo run). Every count read on
+        this thread while the request runs uses its instant; ``All``'s lazy mapping is read here too.
         """
         _instant.ms = unix_time_millis()
         try:
-            result: dict[str, Any] = original(self, queue_name, attribute_names)
-            return result
+            return dict(original(self, queue_name, attribute_names))
         finally:
             _instant.ms = None
 
