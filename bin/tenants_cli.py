@@ -1,12 +1,16 @@
 """Manage Breakwater tenants and their API keys (the tenants table; only key hashes are stored).
 
   bin/tenants add <tenant> [--tier standard]           create a tenant; prints its API key once
+  bin/tenants enroll [<tenant> ...]                    (re)put tenants' keys in their usage plans
   bin/tenants rotate <tenant> [--overlap-seconds 3600]  new key; the old one works for the overlap
   bin/tenants disable <tenant> | enable <tenant>       403 for a disabled tenant's requests
   bin/tenants set-limits <tenant> rate=20 burst=40     override tier limits ("rate=" clears one)
   bin/tenants list                                     tenants, tiers, status, overrides
 
 The table is --table NAME, or the TenantsTableName output of the --stack (default Breakwater).
+Each tenant also has an API Gateway API key in its tier's usage plan (the edge throttle, named by
+the stack's EdgeUsagePlans output): `add` and `set-limits` keep it there; `enroll` repairs an
+interrupted enrolment and enrols tenants created before the stack had usage plans (D-ingest-5).
 AWS region and credentials come from the usual places (AWS_PROFILE, AWS_REGION, ...).
 """
 
@@ -23,16 +27,34 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "functions"))
 STACK_OUTPUT = "TenantsTableName"
 
 
+def stack_output(stack: str, key: str) -> str | None:
+    import boto3
+
+    stacks = boto3.client("cloudformation").describe_stacks(StackName=stack)["Stacks"]
+    for output in stacks[0].get("Outputs", []):
+        if output["OutputKey"] == key:
+            return str(output["OutputValue"])
+    return None
+
+
 def table_name(args: argparse.Namespace) -> str:
     if args.table:
         return str(args.table)
-    import boto3
+    name = stack_output(args.stack, STACK_OUTPUT)
+    if name is None:
+        raise SystemExit(f"stack {args.stack} has no {STACK_OUTPUT} output; pass --table")
+    return name
 
-    stacks = boto3.client("cloudformation").describe_stacks(StackName=args.stack)["Stacks"]
-    for output in stacks[0].get("Outputs", []):
-        if output["OutputKey"] == STACK_OUTPUT:
-            return str(output["OutputValue"])
-    raise SystemExit(f"stack {args.stack} has no {STACK_OUTPUT} output; pass --table")
+
+def usage_plans(args: argparse.Namespace) -> Any:
+    """The stack's usage plans (``breakwater.aws.usage_plans.UsagePlans``)."""
+    from breakwater.aws.usage_plans import STACK_OUTPUT as PLANS_OUTPUT
+    from breakwater.aws.usage_plans import EdgePlans, UsagePlans
+
+    text = args.edge_plans or stack_output(args.stack, PLANS_OUTPUT)
+    if text is None:
+        raise SystemExit(f"stack {args.stack} has no {PLANS_OUTPUT} output; deploy this version of the stack")
+    return UsagePlans(EdgePlans.from_output(text))
 
 
 def check_tier(tier: str) -> None:
@@ -58,6 +80,12 @@ def parse_limits(pairs: list[str]) -> dict[str, float | None]:
     return limits
 
 
+def _missing(tenant: str) -> Any:
+    from breakwater.aws.tenants import TenantNotFoundError
+
+    raise TenantNotFoundError(f"tenant {tenant!r} does not exist")
+
+
 def show(item: dict[str, Any]) -> str:
     overrides = sorted((item.get("limits") or {}).items())
     limits = ",".join(f"{name}={float(value):g}" for name, value in overrides)
@@ -68,14 +96,22 @@ def show(item: dict[str, Any]) -> str:
 def main(argv: list[str] | None = None) -> int:
     from breakwater.auth import TenantStatus
     from breakwater.aws.tenants import TenantExistsError, TenantNotFoundError, TenantTable
+    from breakwater.aws.usage_plans import EnrolmentError
 
     parser = argparse.ArgumentParser(prog="bin/tenants", description=(__doc__ or "").split("\n\n")[0])
     parser.add_argument("--table", help="tenants table name (default: the stack's TenantsTableName output)")
     parser.add_argument("--stack", default="Breakwater", help="stack to read the table name from")
+    parser.add_argument(
+        "--edge-plans", help="the stack's EdgeUsagePlans output, as JSON (default: read from the --stack)"
+    )
     commands = parser.add_subparsers(dest="command", required=True)
     add = commands.add_parser("add", help="create a tenant and print its API key")
     add.add_argument("tenant")
     add.add_argument("--tier", default="standard")
+    enroll = commands.add_parser(
+        "enroll", help="put tenants' keys in their usage plans (all when none named)"
+    )
+    enroll.add_argument("tenants", nargs="*")
     rotate = commands.add_parser("rotate", help="issue a new key; the old one stays valid for the overlap")
     rotate.add_argument("tenant")
     rotate.add_argument("--overlap-seconds", type=float, default=3600.0)
@@ -86,18 +122,39 @@ def main(argv: list[str] | None = None) -> int:
     limits.add_argument("limits", nargs="+", metavar="NAME=VALUE")
     commands.add_parser("list", help="list tenants")
     # Options may come after the subcommand too (bin/tenants add acme --table T).
-    for sub in (add, rotate, limits, *(commands.choices[name] for name in ("disable", "enable", "list"))):
+    for sub in (
+        add,
+        enroll,
+        rotate,
+        limits,
+        *(commands.choices[name] for name in ("disable", "enable", "list")),
+    ):
         sub.add_argument("--table", default=argparse.SUPPRESS, help=argparse.SUPPRESS)
         sub.add_argument("--stack", default=argparse.SUPPRESS, help=argparse.SUPPRESS)
+        sub.add_argument("--edge-plans", default=argparse.SUPPRESS, help=argparse.SUPPRESS)
     args = parser.parse_args(argv)
 
     table = TenantTable(table_name(args))
     try:
         if args.command == "add":
             check_tier(args.tier)
+            if table.get_item(args.tenant) is not None:
+                raise TenantExistsError(f"tenant {args.tenant!r} already exists")
+            # The edge key first: a tenant whose record exists is never left without its usage plan.
+            usage_plans(args).enroll(args.tenant, args.tier)
             key = table.create(args.tenant, args.tier)
             print(f"tenant {args.tenant} added (tier {args.tier}); its API key, once:", file=sys.stderr)
             print(key)
+        elif args.command == "enroll":
+            plans = usage_plans(args)
+            items = (
+                [table.get_item(tenant) or _missing(tenant) for tenant in args.tenants]
+                if args.tenants
+                else list(table.scan())
+            )
+            for item in items:
+                plan = plans.enroll(str(item["tenant_id"]), str(item["tier"]), item.get("limits") or {})
+                print(f"tenant {item['tenant_id']}: in usage plan {plan}", file=sys.stderr)
         elif args.command == "rotate":
             key = table.rotate(args.tenant, args.overlap_seconds)
             print(
@@ -112,11 +169,13 @@ def main(argv: list[str] | None = None) -> int:
             print(f"tenant {args.tenant} is {status.value}", file=sys.stderr)
         elif args.command == "set-limits":
             table.set_limits(args.tenant, parse_limits(args.limits))
-            print(f"tenant {args.tenant}: limits updated", file=sys.stderr)
+            item = table.get_item(args.tenant) or _missing(args.tenant)
+            plan = usage_plans(args).enroll(args.tenant, str(item["tier"]), item.get("limits") or {})
+            print(f"tenant {args.tenant}: limits updated (usage plan {plan})", file=sys.stderr)
         else:
             for item in sorted(table.scan(), key=lambda item: str(item["tenant_id"])):
                 print(show(item))
-    except (TenantExistsError, TenantNotFoundError, ValueError) as exc:
+    except (TenantExistsError, TenantNotFoundError, EnrolmentError, ValueError) as exc:
         print(f"error: {exc}", file=sys.stderr)
         return 1
     return 0

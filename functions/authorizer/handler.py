@@ -2,7 +2,8 @@
 
 Unknown or malformed keys answer 401 (API Gateway requires the exact ``Unauthorized`` error);
 disabled tenants get an explicit Deny (403). An Allow covers the whole API so API Gateway's own
-authorizer cache applies to every route.
+authorizer cache applies to every route. An Allow also names the tenant's API Gateway API key
+(``usageIdentifierKey``), whose usage plan throttles the tenant at the edge, before ingest runs.
 """
 
 from __future__ import annotations
@@ -18,7 +19,7 @@ from aws_lambda_powertools.utilities.data_classes.api_gateway_authorizer_event i
 )
 from aws_lambda_powertools.utilities.typing import LambdaContext
 
-from breakwater.auth import Authorizer, TenantCache, Verdict
+from breakwater.auth import Authorizer, TenantCache, Verdict, rest_api_id_of, usage_identifier_key
 from breakwater.aws.tenants import TenantTable
 from breakwater.observability import logger
 from breakwater.settings import AuthorizerSettings
@@ -53,7 +54,10 @@ def handler(event: APIGatewayAuthorizerRequestEvent, context: LambdaContext) -> 
         raise Exception("Unauthorized")  # the exact message API Gateway turns into a 401
     assert decision.tenant_id is not None
     policy = APIGatewayAuthorizerResponse.from_route_arn(
-        event.method_arn, principal_id=decision.tenant_id, context=decision.context() or None
+        event.method_arn,
+        principal_id=decision.tenant_id,
+        context=decision.context() or None,
+        usage_identifier_key=usage_identifier_key(rest_api_id_of(event.method_arn), decision.tenant_id),
     )
     if decision.verdict == Verdict.DENY:
         logger.info("denied", extra={"reason": decision.reason})

@@ -64,6 +64,29 @@ def generate_api_key(tenant_id: str) -> str:
     return f"{validate_tenant_id(tenant_id)}.{secrets.token_urlsafe(32)}"
 
 
+USAGE_KEY_PREFIX = "breakwater-usage"
+
+
+def usage_identifier_key(rest_api_id: str, tenant_id: str) -> str:
+    """The value of the tenant's API Gateway API key, which the authorizer returns as ``usageIdentifierKey``.
+
+    The API takes keys only from its authorizer (``ApiKeySourceType.AUTHORIZER``), never from a
+    client, so the value is no secret: it only names the tenant's usage plan entry (the edge
+    throttle, ``breakwater.aws.usage_plans``). API key values are unique per account and region, so
+    the API's id is part of it; at least 20 characters, as API Gateway requires.
+    """
+    return f"{USAGE_KEY_PREFIX}.{rest_api_id}.{validate_tenant_id(tenant_id)}"
+
+
+def rest_api_id_of(method_arn: str) -> str:
+    """``arn:aws:execute-api:<region>:<account>:<api id>/<stage>/<method>/<path>`` -> the API's id."""
+    resource = method_arn.split(":", 5)[-1]
+    api_id = resource.split("/", 1)[0]
+    if not api_id or not method_arn.startswith("arn:"):
+        raise ValueError(f"not an execute-api method ARN: {method_arn!r}")
+    return api_id
+
+
 def hash_key(raw_key: str) -> str:
     return hashlib.sha256(raw_key.encode()).hexdigest()
 

@@ -148,6 +148,8 @@ def test_authorizer_allows_the_whole_api_with_the_tenant_limits(
     assert statement["Effect"] == "Allow"
     assert statement["Resource"] == ["arn:aws:execute-api:us-east-1:123456789012:abc123/prod/*/*"]
     assert policy["principalId"] == "acme"
+    # The API takes the tenant's usage plan key from here (ApiKeySourceType AUTHORIZER): the edge throttle.
+    assert policy["usageIdentifierKey"] == "breakwater-usage.abc123.acme"
     assert policy["context"] == {
         "tenant": "acme",
         "tier": "standard",

@@ -18,6 +18,8 @@ from breakwater.auth import (
     hash_key,
     parse_authorization,
     record_from_item,
+    rest_api_id_of,
+    usage_identifier_key,
 )
 from breakwater.settings import TierSettings
 
@@ -48,6 +50,19 @@ TIERS = TierSettings.model_validate(
 
 def record(key, **overrides):
     return TenantRecord(**{"tenant_id": "acme", "key_sha256": hash_key(key), "tier": "standard", **overrides})
+
+
+def test_usage_keys_name_the_api_and_the_tenant():
+    key = usage_identifier_key("a1b2c3d4e5", "acme")
+    assert key == "breakwater-usage.a1b2c3d4e5.acme"
+    assert len(usage_identifier_key("a", "b")) >= 20  # API Gateway's minimum for a key's value
+    assert rest_api_id_of("arn:aws:execute-api:eu-west-1:123456789012:a1b2c3d4e5/prod/POST/v1/messages") == (
+        "a1b2c3d4e5"
+    )
+    with pytest.raises(ValueError, match="not an execute-api method ARN"):
+        rest_api_id_of("a1b2c3d4e5/prod/POST/v1/messages")
+    with pytest.raises(ValueError, match="must be 1-64 characters"):
+        usage_identifier_key("a1b2c3d4e5", "a.b")
 
 
 def test_keys_parse_and_carry_the_tenant():
