@@ -4,10 +4,14 @@ moto creates the REST API and its resources, but not the stage, the authorizer, 
 validator or the gateway responses; they are read from the template (``local.discovery.api``)
 and applied here, in API Gateway's order: stage throttle (429 THROTTLED), REQUEST authorizer
 (identity header missing or ``Unauthorized`` -> 401 UNAUTHORIZED; explicit Deny -> 403
-ACCESS_DENIED; the policy cached per identity for ``AuthorizerResultTtlInSeconds``), request body
-model (400 BAD_REQUEST_BODY), then the Lambda proxy integration with
-``requestContext.authorizer`` = the authorizer's context plus ``principalId``. Error bodies
-come from the template's gateway responses.
+ACCESS_DENIED; the policy cached per identity for ``AuthorizerResultTtlInSeconds``), the API key
+of a method that requires one (from the authorizer's ``usageIdentifierKey`` or the ``x-api-key``
+header, per the API's ``ApiKeySourceType``: in no usage plan of the stage -> 403 INVALID_API_KEY;
+over its plan's throttle -> 429 THROTTLED, before any integration runs), request body model
+(400 BAD_REQUEST_BODY), then the Lambda proxy integration with ``requestContext.authorizer`` =
+the authorizer's context plus ``principalId``. Error bodies come from the template's gateway
+responses. Usage plans and keys are read from the embedded API Gateway (moto), where the stack
+and onboarding (``breakwater.aws.usage_plans``) put them; quotas are not enforced.
 """
 
 from __future__ import annotations
@@ -32,6 +36,7 @@ DEFAULT_STATUS = {
     "ACCESS_DENIED": 403,
     "MISSING_AUTHENTICATION_TOKEN": 403,
     "THROTTLED": 429,
+    "INVALID_API_KEY": 403,
     "BAD_REQUEST_BODY": 400,
     "REQUEST_TOO_LARGE": 413,
     "AUTHORIZER_FAILURE": 500,
@@ -44,6 +49,7 @@ DEFAULT_MESSAGE = {
     "ACCESS_DENIED": "User is not authorized to access this resource with an explicit deny",
     "MISSING_AUTHENTICATION_TOKEN": "Missing Authentication Token",
     "THROTTLED": "Too Many Requests",
+    "INVALID_API_KEY": "Forbidden",
     "BAD_REQUEST_BODY": "Invalid request body",
     "REQUEST_TOO_LARGE": "Request Too Long",
     "AUTHORIZER_FAILURE": "Internal server error",
@@ -73,6 +79,73 @@ class _StageThrottle:
                 self.tokens -= 1
                 return True
             return False
+
+
+class _UsagePlanThrottles:
+    """The usage plans of one stage: which plan a key is in, and a token bucket per key (its throttle).
+
+    Plans and keys are read from the embedded API Gateway again every ``refresh_seconds``, and, at
+    most once a second, when a key is not found: a newly enrolled tenant is served at once, a
+    changed plan within ``refresh_seconds`` (API Gateway, too, applies plan changes after a delay).
+    """
+
+    def __init__(self, client: Any, rest_api_id: str, stage: str, refresh_seconds: float = 5.0) -> None:
+        self._client = client
+        self.rest_api_id, self.stage = rest_api_id, stage
+        self.refresh_seconds = refresh_seconds
+        self._plan_of_key: dict[str, tuple[str, float | None, int | None]] = {}  # value -> plan, rate, burst
+        self._buckets: dict[tuple[str, str, float | None, int | None], _StageThrottle] = {}
+        self._read_at = self._missed_at = float("-inf")
+        self._lock = threading.Lock()
+
+    def admit(self, key_value: str) -> bool | None:
+        """True: within its plan's throttle; False: throttled; None: the key is in no plan of the stage."""
+        now = time.monotonic()
+        with self._lock:
+            plan = self._plan_of_key.get(key_value)
+            stale = now - self._read_at >= self.refresh_seconds
+            retry_miss = plan is None and now - self._missed_at >= 1.0
+            if retry_miss:
+                self._missed_at = now
+        if stale or retry_miss:
+            read = self._read()
+            with self._lock:
+                self._plan_of_key, self._read_at = read, now
+                plan = read.get(key_value)
+        if plan is None:
+            return None
+        with self._lock:
+            bucket = self._buckets.get((key_value, *plan))
+            if bucket is None:
+                bucket = self._buckets[(key_value, *plan)] = _StageThrottle(plan[1], plan[2])
+        return bucket.admit()
+
+    def _read(self) -> dict[str, tuple[str, float | None, int | None]]:
+        keys: dict[str, dict[str, Any]] = {}
+        for page in self._client.get_paginator("get_api_keys").paginate(includeValues=True):
+            keys.update({key["id"]: key for key in page.get("items", [])})
+        plan_of_key: dict[str, tuple[str, float | None, int | None]] = {}
+        for page in self._client.get_paginator("get_usage_plans").paginate():
+            for plan in page.get("items", []):
+                stages = plan.get("apiStages") or []
+                if not any(
+                    s.get("apiId") == self.rest_api_id and s.get("stage") == self.stage for s in stages
+                ):
+                    continue
+                throttle = plan.get("throttle") or {}
+                rate, burst = throttle.get("rateLimit"), throttle.get("burstLimit")
+                limits = (
+                    str(plan["id"]),
+                    float(rate) if rate is not None else None,
+                    int(burst) if burst is not None else None,
+                )
+                paginator = self._client.get_paginator("get_usage_plan_keys")
+                for keys_page in paginator.paginate(usagePlanId=plan["id"]):
+                    for plan_key in keys_page.get("items", []):
+                        key = keys.get(plan_key["id"])
+                        if key is not None and key.get("enabled", True) and key.get("value"):
+                            plan_of_key[str(key["value"])] = limits
+        return plan_of_key
 
 
 class _GatewayError(Exception):
@@ -106,10 +179,16 @@ def policy_allows(policy: dict[str, Any], method_arn: str) -> bool:
 class LocalApi:
     """One REST API stage on ``http://127.0.0.1:<port>/<stage>/``."""
 
-    def __init__(self, spec: ApiSpec, pools: dict[str, FunctionPool], port: int = 0) -> None:
+    def __init__(
+        self, spec: ApiSpec, pools: dict[str, FunctionPool], port: int = 0, apigateway: Any | None = None
+    ) -> None:
+        """``apigateway``: a client of the embedded API Gateway, where the usage plans and keys are."""
         self.spec = spec
         self._pools = pools
         self._throttle = _StageThrottle(spec.throttle_rate, spec.throttle_burst)
+        self._usage = (
+            _UsagePlanThrottles(apigateway, spec.rest_api_id, spec.stage) if apigateway is not None else None
+        )
         self._auth_cache: dict[tuple[str, tuple[str, ...]], tuple[float, dict[str, Any]]] = {}
         self._cache_lock = threading.Lock()
         self.status_counts: dict[int, int] = {}
@@ -227,10 +306,19 @@ class LocalApi:
             "pathParameters": None,
             "stageVariables": None,
         }
+        usage_key: str | None = None
         if route.authorizer is not None:
-            request_context["authorizer"] = self._authorize(
+            request_context["authorizer"], usage_key = self._authorize(
                 route.authorizer, common, request_context, method_arn
             )
+        if route.api_key_required:
+            if self.spec.api_key_source != "AUTHORIZER":
+                usage_key = {k.lower(): v for k, v in headers.items()}.get("x-api-key")
+            admitted = self._usage.admit(usage_key) if usage_key and self._usage is not None else None
+            if admitted is None:
+                raise _GatewayError("INVALID_API_KEY")
+            if not admitted:
+                raise _GatewayError("THROTTLED")
         if route.request_schema is not None:
             self._validate(route.request_schema, body)
         event = {
@@ -258,7 +346,8 @@ class LocalApi:
 
     def _authorize(
         self, spec: AuthorizerSpec, common: dict[str, Any], request_context: dict[str, Any], method_arn: str
-    ) -> dict[str, Any]:
+    ) -> tuple[dict[str, Any], str | None]:
+        """The context for the integration, and the API key the authorizer named (``usageIdentifierKey``)."""
         lowered = {k.lower(): v for k, v in common["headers"].items()}
         identity = tuple(lowered.get(name.lower(), "") for name in spec.identity_headers)
         if not all(identity):
@@ -291,7 +380,8 @@ class LocalApi:
             raise _GatewayError("ACCESS_DENIED")
         context = {k: v for k, v in (policy.get("context") or {}).items()}
         context["principalId"] = policy.get("principalId")
-        return context
+        usage_key = policy.get("usageIdentifierKey")
+        return context, str(usage_key) if usage_key else None
 
     def _validate(self, schema: dict[str, Any], body: bytes) -> None:
         import jsonschema  # type: ignore[import-untyped]

@@ -5,12 +5,19 @@ model, so a stack whose dashboard refers to an alarm's ``Arn`` fails to create. 
 creates the alarm with the CloudWatch backend's ``put_metric_alarm`` (the same call
 ``PutMetricAlarm`` makes), so alarms exist in the embedded AWS (``DescribeAlarms``) instead of
 being skipped. Register with :func:`register` before the first ``CreateStack``.
+
+moto has API Gateway stages and usage plans but no CloudFormation model for either; the usage
+plans (the edge throttle, D-ingest-5) must exist for onboarding to put tenants' keys in them, and
+their ``ApiStages`` refer to the stage. Both are created through the API Gateway backend's own
+``create_stage`` / ``create_usage_plan``. The stage's settings (throttle, logging) are still
+applied by ``local.api`` from the template.
 """
 
 from __future__ import annotations
 
 from typing import Any
 
+from moto.apigateway.models import apigateway_backends
 from moto.cloudformation import parsing
 from moto.cloudwatch.models import Dimension, Metric, MetricDataQuery, MetricStat, cloudwatch_backends
 from moto.core.common_models import CloudFormationModel
@@ -107,6 +114,94 @@ class CloudWatchAlarm(CloudFormationModel):
             threshold_metric_id=props.get("ThresholdMetricId"),
         )
         return cls(alarm)
+
+
+class ApiGatewayStage(CloudFormationModel):
+    def __init__(self, rest_api_id: str, name: str) -> None:
+        self.rest_api_id, self.name = rest_api_id, name
+
+    @staticmethod
+    def cloudformation_type() -> str:
+        return "AWS::ApiGateway::Stage"
+
+    @staticmethod
+    def cloudformation_name_type() -> str:
+        return "StageName"
+
+    @property
+    def physical_resource_id(self) -> str:
+        return self.name
+
+    @classmethod
+    def create_from_cloudformation_json(
+        cls,
+        resource_name: str,
+        cloudformation_json: dict[str, Any],
+        account_id: str,
+        region_name: str,
+        **kwargs: Any,
+    ) -> ApiGatewayStage:
+        props = cloudformation_json["Properties"]
+        backend = apigateway_backends[account_id][region_name]
+        stage = backend.create_stage(
+            props["RestApiId"],
+            props.get("StageName") or resource_name,
+            props["DeploymentId"],
+            variables=props.get("Variables"),
+            description=props.get("Description", ""),
+            tracing_enabled=props.get("TracingEnabled"),
+        )
+        return cls(props["RestApiId"], str(stage.name))
+
+
+class ApiGatewayUsagePlan(CloudFormationModel):
+    def __init__(self, plan_id: str) -> None:
+        self.plan_id = plan_id
+
+    @staticmethod
+    def cloudformation_type() -> str:
+        return "AWS::ApiGateway::UsagePlan"
+
+    @staticmethod
+    def cloudformation_name_type() -> str:
+        return "UsagePlanName"
+
+    @property
+    def physical_resource_id(self) -> str:
+        return self.plan_id
+
+    @classmethod
+    def create_from_cloudformation_json(
+        cls,
+        resource_name: str,
+        cloudformation_json: dict[str, Any],
+        account_id: str,
+        region_name: str,
+        **kwargs: Any,
+    ) -> ApiGatewayUsagePlan:
+        props = cloudformation_json["Properties"]
+        payload: dict[str, Any] = {
+            "name": props.get("UsagePlanName") or resource_name,
+            "description": props.get("Description"),
+            "apiStages": [
+                {"apiId": stage["ApiId"], "stage": stage["Stage"]} for stage in props.get("ApiStages", [])
+            ],
+        }
+        if "Throttle" in props:
+            throttle = props["Throttle"]
+            payload["throttle"] = {
+                "rateLimit": float(throttle.get("RateLimit", 0)),
+                "burstLimit": int(throttle.get("BurstLimit", 0)),
+            }
+        if "Quota" in props:
+            quota = props["Quota"]
+            payload["quota"] = {
+                "limit": int(quota["Limit"]),
+                "period": quota["Period"],
+                "offset": quota.get("Offset", 0),
+            }
+        plan = apigateway_backends[account_id][region_name].create_usage_plan(payload)
+        return cls(str(plan.id))
 
 
 def register() -> None:

@@ -43,6 +43,7 @@ class RouteSpec:
     function_logical_id: str
     authorizer: AuthorizerSpec | None
     request_schema: dict[str, Any] | None = None
+    api_key_required: bool = False
 
 
 @dataclass(frozen=True)
@@ -62,6 +63,7 @@ class ApiSpec:
     gateway_responses: dict[str, dict[str, Any]] = field(default_factory=dict)  # type -> {status, template}
     throttle_rate: float | None = None
     throttle_burst: int | None = None
+    api_key_source: str = "HEADER"  # the RestApi's ApiKeySourceType: HEADER (x-api-key) or AUTHORIZER
 
 
 def _ref(value: Any) -> str | None:
@@ -198,7 +200,16 @@ def api(assembly: CloudAssembly, deployment: Deployment) -> ApiSpec | None:
             model = models.get(_ref(model_ref) or "")
             if model:
                 schema = model["Properties"].get("Schema")
-        routes.append(RouteSpec(props["HttpMethod"], path, targets[0], authorizer, schema))
+        routes.append(
+            RouteSpec(
+                props["HttpMethod"],
+                path,
+                targets[0],
+                authorizer,
+                schema,
+                api_key_required=str(props.get("ApiKeyRequired", False)).lower() == "true",
+            )
+        )
     responses = {}
     for response in assembly.resources("AWS::ApiGateway::GatewayResponse").values():
         props = response["Properties"]
@@ -222,6 +233,7 @@ def api(assembly: CloudAssembly, deployment: Deployment) -> ApiSpec | None:
         gateway_responses=responses,
         throttle_rate=float(rate) if rate is not None else None,
         throttle_burst=int(burst) if burst is not None else None,
+        api_key_source=str(apis[api_logical]["Properties"].get("ApiKeySourceType") or "HEADER"),
     )
 
 

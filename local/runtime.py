@@ -185,7 +185,9 @@ class LocalRuntime:
         if self.options.start_mappings:
             self.start_mappings()
         if self.options.start_api and self.api_spec is not None:
-            self.api = LocalApi(self.api_spec, self.pools).start()
+            self.api = LocalApi(
+                self.api_spec, self.pools, apigateway=self.aws.client("apigateway", counted=False)
+            ).start()
         if self.options.start_schedules:
             for schedule in self.schedule_specs:
                 self._start_schedule(schedule)
@@ -410,6 +412,7 @@ class LocalRuntime:
             "moto_skipped": self.deployment.skipped,
             "emulated_from_template": [
                 "AWS::ApiGateway::Stage (routes, throttle)",
+                "AWS::ApiGateway::UsagePlan (per-key throttle of the keys onboarding enrolled)",
                 "AWS::ApiGateway::Authorizer (REQUEST, TTL cache)",
                 "AWS::ApiGateway::RequestValidator + Model (body schema)",
                 "AWS::ApiGateway::GatewayResponse (error bodies)",

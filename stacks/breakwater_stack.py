@@ -153,6 +153,12 @@ class BreakwaterStack(Stack):
         routes = ", ".join(f"v1/{path}" for path in self.ingress.routes)
         CfnOutput(self, "ApiUrl", value=self.ingress.url, description=f"base URL; POST {routes}")
         CfnOutput(self, "TenantsTableName", value=self.tables.tenants.table_name)
+        CfnOutput(
+            self,
+            "EdgeUsagePlans",
+            value=self.ingress.edge_plans_json(),
+            description="the API, its stage and each tier's usage plan: bin/tenants enrols keys in them",
+        )
         CfnOutput(self, "StateTableName", value=self.tables.state.table_name)
         CfnOutput(self, "IdempotencyTableName", value=self.tables.idempotency.table_name)
         CfnOutput(self, "AlarmTopicArn", value=self.monitoring.topic.topic_arn)

@@ -4,13 +4,18 @@ Every ``POST /v1/<route>`` is validated against a JSON schema (``stacks/request_
 before it costs a Lambda invocation; every error API Gateway produces itself is a JSON body naming
 the problem; the stage throttles as configured, traces and writes structured access logs to an
 encrypted, retained log group.
+
+Every method requires an API key, which the authorizer supplies (``ApiKeySourceType.AUTHORIZER``;
+clients never send one): the tenant's key, enrolled at onboarding in its tier's usage plan
+(``breakwater.aws.usage_plans``). The plan throttles the tenant at the edge, at its tier's ceiling,
+so a tenant's excess is refused before any Lambda runs (D-ingest-5).
 """
 
 from __future__ import annotations
 
 import json
 
-from aws_cdk import Duration, Fn, RemovalPolicy
+from aws_cdk import Duration, Fn, RemovalPolicy, Stack
 from aws_cdk import aws_apigateway as apigw
 from aws_cdk import aws_kms as kms
 from aws_cdk import aws_lambda as lambda_
@@ -46,6 +51,8 @@ _GATEWAY_ERRORS = [
     (apigw.ResponseType.ACCESS_DENIED, "403", "forbidden"),
     (apigw.ResponseType.REQUEST_TOO_LARGE, "413", "payload_too_large"),
     (apigw.ResponseType.THROTTLED, "429", "throttled"),
+    # The authorizer named a key that is in no usage plan of the stage: a tenant not (yet) enrolled.
+    (apigw.ResponseType.INVALID_API_KEY, "403", "not_enrolled"),
     (apigw.ResponseType.DEFAULT_4_XX, None, "bad_request"),
     (apigw.ResponseType.DEFAULT_5_XX, None, "internal_error"),
 ]
@@ -81,6 +88,7 @@ class Ingress(Construct):
         self.v1 = self.api.root.add_resource("v1")
         self.routes: dict[str, apigw.Method] = {}
         self.post_message = self.add_route("messages", ingest_function, "Message", message_schema(config))
+        self.usage_plans = self._build_usage_plans()
 
     @property
     def url(self) -> str:
@@ -93,10 +101,14 @@ class Ingress(Construct):
             rest_api_name=f"{self._config.service_name}-api",
             description="Breakwater ingest API: tenant-authenticated, validated, throttled",
             endpoint_types=[apigw.EndpointType.REGIONAL],
+            # The tenant's usage plan key comes from the authorizer, never from the client.
+            api_key_source_type=apigw.ApiKeySourceType.AUTHORIZER,
             # Access logging needs the account-level CloudWatch role of API Gateway.
             cloud_watch_role=True,
             default_method_options=apigw.MethodOptions(
-                authorizer=self.authorizer, authorization_type=apigw.AuthorizationType.CUSTOM
+                authorizer=self.authorizer,
+                authorization_type=apigw.AuthorizationType.CUSTOM,
+                api_key_required=True,
             ),
             deploy_options=apigw.StageOptions(
                 stage_name=STAGE_NAME,
@@ -109,6 +121,43 @@ class Ingress(Construct):
                 access_log_destination=apigw.LogGroupLogDestination(self.access_logs),
                 access_log_format=apigw.AccessLogFormat.custom(json.dumps(_ACCESS_LOG_FIELDS)),
             ),
+        )
+
+    def _build_usage_plans(self) -> dict[str, apigw.UsagePlan]:
+        """One usage plan per tier, at the tier's ceiling: ``rate`` x ``max_multiplier``, and ``burst``.
+
+        Organic growth can raise a tenant's admitted rate up to that ceiling, so the edge never
+        refuses what ingest's fairness gate would admit; it refuses the excess above it before any
+        Lambda runs. Tenants' keys are added at onboarding (``bin/tenants add``).
+        """
+        ceiling = self._config.backpressure.max_multiplier
+        naive = self._config.mode == "naive"  # the baseline the demo compares throttles nobody
+        plans: dict[str, apigw.UsagePlan] = {}
+        for tier, limits in sorted(self._config.tiers.items()):
+            plans[tier] = self.api.add_usage_plan(
+                f"UsagePlan-{tier}",
+                name=f"{self._config.service_name}-tier-{tier}",
+                description=(
+                    f"tier {tier}: unthrottled (naive mode)"
+                    if naive
+                    else f"tier {tier}: {limits.rate:g}/s x {ceiling:g} (ceiling), burst {limits.burst}"
+                ),
+                throttle=None
+                if naive
+                else apigw.ThrottleSettings(rate_limit=limits.rate * ceiling, burst_limit=limits.burst),
+                api_stages=[apigw.UsagePlanPerApiStage(api=self.api, stage=self.api.deployment_stage)],
+            )
+        return plans
+
+    def edge_plans_json(self) -> str:
+        """The ``EdgeUsagePlans`` output: what onboarding needs to enrol a tenant (``EdgePlans``)."""
+        return Stack.of(self).to_json_string(
+            {
+                "api": self.api.rest_api_id,
+                "stage": self.api.deployment_stage.stage_name,
+                "ceiling": self._config.backpressure.max_multiplier,
+                "tiers": {tier: plan.usage_plan_id for tier, plan in self.usage_plans.items()},
+            }
         )
 
     def _build_execution_log_group(self, key: kms.IKey) -> None:

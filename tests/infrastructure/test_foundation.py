@@ -211,6 +211,33 @@ def test_authorizer_guards_every_method(synth: Synth) -> None:
         assert method["Properties"]["AuthorizerId"] == {"Ref": authorizer_id}, logical_id
 
 
+def test_each_tier_has_a_usage_plan_at_its_ceiling_and_every_method_needs_the_authorizers_key(
+    synth: Synth,
+) -> None:
+    (api,) = synth.of_type("AWS::ApiGateway::RestApi").values()
+    assert api["Properties"]["ApiKeySourceType"] == "AUTHORIZER"  # clients never send a key of their own
+    for logical_id, method in synth.of_type("AWS::ApiGateway::Method").items():
+        assert method["Properties"]["ApiKeyRequired"] is True, logical_id
+    plans = {
+        p["Properties"]["UsagePlanName"]: p["Properties"]
+        for p in synth.of_type("AWS::ApiGateway::UsagePlan").values()
+    }
+    ceiling = synth.config.backpressure.max_multiplier
+    assert set(plans) == {f"{synth.config.service_name}-tier-{tier}" for tier in synth.config.tiers}
+    (stage_id,) = synth.of_type("AWS::ApiGateway::Stage")
+    for tier, limits in synth.config.tiers.items():
+        plan = plans[f"{synth.config.service_name}-tier-{tier}"]
+        assert plan["Throttle"] == {"RateLimit": limits.rate * ceiling, "BurstLimit": limits.burst}
+        (stage,) = plan["ApiStages"]
+        assert stage["Stage"] == {"Ref": stage_id}
+    # Onboarding reads the plans from this output (breakwater.aws.usage_plans.EdgePlans).
+    output = synth.template.to_json()["Outputs"]["EdgeUsagePlans"]["Value"]
+    rendered = json.dumps(output)
+    for plan_id in synth.of_type("AWS::ApiGateway::UsagePlan"):
+        assert plan_id in rendered
+    assert "ceiling" in rendered
+
+
 def test_post_messages_is_validated_against_the_schema(synth: Synth) -> None:
     method = synth.resources[synth.logical_id(synth.stack.ingress.post_message)]
     assert "RequestValidatorId" in method["Properties"]
@@ -232,7 +259,13 @@ def test_gateway_errors_are_json_bodies_naming_the_problem(synth: Synth) -> None
         r["Properties"]["ResponseType"]: r["Properties"]
         for r in synth.of_type("AWS::ApiGateway::GatewayResponse").values()
     }
-    expected = {"BAD_REQUEST_BODY": "400", "UNAUTHORIZED": "401", "ACCESS_DENIED": "403", "THROTTLED": "429"}
+    expected = {
+        "BAD_REQUEST_BODY": "400",
+        "UNAUTHORIZED": "401",
+        "ACCESS_DENIED": "403",
+        "INVALID_API_KEY": "403",
+        "THROTTLED": "429",
+    }
     for response_type, status in expected.items():
         assert responses[response_type]["StatusCode"] == status
     assert {"DEFAULT_4XX", "DEFAULT_5XX"} <= set(responses)
@@ -331,6 +364,9 @@ def test_naive_mode_builds_one_live_queue_without_throttling(naive_synth: Synth)
     env = _env(naive_synth, naive_synth.stack.ingest)
     assert env["THROTTLING_ENABLED"] == "false"
     assert env["SHARD_SIZE"] == "1"
+    # Tenants are still enrolled in their tiers' plans (every method needs a key), which throttle nobody.
+    plans = naive_synth.of_type("AWS::ApiGateway::UsagePlan").values()
+    assert plans and all("Throttle" not in plan["Properties"] for plan in plans)
 
 
 def test_tier_config_mirrors_the_handlers_tier_limits() -> None:
