@@ -15,7 +15,7 @@ applied by ``local.api`` from the template.
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Any, ClassVar
 
 from moto.apigateway.models import apigateway_backends
 from moto.cloudformation import parsing
@@ -57,28 +57,27 @@ def _queries(metrics: list[dict[str, Any]]) -> list[MetricDataQuery] | None:
     return queries
 
 
-class CloudWatchAlarm(CloudFormationModel):
-    def __init__(self, alarm: Any) -> None:
-        self.alarm = alarm
+class _CreatedThroughBackend:
+    """What the models below share: moto finds them as direct subclasses of ``CloudFormationModel``,
+    so this is a mixin; each model names its type and creates its resource in :meth:`create`."""
 
-    @staticmethod
-    def cloudformation_type() -> str:
-        return "AWS::CloudWatch::Alarm"
+    TYPE: ClassVar[str]
+    NAME_TYPE: ClassVar[str]
 
-    @staticmethod
-    def cloudformation_name_type() -> str:
-        return "AlarmName"
+    def __init__(self, physical_id: str, resource: Any = None) -> None:
+        self._physical_id, self.resource = physical_id, resource
+
+    @classmethod
+    def cloudformation_type(cls) -> str:
+        return cls.TYPE
+
+    @classmethod
+    def cloudformation_name_type(cls) -> str:
+        return cls.NAME_TYPE
 
     @property
     def physical_resource_id(self) -> str:
-        return str(self.alarm.name)
-
-    @classmethod
-    def has_cfn_attr(cls, attr: str) -> bool:
-        return attr == "Arn"
-
-    def get_cfn_attribute(self, attribute_name: str) -> str:
-        return str(self.alarm.alarm_arn)
+        return self._physical_id
 
     @classmethod
     def create_from_cloudformation_json(
@@ -88,11 +87,32 @@ class CloudWatchAlarm(CloudFormationModel):
         account_id: str,
         region_name: str,
         **kwargs: Any,
-    ) -> CloudWatchAlarm:
-        props = cloudformation_json["Properties"]
+    ) -> Any:
+        physical_id, resource = cls.create(
+            resource_name, cloudformation_json["Properties"], account_id, region_name
+        )
+        return cls(physical_id, resource)
+
+    @classmethod
+    def create(cls, name: str, props: Any, account_id: str, region_name: str) -> tuple[str, Any]:
+        raise NotImplementedError
+
+
+class CloudWatchAlarm(_CreatedThroughBackend, CloudFormationModel):
+    TYPE, NAME_TYPE = "AWS::CloudWatch::Alarm", "AlarmName"
+
+    @classmethod
+    def has_cfn_attr(cls, attr: str) -> bool:
+        return attr == "Arn"
+
+    def get_cfn_attribute(self, attribute_name: str) -> str:
+        return str(self.resource.alarm_arn)
+
+    @classmethod
+    def create(cls, name: str, props: Any, account_id: str, region_name: str) -> tuple[str, Any]:
         backend = cloudwatch_backends[account_id][region_name]
         alarm = backend.put_metric_alarm(
-            name=props.get("AlarmName") or resource_name,
+            name=props.get("AlarmName") or name,
             namespace=props.get("Namespace"),
             metric_name=props.get("MetricName"),
             metric_data_queries=_queries(props.get("Metrics", [])),
@@ -113,79 +133,34 @@ class CloudWatchAlarm(CloudFormationModel):
             treat_missing_data=props.get("TreatMissingData"),
             threshold_metric_id=props.get("ThresholdMetricId"),
         )
-        return cls(alarm)
+        return str(alarm.name), alarm
 
 
-class ApiGatewayStage(CloudFormationModel):
-    def __init__(self, rest_api_id: str, name: str) -> None:
-        self.rest_api_id, self.name = rest_api_id, name
-
-    @staticmethod
-    def cloudformation_type() -> str:
-        return "AWS::ApiGateway::Stage"
-
-    @staticmethod
-    def cloudformation_name_type() -> str:
-        return "StageName"
-
-    @property
-    def physical_resource_id(self) -> str:
-        return self.name
+class ApiGatewayStage(_CreatedThroughBackend, CloudFormationModel):
+    TYPE, NAME_TYPE = "AWS::ApiGateway::Stage", "StageName"
 
     @classmethod
-    def create_from_cloudformation_json(
-        cls,
-        resource_name: str,
-        cloudformation_json: dict[str, Any],
-        account_id: str,
-        region_name: str,
-        **kwargs: Any,
-    ) -> ApiGatewayStage:
-        props = cloudformation_json["Properties"]
-        backend = apigateway_backends[account_id][region_name]
-        stage = backend.create_stage(
+    def create(cls, name: str, props: Any, account_id: str, region_name: str) -> tuple[str, Any]:
+        stage = apigateway_backends[account_id][region_name].create_stage(
             props["RestApiId"],
-            props.get("StageName") or resource_name,
+            props.get("StageName") or name,
             props["DeploymentId"],
             variables=props.get("Variables"),
             description=props.get("Description", ""),
             tracing_enabled=props.get("TracingEnabled"),
         )
-        return cls(props["RestApiId"], str(stage.name))
+        return str(stage.name), stage
 
 
-class ApiGatewayUsagePlan(CloudFormationModel):
-    def __init__(self, plan_id: str) -> None:
-        self.plan_id = plan_id
-
-    @staticmethod
-    def cloudformation_type() -> str:
-        return "AWS::ApiGateway::UsagePlan"
-
-    @staticmethod
-    def cloudformation_name_type() -> str:
-        return "UsagePlanName"
-
-    @property
-    def physical_resource_id(self) -> str:
-        return self.plan_id
+class ApiGatewayUsagePlan(_CreatedThroughBackend, CloudFormationModel):
+    TYPE, NAME_TYPE = "AWS::ApiGateway::UsagePlan", "UsagePlanName"
 
     @classmethod
-    def create_from_cloudformation_json(
-        cls,
-        resource_name: str,
-        cloudformation_json: dict[str, Any],
-        account_id: str,
-        region_name: str,
-        **kwargs: Any,
-    ) -> ApiGatewayUsagePlan:
-        props = cloudformation_json["Properties"]
+    def create(cls, name: str, props: Any, account_id: str, region_name: str) -> tuple[str, Any]:
         payload: dict[str, Any] = {
-            "name": props.get("UsagePlanName") or resource_name,
+            "name": props.get("UsagePlanName") or name,
             "description": props.get("Description"),
-            "apiStages": [
-                {"apiId": stage["ApiId"], "stage": stage["Stage"]} for stage in props.get("ApiStages", [])
-            ],
+            "apiStages": [{"apiId": s["ApiId"], "stage": s["Stage"]} for s in props.get("ApiStages", [])],
         }
         if "Throttle" in props:
             throttle = props["Throttle"]
@@ -201,7 +176,7 @@ class ApiGatewayUsagePlan(CloudFormationModel):
                 "offset": quota.get("Offset", 0),
             }
         plan = apigateway_backends[account_id][region_name].create_usage_plan(payload)
-        return cls(str(plan.id))
+        return str(plan.id), plan
 
 
 def register() -> None:
