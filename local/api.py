@@ -107,10 +107,16 @@ class _UsagePlanThrottles:
             retry_miss = plan is None and now - self._missed_at >= 1.0
             if retry_miss:
                 self._missed_at = now
+            if stale:  # one reader at a time: the others go on with the plans read last
+                self._read_at = now
         if stale or retry_miss:
-            read = self._read()
-            with self._lock:
-                self._plan_of_key, self._read_at = read, now
+            try:
+                read = self._read()
+            except Exception:  # the emulator briefly unreachable: keep the plans read last
+                read = None
+            if read is not None:
+                with self._lock:
+                    self._plan_of_key = read
                 plan = read.get(key_value)
         if plan is None:
             return None
