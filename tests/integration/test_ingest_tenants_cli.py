@@ -144,3 +144,17 @@ def test_errors_are_reported_not_raised(cli, capsys, tenants_table, edge_plans):
     assert run(cli, capsys, tenants_table, plans, "list")[1] == ""
     assert cli.main(["enroll", "--table", tenants_table, "--edge-plans", "not json"]) == 1
     assert "EdgeUsagePlans output is not valid" in capsys.readouterr().err
+
+
+def test_overrides_need_no_plan_of_their_own_when_the_tiers_plan_throttles_nobody(
+    cli, capsys, tenants_table, edge_plans
+):
+    # Naive mode (the demo's baseline): the tiers' plans exist, without a throttle.
+    apigw = boto3.client("apigateway")
+    naive = apigw.create_usage_plan(
+        name="breakwater-tier-standard", apiStages=[{"apiId": edge_plans["api"], "stage": "prod"}]
+    )["id"]
+    plans = {**edge_plans, "tiers": {"standard": naive}}
+    assert run(cli, capsys, tenants_table, plans, "add", "acme")[0] == 0
+    assert run(cli, capsys, tenants_table, plans, "set-limits", "acme", "rate=3")[0] == 0
+    assert plan_of(plans, "acme")["id"] == naive

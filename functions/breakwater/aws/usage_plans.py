@@ -91,8 +91,8 @@ class UsagePlans:
         overrides = {
             name: float(value) for name, value in (limits or {}).items() if name in ("rate", "burst")
         }
-        if overrides:
-            throttle = self._throttle(target_tier_plan, overrides)
+        throttle = self._throttle(target_tier_plan, overrides) if overrides else None
+        if throttle is not None:
             same = [plan for plan in own if _throttle_of(plan) == throttle]
             target = same[0]["id"] if same else self._create_own_plan(own_name, throttle)
         current = [plan["id"] for plan in self._stage_plans(key_id=key_id)]
@@ -117,8 +117,12 @@ class UsagePlans:
 
     # -- internals ---------------------------------------------------------------------------------
 
-    def _throttle(self, tier_plan_id: str, overrides: Mapping[str, float]) -> dict[str, float]:
-        tier_throttle = _throttle_of(dict(self._client.get_usage_plan(usagePlanId=tier_plan_id)))
+    def _throttle(self, tier_plan_id: str, overrides: Mapping[str, float]) -> dict[str, float] | None:
+        """The throttle of a tenant's own plan; None when its tier's plan throttles nobody (naive mode)."""
+        tier_plan = dict(self._client.get_usage_plan(usagePlanId=tier_plan_id))
+        if not tier_plan.get("throttle"):
+            return None
+        tier_throttle = _throttle_of(tier_plan)
         rate = overrides.get("rate")
         burst = overrides.get("burst")
         return {
