@@ -104,7 +104,7 @@ class UsagePlans:
             self._client.create_usage_plan_key(usagePlanId=target, keyId=key_id, keyType="API_KEY")
         for plan in own:
             if plan["id"] != target:
-                self._client.delete_usage_plan(usagePlanId=plan["id"])
+                self._delete_plan(str(plan["id"]))
         return target
 
     def plan_of_tenant(self, tenant_id: str) -> dict[str, Any] | None:
@@ -138,6 +138,14 @@ class UsagePlans:
             throttle={"rateLimit": throttle["rateLimit"], "burstLimit": int(throttle["burstLimit"])},
         )
         return str(created["id"])
+
+    def _delete_plan(self, plan_id: str) -> None:
+        """A tenant's own plan, once its key has left: API Gateway deletes a plan only without stages."""
+        stage = f"{self.plans.rest_api_id}:{self.plans.stage}"
+        self._client.update_usage_plan(
+            usagePlanId=plan_id, patchOperations=[{"op": "remove", "path": "/apiStages", "value": stage}]
+        )
+        self._client.delete_usage_plan(usagePlanId=plan_id)
 
     def _find_key(self, tenant_id: str) -> str | None:
         value = usage_identifier_key(self.plans.rest_api_id, tenant_id)
