@@ -84,9 +84,12 @@ class _StageThrottle:
 class _UsagePlanThrottles:
     """The usage plans of one stage: which plan a key is in, and a token bucket per key (its throttle).
 
-    Plans and keys are read from the embedded API Gateway again every ``refresh_seconds``, and, at
-    most once a second, when a key is not found: a newly enrolled tenant is served at once, a
-    changed plan within ``refresh_seconds`` (API Gateway, too, applies plan changes after a delay).
+    Plans and keys are read from the embedded API Gateway, one read at a time: again every
+    ``refresh_seconds`` (by whichever request finds them stale, while the others go on with the last
+    read), and when a request's key is not in the last read. Such a request waits for a read that
+    began after it arrived, so a key enrolled before its first request is always found; a key that
+    is still unknown causes at most one read a second. A changed plan applies within
+    ``refresh_seconds`` (API Gateway, too, applies plan changes after a delay).
     """
 
     def __init__(self, client: Any, rest_api_id: str, stage: str, refresh_seconds: float = 5.0) -> None:
@@ -95,29 +98,24 @@ class _UsagePlanThrottles:
         self.refresh_seconds = refresh_seconds
         self._plan_of_key: dict[str, tuple[str, float | None, int | None]] = {}  # value -> plan, rate, burst
         self._buckets: dict[tuple[str, str, float | None, int | None], _StageThrottle] = {}
-        self._read_at = self._missed_at = float("-inf")
-        self._lock = threading.Lock()
+        self._read_started = float("-inf")  # when the last successful read began
+        self._missed: dict[str, float] = {}  # unknown key -> when it last caused a read
+        self._lock = threading.Lock()  # the maps above
+        self._read_lock = threading.Lock()  # one read at a time
 
     def admit(self, key_value: str) -> bool | None:
         """True: within its plan's throttle; False: throttled; None: the key is in no plan of the stage."""
-        now = time.monotonic()
+        arrived = time.monotonic()
         with self._lock:
             plan = self._plan_of_key.get(key_value)
-            stale = now - self._read_at >= self.refresh_seconds
-            retry_miss = plan is None and now - self._missed_at >= 1.0
-            if retry_miss:
-                self._missed_at = now
-            if stale:  # one reader at a time: the others go on with the plans read last
-                self._read_at = now
-        if stale or retry_miss:
+            stale = arrived - self._read_started >= self.refresh_seconds
+        if plan is None:
+            plan = self._after_a_read(key_value, arrived)
+        elif stale and self._read_lock.acquire(blocking=False):
             try:
-                read = self._read()
-            except Exception:  # the emulator briefly unreachable: keep the plans read last
-                read = None
-            if read is not None:
-                with self._lock:
-                    self._plan_of_key = read
-                plan = read.get(key_value)
+                self._read_into()
+            finally:
+                self._read_lock.release()
         if plan is None:
             return None
         with self._lock:
@@ -125,6 +123,31 @@ class _UsagePlanThrottles:
             if bucket is None:
                 bucket = self._buckets[(key_value, *plan)] = _StageThrottle(plan[1], plan[2])
         return bucket.admit()
+
+    def _after_a_read(self, key_value: str, arrived: float) -> tuple[str, float | None, int | None] | None:
+        """The key's plan as of a read that began after ``arrived`` (an unknown key reads once a second)."""
+        with self._read_lock:
+            with self._lock:
+                if self._read_started >= arrived:
+                    return self._plan_of_key.get(key_value)
+                if arrived - self._missed.get(key_value, float("-inf")) < 1.0:
+                    return None
+                if len(self._missed) >= 10_000:
+                    self._missed.clear()
+                self._missed[key_value] = arrived
+            self._read_into()
+        with self._lock:
+            return self._plan_of_key.get(key_value)
+
+    def _read_into(self) -> None:
+        """One read of the plans and keys (the caller holds the read lock); a failed read changes nothing."""
+        started = time.monotonic()
+        try:
+            read = self._read()
+        except Exception:  # the emulator briefly unreachable: keep the plans read last
+            return
+        with self._lock:
+            self._plan_of_key, self._read_started = read, started
 
     def _read(self) -> dict[str, tuple[str, float | None, int | None]]:
         keys: dict[str, dict[str, Any]] = {}

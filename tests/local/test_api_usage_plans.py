@@ -112,3 +112,28 @@ def test_a_key_in_no_plan_of_the_stage_is_forbidden_until_it_is_enrolled(gateway
     enroll("initech")
     # Plans are re-read at most once a second for an unknown key: served within a second or so.
     assert wait_for(lambda: post("initech")[0] == 202, timeout=5.0)
+
+
+def test_keys_enrolled_before_their_first_requests_are_all_found_when_those_arrive_at_once(
+    gateway: Any,
+) -> None:
+    # The demo's first clump: every tenant's first request at the same instant, while the plans are
+    # still being read for the first of them. None may be refused as unknown.
+    post, enroll, ingest = gateway
+    tenants = [f"tenant-{index:02d}" for index in range(12)]
+    for tenant in tenants:
+        enroll(tenant)
+    start = threading.Barrier(len(tenants))
+    statuses: dict[str, int] = {}
+
+    def first_request(tenant: str) -> None:
+        start.wait()
+        statuses[tenant] = post(tenant)[0]
+
+    threads = [threading.Thread(target=first_request, args=(tenant,)) for tenant in tenants]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join()
+    assert statuses == dict.fromkeys(tenants, 202)
+    assert ingest.invocations == len(tenants)
