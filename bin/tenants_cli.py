@@ -96,7 +96,7 @@ def show(item: dict[str, Any]) -> str:
 def main(argv: list[str] | None = None) -> int:
     from breakwater.auth import TenantStatus
     from breakwater.aws.tenants import TenantExistsError, TenantNotFoundError, TenantTable
-    from breakwater.aws.usage_plans import EnrolmentError
+    from breakwater.aws.usage_plans import EnrolmentError, add_tenant, enroll_record
 
     parser = argparse.ArgumentParser(prog="bin/tenants", description=(__doc__ or "").split("\n\n")[0])
     parser.add_argument("--table", help="tenants table name (default: the stack's TenantsTableName output)")
@@ -138,11 +138,7 @@ def main(argv: list[str] | None = None) -> int:
     try:
         if args.command == "add":
             check_tier(args.tier)
-            if table.get_item(args.tenant) is not None:
-                raise TenantExistsError(f"tenant {args.tenant!r} already exists")
-            # The edge key first: a tenant whose record exists is never left without its usage plan.
-            usage_plans(args).enroll(args.tenant, args.tier)
-            key = table.create(args.tenant, args.tier)
+            key = add_tenant(table, usage_plans(args), args.tenant, args.tier)
             print(f"tenant {args.tenant} added (tier {args.tier}); its API key, once:", file=sys.stderr)
             print(key)
         elif args.command == "enroll":
@@ -153,7 +149,7 @@ def main(argv: list[str] | None = None) -> int:
                 else list(table.scan())
             )
             for item in items:
-                plan = plans.enroll(str(item["tenant_id"]), str(item["tier"]), item.get("limits") or {})
+                plan = enroll_record(plans, item)
                 print(f"tenant {item['tenant_id']}: in usage plan {plan}", file=sys.stderr)
         elif args.command == "rotate":
             key = table.rotate(args.tenant, args.overlap_seconds)
@@ -170,7 +166,7 @@ def main(argv: list[str] | None = None) -> int:
         elif args.command == "set-limits":
             table.set_limits(args.tenant, parse_limits(args.limits))
             item = table.get_item(args.tenant) or _missing(args.tenant)
-            plan = usage_plans(args).enroll(args.tenant, str(item["tier"]), item.get("limits") or {})
+            plan = enroll_record(usage_plans(args), item)
             print(f"tenant {args.tenant}: limits updated (usage plan {plan})", file=sys.stderr)
         else:
             for item in sorted(table.scan(), key=lambda item: str(item["tenant_id"])):

@@ -249,10 +249,9 @@ class LoadGenerator:
 
 
 def create_tenants(runtime: LocalRuntime, tenant_ids: list[str], tier: str = "standard") -> dict[str, str]:
-    """Demo tenants, added as an operator adds them (``bin/tenants add``: ``UsagePlans.enroll``, then
-    ``TenantTable.create``)."""
+    """Demo tenants, added as an operator adds them (``bin/tenants add``: ``usage_plans.add_tenant``)."""
     from breakwater.aws.tenants import TenantTable
-    from breakwater.aws.usage_plans import STACK_OUTPUT, EdgePlans, UsagePlans
+    from breakwater.aws.usage_plans import STACK_OUTPUT, EdgePlans, UsagePlans, add_tenant
 
     table = TenantTable(
         runtime.output("TenantsTableName"), client=runtime.aws.client("dynamodb", counted=False)
@@ -261,11 +260,7 @@ def create_tenants(runtime: LocalRuntime, tenant_ids: list[str], tier: str = "st
         EdgePlans.from_output(runtime.output(STACK_OUTPUT)),
         client=runtime.aws.client("apigateway", counted=False),
     )
-    keys = {}
-    for tenant in tenant_ids:
-        plans.enroll(tenant, tier)
-        keys[tenant] = table.create(tenant, tier)
-    return keys
+    return {tenant: add_tenant(table, plans, tenant, tier) for tenant in tenant_ids}
 
 
 def queue_depths(runtime: LocalRuntime, client: Any, *, last_dlq: int | None = None) -> tuple[int, int, int]:

@@ -22,6 +22,7 @@ from typing import TYPE_CHECKING, Any
 import boto3
 
 from breakwater.auth import usage_identifier_key, validate_tenant_id
+from breakwater.aws.tenants import TenantExistsError, TenantTable
 
 if TYPE_CHECKING:
     from mypy_boto3_apigateway import APIGatewayClient
@@ -178,6 +179,23 @@ class UsagePlans:
                 for s in stages
             ):
                 yield plan
+
+
+def add_tenant(table: TenantTable, plans: UsagePlans, tenant_id: str, tier: str) -> str:
+    """Onboard a tenant (``bin/tenants add``, the demo's tenants): its API key, shown once.
+
+    An existing tenant is refused before its plan is touched; the edge key is enrolled before the
+    record is written, so a tenant whose record exists is never left without its usage plan.
+    """
+    if table.get_item(tenant_id) is not None:
+        raise TenantExistsError(f"tenant {tenant_id!r} already exists")
+    plans.enroll(tenant_id, tier)
+    return table.create(tenant_id, tier)
+
+
+def enroll_record(plans: UsagePlans, item: Mapping[str, Any]) -> str:
+    """Put a tenant in the plan its tenants-table item (tier, overrides) calls for; the plan's id."""
+    return plans.enroll(str(item["tenant_id"]), str(item["tier"]), item.get("limits") or {})
 
 
 def _throttle_of(plan: Mapping[str, Any]) -> dict[str, float]:
