@@ -9,8 +9,10 @@ mapping does not poll. While enabled it receives up to ``BatchSize`` messages, w
 ``ScalingConfig.MaximumConcurrency`` batches in flight (it does not receive what it cannot invoke,
 so the rest waits in the queue). After an invocation it deletes what succeeded: everything, or,
 with ``ReportBatchItemFailures``, all but the ``batchItemFailures``; after a function error it
-deletes nothing. Whatever is not deleted becomes visible again when its visibility timeout ends,
-and SQS's redrive policy moves it to the DLQ after ``maxReceiveCount`` receives.
+deletes nothing. The batch's slot is free as soon as the function returns: the deletes are the
+service's, not an invocation, so the next batch does not wait for them. Whatever is not deleted
+becomes visible again when its visibility timeout ends, and SQS's redrive policy moves it to the
+DLQ after ``maxReceiveCount`` receives.
 """
 
 from __future__ import annotations
@@ -169,6 +171,7 @@ class SqsMapping:
         self._on_invocation = on_invocation
         self._stop = threading.Event()
         self._slots = threading.Condition()
+        self._settling = 0  # batches whose invocation returned and whose deletes are still being made
         self._state: MappingState | None = None
         self._state_read_at = 0.0
         self.stats = MappingStats()
@@ -185,10 +188,10 @@ class SqsMapping:
         self._thread.join(timeout)
 
     def drain(self, timeout: float = 30.0) -> None:
-        """Wait until no invocation of this mapping is in flight."""
+        """Wait until no invocation of this mapping is in flight and every returned batch is deleted."""
         deadline = time.monotonic() + timeout
         with self._slots:
-            while self.stats.in_flight and time.monotonic() < deadline:
+            while (self.stats.in_flight or self._settling) and time.monotonic() < deadline:
                 self._slots.wait(0.1)
 
     def state(self) -> MappingState:
@@ -219,6 +222,22 @@ class SqsMapping:
     def _release_slot(self) -> None:
         with self._slots:
             self.stats.in_flight -= 1
+            self._slots.notify_all()
+
+    def _invocation_returned(self) -> None:
+        """The function returned: its slot is free now, while the poller deletes what succeeded.
+
+        ``MaximumConcurrency`` bounds the function's concurrent invocations; the service's
+        ``DeleteMessageBatch`` after one is not an invocation, so it does not hold the slot.
+        """
+        with self._slots:
+            self.stats.in_flight -= 1
+            self._settling += 1
+            self._slots.notify_all()
+
+    def _settled(self) -> None:
+        with self._slots:
+            self._settling -= 1
             self._slots.notify_all()
 
     def _receive(self, state: MappingState) -> list[dict[str, Any]]:
@@ -272,10 +291,13 @@ class SqsMapping:
                 self._stop.wait(1.0)
 
     def _invoke(self, batch: list[dict[str, Any]], report_failures: bool) -> None:
+        returned = False
         try:
             event = {"Records": [sqs_record(message, self.spec.source_arn) for message in batch]}
             delivered_at = time.time()
             invocation = self._pool.invoke(event, source=self.spec.source_arn)
+            self._invocation_returned()
+            returned = True
             ids = [message["MessageId"] for message in batch]
             keep = failed_ids(invocation, ids, report_failures)
             done = [m for m in batch if m["MessageId"] not in keep]
@@ -299,4 +321,7 @@ class SqsMapping:
         except Exception:
             log.exception("mapping %s: invocation failed", self.spec.uuid)
         finally:
-            self._release_slot()
+            if returned:
+                self._settled()
+            else:
+                self._release_slot()

@@ -7,6 +7,7 @@ the stack); the function is a probe whose record bodies say what to do.
 from __future__ import annotations
 
 import json
+import threading
 import time
 from collections.abc import Iterator
 from concurrent.futures import ThreadPoolExecutor
@@ -139,6 +140,36 @@ def test_maximum_concurrency_bounds_parallel_invocations(aws: EmbeddedAws, pool:
         mapping.stop()
     assert mapping.stats.max_in_flight == 2  # reached, never exceeded, though the pool has 4 containers
     assert mapping.stats.batch_sizes and max(mapping.stats.batch_sizes) == 1
+
+
+def test_a_slot_is_free_when_the_function_returns_not_after_the_delete(
+    aws: EmbeddedAws, pool: FunctionPool
+) -> None:
+    # Lambda's MaximumConcurrency bounds invocations; the service's delete after one is not an
+    # invocation. So with both slots' deletes held back, a third batch is still invoked.
+    mapping, url, _ = make_mapping(
+        aws, pool, "settling", BatchSize=1, ScalingConfig={"MaximumConcurrency": 2}
+    )
+    sqs = aws.client("sqs")
+    for index in range(3):
+        sqs.send_message(QueueUrl=url, MessageBody=f"ok-{index}")
+    before = pool.invocations
+    third_invoked_while_deleting = threading.Event()
+
+    def hold_the_delete(**_: Any) -> None:
+        if wait_for(lambda: pool.invocations - before >= 3, timeout=5):
+            third_invoked_while_deleting.set()
+
+    mapping._sqs.meta.events.register("before-call.sqs.DeleteMessageBatch", hold_the_delete)
+    mapping.start()
+    try:
+        assert wait_for(lambda: depth(aws, url) == 0, timeout=30)
+        mapping.drain()
+    finally:
+        mapping.stop()
+    assert third_invoked_while_deleting.is_set()
+    assert mapping.stats.max_in_flight == 2
+    assert mapping.stats.deleted == 3
 
 
 def test_a_disabled_mapping_does_not_poll(aws: EmbeddedAws, pool: FunctionPool) -> None:
