@@ -13,7 +13,7 @@ export JSII_SILENCE_WARNING_UNTESTED_NODE_VERSION := 1
 export SPARK_LOCAL_IP := 127.0.0.1
 export PYTHONDONTWRITEBYTECODE := 1
 
-.PHONY: help install test lint types unit integration infrastructure spark synth nag cfn-lint deploy bootstrap demo serve bench clean
+.PHONY: help install test lint types unit integration infrastructure spark synth nag cfn-lint deploy bootstrap demo serve bench bench-demo clean
 
 help:  ## list the targets
 	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  make %-15s %s\n", $$1, $$2}'
@@ -73,6 +73,9 @@ bench: install  ## run the benchmarks in bench/ (figures go to docs/performance.
 	$(PY) bench/worker.py
 	$(PY) bench/stream.py
 	$(PY) bench/moto_send.py
+
+bench-demo: install  ## the demo's goal over 5 runs of its Breakwater half (quiet p99 burst / before; ~13 min)
+	$(PY) bench/demo_ratio.py --runs 5
 
 clean:  ## remove build output (keeps .venv and node_modules)
 	rm -rf $(CDK_OUTDIR) out .pytest_cache .mypy_cache .ruff_cache
