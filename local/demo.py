@@ -76,8 +76,12 @@ def run_config(
 ) -> dict[str, Any]:
     workdir = ROOT / "out" / "local" / name
     # 6 execution environments per function, all started before the load: cold starts are not a queue
-    # effect, and more containers than the 2 cores can serve only move the wait into moto.
-    options = RuntimeOptions(workdir=workdir, max_containers=6, warm_containers=6, schedule_speedup=12.0)
+    # effect, and more containers than the 2 cores can serve only move the wait into moto. A function
+    # whose SQS mappings may run more at once gets up to 10: the live worker, whose 9 mappings of the
+    # Breakwater template allow 18 (D-local-14).
+    options = RuntimeOptions(
+        workdir=workdir, max_containers=6, mapping_containers=10, warm_containers=10, schedule_speedup=12.0
+    )
     runtime = LocalRuntime(context=context, options=options)
     began = time.time()
     runtime.start()

@@ -133,6 +133,22 @@ def functions(
     return specs
 
 
+def mapping_concurrency(assembly: CloudAssembly) -> dict[str, int]:
+    """Per function (logical id): how many invocations its SQS mappings may run at once.
+
+    The sum of the template's ``ScalingConfig.MaximumConcurrency`` over the function's mappings. A
+    mapping without one (a Kinesis stream's, or an SQS mapping left to scale) adds nothing.
+    """
+    out: dict[str, int] = {}
+    for resource in assembly.resources("AWS::Lambda::EventSourceMapping").values():
+        properties = resource.get("Properties", {})
+        function = _ref(properties.get("FunctionName"))
+        limit = (properties.get("ScalingConfig") or {}).get("MaximumConcurrency")
+        if function is not None and isinstance(limit, int):
+            out[function] = out.get(function, 0) + limit
+    return out
+
+
 def mappings(aws: EmbeddedAws, assembly: CloudAssembly, deployment: Deployment) -> list[MappingSpec]:
     by_name = {
         deployment.physical_ids[logical_id]: logical_id

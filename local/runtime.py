@@ -95,6 +95,9 @@ class FunctionLogs:
 class RuntimeOptions:
     workdir: Path = ROOT / "out" / "local"
     max_containers: int = 4  # per function: concurrent execution environments
+    # A function whose SQS mappings may run more invocations at once than ``max_containers`` (the sum
+    # of their MaximumConcurrency in the template) gets that many, up to this; 0: no function does.
+    mapping_containers: int = 0
     warm: bool = True
     warm_containers: int = 1  # per function, started before the first invocation when ``warm``
     schedule_speedup: float = 1.0  # rate(1 minute) runs every 60 / speedup seconds
@@ -104,6 +107,18 @@ class RuntimeOptions:
     start_schedules: bool = True
     # moto's server in this process (tests and benches that reach into its backends) instead of its own.
     moto_in_process: bool = False
+
+
+def container_cap(options: RuntimeOptions, mapping_concurrency: int) -> int:
+    """A function's execution environments: ``max_containers``, or more for its mappings' concurrency.
+
+    Lambda would run as many invocations as the mappings allow; this host caps them, at
+    ``max_containers`` for every function and at ``mapping_containers`` for one whose mappings
+    allow more (D-local-14).
+    """
+    if mapping_concurrency <= options.max_containers:
+        return options.max_containers
+    return max(options.max_containers, min(mapping_concurrency, options.mapping_containers))
 
 
 class LocalRuntime:
@@ -157,6 +172,7 @@ class LocalRuntime:
             "POWERTOOLS_TRACE_DISABLED": "true",  # no X-Ray daemon here
             **self.options.extra_function_env,
         }
+        concurrency = discovery.mapping_concurrency(self.assembly)
         for logical_id, spec in self.functions.items():
             env = {
                 **runtime_env,
@@ -167,7 +183,8 @@ class LocalRuntime:
                 "LAMBDA_TASK_ROOT": str(spec.code_dir),
                 "_HANDLER": spec.handler,
             }
-            self.pools[logical_id] = FunctionPool(spec, env, self.logs, self.options.max_containers)
+            cap = container_cap(self.options, concurrency.get(logical_id, 0))
+            self.pools[logical_id] = FunctionPool(spec, env, self.logs, cap)
         # Lambda Invoke (the controller starting the archiver) runs in these containers, not in Docker.
         self.aws.route_invocations(self._dispatch_invoke)
         if self.options.warm:
