@@ -47,6 +47,10 @@ def one_run() -> dict[str, Any]:
     }
 
 
+def _figure(value: float | None, decimals: int) -> str:
+    return "n/a" if value is None else f"{value:.{decimals}f}"
+
+
 def summary(rows: list[dict[str, Any]], goal: float) -> dict[str, Any]:
     ratios = [row["ratio"] for row in rows if row.get("ratio") is not None]
     return {
@@ -96,9 +100,9 @@ def main() -> int:
             continue
         row = {"run": index, "at": began, **json.loads(lines[-1])}
         rows.append(row)
-        before, during = row["quiet_p99_before_ms"], row["quiet_p99_during_ms"]
+        before, during = _figure(row["quiet_p99_before_ms"], 0), _figure(row["quiet_p99_during_ms"], 0)
         print(
-            f"{index:3d} {began:>8} {row['ratio']:6.2f} {f'{before:.0f} -> {during:.0f} ms':>26} "
+            f"{index:3d} {began:>8} {_figure(row['ratio'], 2):>6} {f'{before} -> {during} ms':>26} "
             f"{row['quiet_accepted']:8d} {row['quiet_refused']:7d} {row['unaccounted']:11d}",
             flush=True,
         )
