@@ -116,8 +116,6 @@ def container_cap(options: RuntimeOptions, mapping_concurrency: int) -> int:
     ``max_containers`` for every function and at ``mapping_containers`` for one whose mappings
     allow more (D-local-14).
     """
-    if mapping_concurrency <= options.max_containers:
-        return options.max_containers
     return max(options.max_containers, min(mapping_concurrency, options.mapping_containers))
 
 
