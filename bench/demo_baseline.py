@@ -28,12 +28,18 @@ ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 sys.path.insert(0, str(ROOT / "functions"))
 
-from local import functions as local_functions  # noqa: E402
-from local import mappings as local_mappings  # noqa: E402
-from local import moto_process  # noqa: E402
-from local.demo import merge  # noqa: E402
-from local.runtime import LocalRuntime, RuntimeOptions  # noqa: E402
-from local.scenario import DEMO_CONTEXT, LoadGenerator, Observations, Scenario, create_tenants  # noqa: E402
+from local.emulator import functions as local_functions  # noqa: E402
+from local.emulator import mappings as local_mappings  # noqa: E402
+from local.emulator import moto_process  # noqa: E402
+from local.emulator.runtime import LocalRuntime, RuntimeOptions  # noqa: E402
+from local.scenarios.demo import merge  # noqa: E402
+from local.scenarios.scenario import (  # noqa: E402
+    DEMO_CONTEXT,
+    LoadGenerator,
+    Observations,
+    Scenario,
+    create_tenants,
+)
 
 _local = threading.local()
 ROWS: list[dict[str, Any]] = []

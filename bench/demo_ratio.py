@@ -30,8 +30,8 @@ ROOT = Path(__file__).resolve().parent.parent
 def one_run() -> dict[str, Any]:
     """The Breakwater configuration once, in this process; the figures the goal is judged on."""
     sys.path[:0] = [str(ROOT), str(ROOT / "functions")]
-    from local.demo import run_config
-    from local.scenario import DEMO_CONTEXT, Scenario
+    from local.scenarios.demo import run_config
+    from local.scenarios.scenario import DEMO_CONTEXT, Scenario
 
     result = run_config("breakwater", DEMO_CONTEXT, Scenario(), progress=False)
     quiet = result["groups"]["quiet"]

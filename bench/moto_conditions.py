@@ -66,7 +66,7 @@ def main() -> None:
     )
     parser.add_argument("--calls", type=int, default=3000)
     args = parser.parse_args()
-    from local import moto_patches
+    from local.emulator import moto_patches
 
     moto_patches.parse_condition_expressions_each_time()
     each_time = per_parse_us(args.calls)

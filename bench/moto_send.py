@@ -37,7 +37,7 @@ def _process_cpu_s(pid: int) -> float:
 
 def measure_runtime(depth: int, seconds: float) -> dict[str, float]:
     sys.path.insert(0, str(ROOT))
-    from local.embedded_aws import EmbeddedAws
+    from local.emulator.embedded_aws import EmbeddedAws
 
     aws = EmbeddedAws().start()
     server_pid = aws.server_pid
@@ -99,7 +99,7 @@ def measure(depth: int, seconds: float, patched: bool) -> dict[str, float]:
     from moto.sqs.models import Message, sqs_backends
 
     sys.path.insert(0, str(ROOT))
-    from local import moto_patches
+    from local.emulator import moto_patches
 
     logging.getLogger("werkzeug").setLevel(logging.ERROR)  # one log line per request is not the subject
     if patched:

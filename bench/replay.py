@@ -124,7 +124,7 @@ def measure_send(records: int, target_rate: float, *, patched_moto: bool) -> dic
 
     logging.getLogger("werkzeug").setLevel(logging.ERROR)
     if patched_moto:
-        from local import moto_patches
+        from local.emulator import moto_patches
 
         moto_patches.apply()
 

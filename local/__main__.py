@@ -17,8 +17,8 @@ DEMO_TENANTS = ("acme", "globex", "initech")
 
 
 def serve(args: argparse.Namespace) -> int:
-    from local.runtime import LocalRuntime, RuntimeOptions
-    from local.scenario import create_tenants
+    from local.emulator.runtime import LocalRuntime, RuntimeOptions
+    from local.scenarios.scenario import create_tenants
 
     context = {"breakwater": {"mode": "naive"}} if args.naive else None
     runtime = LocalRuntime(context=context, options=RuntimeOptions(schedule_speedup=args.schedule_speedup))
@@ -55,8 +55,8 @@ def serve(args: argparse.Namespace) -> int:
 
 
 def demo(args: argparse.Namespace) -> int:
-    from local import demo as demo_module
-    from local.scenario import Scenario
+    from local.scenarios import demo as demo_module
+    from local.scenarios.scenario import Scenario
 
     demo_module.main(Scenario(phases=args.phases, phase_seed=args.phase_seed), progress=not args.quiet)
     return 0

@@ -22,8 +22,8 @@ import pytest
 from moto.kinesis import models as kinesis_models
 
 from breakwater.sequencing import ShardLineage, ready_shards
-from local.kinesis_mapping import kinesis_record
-from local.moto_patches import open_shard_routing
+from local.emulator.kinesis_mapping import kinesis_record
+from local.emulator.moto_patches import open_shard_routing
 
 REGION = "us-east-1"
 ACCOUNT = "123456789012"

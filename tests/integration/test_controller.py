@@ -12,7 +12,7 @@ import boto3
 import pytest
 
 from breakwater.aws.counters import add_counters
-from local import moto_patches
+from local.emulator import moto_patches
 from tests.integration import worker_fixtures
 from tests.integration.worker_fixtures import (
     REGION,

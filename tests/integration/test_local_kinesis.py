@@ -18,11 +18,11 @@ from typing import Any
 import pytest
 
 from breakwater.events import StreamEvent
-from local import kinesis_mapping as kinesis_module
-from local.discovery import MappingSpec
-from local.embedded_aws import EmbeddedAws
-from local.functions import FunctionPool, FunctionSpec
-from local.kinesis_mapping import KinesisMapping
+from local.emulator import kinesis_mapping as kinesis_module
+from local.emulator.discovery import MappingSpec
+from local.emulator.embedded_aws import EmbeddedAws
+from local.emulator.functions import FunctionPool, FunctionSpec
+from local.emulator.kinesis_mapping import KinesisMapping
 from tests.local import embedded
 from tests.local.embedded import wait_for
 

@@ -17,8 +17,8 @@ from typing import Any
 
 import pytest
 
-from local.demo import COUNTER_NAMES, DEMO_CONTEXT, merge, run_config
-from local.scenario import Scenario
+from local.scenarios.demo import COUNTER_NAMES, DEMO_CONTEXT, merge, run_config
+from local.scenarios.scenario import Scenario
 
 pytestmark = [pytest.mark.slow, pytest.mark.filterwarnings("ignore:Tried to parse:UserWarning")]
 

@@ -11,7 +11,7 @@ import boto3
 import pytest
 from moto import mock_aws
 
-from local.replay import ReplayRequest
+from local.emulator.replay import ReplayRequest
 
 ROOT = Path(__file__).resolve().parents[2]
 

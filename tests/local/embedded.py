@@ -7,7 +7,7 @@ from collections.abc import Callable, Iterator
 
 import pytest
 
-from local.embedded_aws import EmbeddedAws
+from local.emulator.embedded_aws import EmbeddedAws
 
 
 @pytest.fixture(scope="module")

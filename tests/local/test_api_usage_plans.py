@@ -14,10 +14,10 @@ from typing import Any
 
 import pytest
 
-from local.api import LocalApi
-from local.discovery import ApiSpec, AuthorizerSpec, RouteSpec
-from local.embedded_aws import EmbeddedAws
-from local.functions import Invocation
+from local.emulator.api import LocalApi
+from local.emulator.discovery import ApiSpec, AuthorizerSpec, RouteSpec
+from local.emulator.embedded_aws import EmbeddedAws
+from local.emulator.functions import Invocation
 from tests.local import embedded
 from tests.local.embedded import wait_for
 

@@ -5,9 +5,9 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
-from local.assembly import CloudAssembly
-from local.discovery import mapping_concurrency
-from local.runtime import RuntimeOptions, container_cap
+from local.emulator.assembly import CloudAssembly
+from local.emulator.discovery import mapping_concurrency
+from local.emulator.runtime import RuntimeOptions, container_cap
 
 
 def sqs_mapping(function: str, queue: str, maximum: int | None) -> dict[str, Any]:

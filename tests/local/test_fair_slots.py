@@ -8,7 +8,7 @@ from collections.abc import Callable
 
 import pytest
 
-from local.functions import FairSlots
+from local.emulator.functions import FairSlots
 
 
 def _until(condition: Callable[[], bool], timeout: float = 5.0) -> None:

@@ -10,8 +10,8 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
 import pytest
 
-from local.load_client import ClientProcess
-from local.scenario import Observations, Scenario
+from local.scenarios.load_client import ClientProcess
+from local.scenarios.scenario import Observations, Scenario
 
 KEYS = {f"tenant-{i:02d}": f"key-{i:02d}" for i in range(1, 4)}
 
@@ -86,6 +86,6 @@ def test_every_answer_of_the_child_reaches_the_observations(api: _Api) -> None:
 
 
 def test_a_child_that_cannot_start_is_an_error(monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setattr("local.load_client.READY", "never said")
+    monkeypatch.setattr("local.scenarios.load_client.READY", "never said")
     with pytest.raises(RuntimeError, match="did not start"):
         ClientProcess("http://127.0.0.1:9/prod/", KEYS, Scenario(tenants=3), Observations())

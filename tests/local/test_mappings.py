@@ -16,11 +16,11 @@ from typing import Any
 
 import pytest
 
-from local import mappings as mappings_module
-from local.discovery import MappingSpec
-from local.embedded_aws import EmbeddedAws
-from local.functions import FunctionPool, FunctionSpec
-from local.mappings import MappingConfigs, SqsMapping
+from local.emulator import mappings as mappings_module
+from local.emulator.discovery import MappingSpec
+from local.emulator.embedded_aws import EmbeddedAws
+from local.emulator.functions import FunctionPool, FunctionSpec
+from local.emulator.mappings import MappingConfigs, SqsMapping
 from tests.local import embedded
 from tests.local.embedded import wait_for
 

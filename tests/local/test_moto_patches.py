@@ -18,7 +18,7 @@ from botocore.exceptions import ClientError
 from moto import mock_aws
 from moto.server import ThreadedMotoServer
 
-from local import moto_patches
+from local.emulator import moto_patches
 
 COUNTS = (
     "ApproximateNumberOfMessages",

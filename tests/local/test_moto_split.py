@@ -22,9 +22,9 @@ import boto3
 import botocore.exceptions
 import pytest
 
-from local.assembly import CloudAssembly
-from local.deploy import DeployError, create_stack
-from local.embedded_aws import EmbeddedAws
+from local.emulator.assembly import CloudAssembly
+from local.emulator.deploy import DeployError, create_stack
+from local.emulator.embedded_aws import EmbeddedAws
 from tests.local.embedded import aws  # noqa: F401 - the module's embedded AWS fixture
 
 KEY = {"AttributeName": "pk", "KeyType": "HASH"}

@@ -8,7 +8,7 @@ from itertools import pairwise
 
 import pytest
 
-from local.scenario import LoadGenerator, Observations, Scenario
+from local.scenarios.scenario import LoadGenerator, Observations, Scenario
 
 
 class _Recording(LoadGenerator):

@@ -10,8 +10,8 @@ import boto3
 import pytest
 
 from breakwater.archive import object_key, partition_for
-from local.embedded_aws import FAKE_CREDENTIALS
-from local.replay import LocalTarget, ReplayRequest, run_local
+from local.emulator.embedded_aws import FAKE_CREDENTIALS
+from local.emulator.replay import LocalTarget, ReplayRequest, run_local
 from tests.spark.helpers import T0, envelope
 from tests.spark.test_replay_main import _drain, moto_endpoint  # noqa: F401 - the fixture
 

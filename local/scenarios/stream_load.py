@@ -17,7 +17,7 @@ from typing import TYPE_CHECKING, Any
 from urllib.parse import urlsplit
 
 if TYPE_CHECKING:
-    from local.runtime import LocalRuntime
+    from local.emulator.runtime import LocalRuntime
 
 EVENT_TYPE = "demo"
 

@@ -25,7 +25,7 @@ from pathlib import Path
 from typing import Any
 from urllib.parse import quote
 
-ROOT = Path(__file__).resolve().parent.parent
+ROOT = Path(__file__).resolve().parents[2]
 JOB_SCRIPT = ROOT / "glue_jobs" / "replay_backlog.py"
 ARCHIVE_PREFIX = "archive/"
 

@@ -27,9 +27,9 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any
 from urllib.parse import parse_qs, urlsplit
 
-from local.discovery import ApiSpec, AuthorizerSpec, RouteSpec
-from local.embedded_aws import ACCOUNT, REGION
-from local.functions import FunctionPool
+from local.emulator.discovery import ApiSpec, AuthorizerSpec, RouteSpec
+from local.emulator.embedded_aws import ACCOUNT, REGION
+from local.emulator.functions import FunctionPool
 
 DEFAULT_STATUS = {
     "UNAUTHORIZED": 401,

@@ -23,8 +23,8 @@ import time
 from dataclasses import asdict
 from typing import IO, Any
 
-from local.child_process import ROOT, start_module
-from local.scenario import LoadGenerator, Observations, Scenario
+from local.emulator.child_process import ROOT, start_module
+from local.scenarios.scenario import LoadGenerator, Observations, Scenario
 
 CLIENT_NICE = 10  # added to the runtime's own niceness: the system under test comes first
 READY = "ready"
@@ -55,7 +55,9 @@ class ClientProcess:
         self.obs = observations
         self.events = _Summary({})
         self._request = {"api_url": api_url, "keys": keys, "scenario": asdict(scenario), "nice": nice}
-        self._child = start_module("local.load_client", {**os.environ, "PYTHONPATH": str(ROOT / "functions")})
+        self._child = start_module(
+            "local.scenarios.load_client", {**os.environ, "PYTHONPATH": str(ROOT / "functions")}
+        )
         assert self._child.stdout is not None
         if self._child.stdout.readline().strip() != READY:  # its imports done: the load can start on time
             self._child.kill()

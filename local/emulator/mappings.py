@@ -25,9 +25,9 @@ from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from typing import Any
 
-from local.discovery import MappingSpec
-from local.embedded_aws import REGION, EmbeddedAws
-from local.functions import FunctionPool, Invocation
+from local.emulator.discovery import MappingSpec
+from local.emulator.embedded_aws import REGION, EmbeddedAws
+from local.emulator.functions import FunctionPool, Invocation
 
 log = logging.getLogger("breakwater.local.mappings")
 

@@ -22,10 +22,10 @@ from dataclasses import asdict
 from pathlib import Path
 from typing import Any
 
-from local.load_client import ClientProcess
-from local.replay import ReplayRequest
-from local.runtime import ROOT, LocalRuntime, RuntimeOptions
-from local.scenario import (
+from local.emulator.replay import ReplayRequest
+from local.emulator.runtime import ROOT, LocalRuntime, RuntimeOptions
+from local.scenarios.load_client import ClientProcess
+from local.scenarios.scenario import (
     DEMO_CONTEXT,
     Observations,
     Scenario,
@@ -33,7 +33,7 @@ from local.scenario import (
     observe_deliveries,
     queue_depths,
 )
-from local.stream_load import consumed_events
+from local.scenarios.stream_load import consumed_events
 
 FIRST_ATTEMPT_PROPERTY = "AgeOfFirstAttemptByTenant"  # breakwater.worker.FIRST_ATTEMPT_PROPERTY
 COUNTER_NAMES = ("processed", "dropped", "sidelined", "spilled", "deferred", "failed")

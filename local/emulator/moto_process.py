@@ -35,7 +35,7 @@ from typing import Any
 from moto.moto_server import threaded_moto_server
 from moto.server import ThreadedMotoServer
 
-from local import cfn_models, moto_patches
+from local.emulator import cfn_models, moto_patches
 
 INVOKE_URL_ENV = "BREAKWATER_LOCAL_INVOKE_URL"
 FUNCTION_HEADER = "X-Breakwater-Function"

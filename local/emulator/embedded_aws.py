@@ -30,8 +30,8 @@ from typing import Any
 import boto3
 import botocore.config
 
-from local import moto_process
-from local.child_process import start_module
+from local.emulator import moto_process
+from local.emulator.child_process import start_module
 
 REGION = "us-east-1"
 ACCOUNT = "123456789012"  # moto's default account
@@ -40,7 +40,7 @@ FAKE_CREDENTIALS = {
     "AWS_SECRET_ACCESS_KEY": "testing",
     "AWS_SESSION_TOKEN": "testing",
 }
-ROOT = Path(__file__).resolve().parent.parent
+ROOT = Path(__file__).resolve().parents[2]
 
 # (function name, payload bytes, invocation type) -> the response payload (b"" for an Event).
 LambdaDispatch = Callable[[str, bytes, str], bytes]
@@ -181,7 +181,7 @@ class EmbeddedAws:
             env[moto_process.INVOKE_URL_ENV] = self._bridge.url
         if self.dynamodb is not None:
             env[moto_process.FORWARD_DYNAMODB_ENV] = self.dynamodb.endpoint
-        self._process = start_module("local.moto_process", env)
+        self._process = start_module("local.emulator.moto_process", env)
         assert self._process.stdout is not None
         line = self._process.stdout.readline()
         if not line:
@@ -206,7 +206,7 @@ class EmbeddedAws:
     def route_invocations(self, dispatch: LambdaDispatch) -> None:
         """Hand every Lambda ``Invoke`` to ``dispatch`` (the runtime's containers), not moto's Docker."""
         if self.in_process:
-            from local import moto_patches
+            from local.emulator import moto_patches
 
             moto_patches.route_lambda_invocations(dispatch)
         elif self._bridge is not None:
@@ -214,7 +214,7 @@ class EmbeddedAws:
 
     def unroute_invocations(self) -> None:
         if self.in_process:
-            from local import moto_patches
+            from local.emulator import moto_patches
 
             moto_patches.unroute_lambda_invocations()
         elif self._bridge is not None:

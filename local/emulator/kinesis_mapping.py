@@ -45,10 +45,10 @@ from datetime import UTC, datetime
 from typing import Any
 
 from breakwater.sequencing import ShardLineage, ready_shards
-from local.discovery import MappingSpec
-from local.embedded_aws import REGION, EmbeddedAws
-from local.functions import FunctionPool, Invocation
-from local.mappings import MappingConfigs
+from local.emulator.discovery import MappingSpec
+from local.emulator.embedded_aws import REGION, EmbeddedAws
+from local.emulator.functions import FunctionPool, Invocation
+from local.emulator.mappings import MappingConfigs
 
 log = logging.getLogger("breakwater.local.kinesis")
 

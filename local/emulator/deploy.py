@@ -23,9 +23,9 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from local import cfn_models
-from local.assembly import CloudAssembly
-from local.embedded_aws import ACCOUNT, REGION, EmbeddedAws
+from local.emulator import cfn_models
+from local.emulator.assembly import CloudAssembly
+from local.emulator.embedded_aws import ACCOUNT, REGION, EmbeddedAws
 
 BOOTSTRAP_QUALIFIER = "hnb659fds"
 BOOTSTRAP_VERSION = "27"

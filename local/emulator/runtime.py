@@ -20,21 +20,21 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from local import discovery
-from local.api import LocalApi
-from local.assembly import CloudAssembly, synthesize
-from local.deploy import Deployment, create_stack
-from local.discovery import MappingSpec, ScheduleSpec
-from local.embedded_aws import EmbeddedAws
-from local.functions import FunctionPool, FunctionSpec, Invocation
-from local.kinesis_mapping import KinesisMapping
-from local.mappings import MappingConfigs, SqsMapping
-from local.moto_process import freeze_heap
-from local.replay import LocalRun, ReplayRequest, discover_target, run_local
+from local.emulator import discovery
+from local.emulator.api import LocalApi
+from local.emulator.assembly import CloudAssembly, synthesize
+from local.emulator.deploy import Deployment, create_stack
+from local.emulator.discovery import MappingSpec, ScheduleSpec
+from local.emulator.embedded_aws import EmbeddedAws
+from local.emulator.functions import FunctionPool, FunctionSpec, Invocation
+from local.emulator.kinesis_mapping import KinesisMapping
+from local.emulator.mappings import MappingConfigs, SqsMapping
+from local.emulator.moto_process import freeze_heap
+from local.emulator.replay import LocalRun, ReplayRequest, discover_target, run_local
 
 log = logging.getLogger("breakwater.local")
 
-ROOT = Path(__file__).resolve().parent.parent
+ROOT = Path(__file__).resolve().parents[2]
 
 
 @dataclass

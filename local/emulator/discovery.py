@@ -15,10 +15,10 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from local.assembly import CloudAssembly
-from local.deploy import Deployment, _substitute
-from local.embedded_aws import EmbeddedAws
-from local.functions import FunctionSpec
+from local.emulator.assembly import CloudAssembly
+from local.emulator.deploy import Deployment, _substitute
+from local.emulator.embedded_aws import EmbeddedAws
+from local.emulator.functions import FunctionSpec
 
 
 @dataclass(frozen=True)

@@ -21,10 +21,10 @@ from dataclasses import dataclass, field
 from typing import Any, Literal
 from urllib.parse import urlsplit
 
-from local.discovery import MappingSpec
-from local.functions import Invocation
-from local.runtime import LocalRuntime
-from local.stream_load import EventTraffic
+from local.emulator.discovery import MappingSpec
+from local.emulator.functions import Invocation
+from local.emulator.runtime import LocalRuntime
+from local.scenarios.stream_load import EventTraffic
 
 # Applied to both runs; the naive run adds {"mode": "naive"}. Every key is one a fork can set in cdk.json.
 DEMO_CONTEXT: dict[str, Any] = {
