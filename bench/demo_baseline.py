@@ -2,7 +2,7 @@
 
     .venv/bin/python bench/demo_baseline.py [--seconds 15] [--naive] [--work-ms N] [--in-process-moto]
 
-Starts the runtime with the demo's context (``local.scenario.DEMO_CONTEXT``) and the demo's
+Starts the runtime with the demo's context (``local.scenarios.noisy_neighbour.DEMO_CONTEXT``) and the demo's
 ``RuntimeOptions``, creates the 20 tenants and sends only the baseline load (every tenant at
 1 msg/s, no burst). Per batch of a live-worker mapping it records: the age of the oldest message
 when the mapping received it (enqueue -> receive), the wait for a container (receive -> start),
@@ -28,18 +28,15 @@ ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 sys.path.insert(0, str(ROOT / "functions"))
 
+from app import merge_context  # noqa: E402
 from local.emulator import functions as local_functions  # noqa: E402
 from local.emulator import mappings as local_mappings  # noqa: E402
 from local.emulator import moto_process  # noqa: E402
 from local.emulator.runtime import LocalRuntime, RuntimeOptions  # noqa: E402
-from local.scenarios.demo import merge  # noqa: E402
-from local.scenarios.scenario import (  # noqa: E402
-    DEMO_CONTEXT,
-    LoadGenerator,
-    Observations,
-    Scenario,
-    create_tenants,
-)
+from local.scenarios.load_client import LoadGenerator  # noqa: E402
+from local.scenarios.noisy_neighbour import DEMO_CONTEXT, Scenario  # noqa: E402
+from local.scenarios.observations import Observations  # noqa: E402
+from local.scenarios.tenants import create_tenants  # noqa: E402
 
 _local = threading.local()
 ROWS: list[dict[str, Any]] = []
@@ -190,13 +187,13 @@ def main() -> None:
     )
     args = parser.parse_args()
     patch()
-    context = merge({}, DEMO_CONTEXT)
+    context = merge_context({}, DEMO_CONTEXT)
     if args.work_ms is not None:
-        context = merge(context, {"breakwater": {"worker": {"simulated_work_ms": args.work_ms}}})
+        context = merge_context(context, {"breakwater": {"worker": {"simulated_work_ms": args.work_ms}}})
     if args.window is not None:
-        context = merge(context, {"breakwater": {"worker": {"batching_window_seconds": args.window}}})
+        context = merge_context(context, {"breakwater": {"worker": {"batching_window_seconds": args.window}}})
     if args.naive:
-        context = merge(context, {"breakwater": {"mode": "naive"}})
+        context = merge_context(context, {"breakwater": {"mode": "naive"}})
     options = RuntimeOptions(
         workdir=ROOT / "out" / "local" / "bench-baseline",
         max_containers=args.containers,

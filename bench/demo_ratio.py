@@ -2,7 +2,7 @@
 
     .venv/bin/python bench/demo_ratio.py [--runs 5] [--goal 1.5] [--out out/bench/demo_ratio.json]
 
-Each run is the Breakwater half of ``make demo``: ``local.demo.run_config("breakwater",
+Each run is the Breakwater half of ``make demo``: ``local.scenarios.demo.run_config("breakwater",
 DEMO_CONTEXT, Scenario(), progress=False)``, with the demo's context, scenario and runtime options,
 in an interpreter of its own (one runtime per process, as ``make demo`` has), one run after the
 other. A single run of the demo is one draw: its p99s are set by a few clumps of quiet messages
@@ -31,7 +31,7 @@ def one_run() -> dict[str, Any]:
     """The Breakwater configuration once, in this process; the figures the goal is judged on."""
     sys.path[:0] = [str(ROOT), str(ROOT / "functions")]
     from local.scenarios.demo import run_config
-    from local.scenarios.scenario import DEMO_CONTEXT, Scenario
+    from local.scenarios.noisy_neighbour import DEMO_CONTEXT, Scenario
 
     result = run_config("breakwater", DEMO_CONTEXT, Scenario(), progress=False)
     quiet = result["groups"]["quiet"]

@@ -3,60 +3,22 @@
 from __future__ import annotations
 
 import argparse
-import contextlib
-import json
-import signal
 import sys
-import threading
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT / "functions"))  # the runtime library (tenants), as bin/tenants does
 
-DEMO_TENANTS = ("acme", "globex", "initech")
-
 
 def serve(args: argparse.Namespace) -> int:
-    from local.emulator.runtime import LocalRuntime, RuntimeOptions
-    from local.scenarios.scenario import create_tenants
+    from local.scenarios.serve import serve as serve_stack
 
-    context = {"breakwater": {"mode": "naive"}} if args.naive else None
-    runtime = LocalRuntime(context=context, options=RuntimeOptions(schedule_speedup=args.schedule_speedup))
-    print("synthesizing the app and creating the stack in the embedded AWS ...", flush=True)
-    runtime.start()
-    try:
-        keys = create_tenants(runtime, list(DEMO_TENANTS))
-        assert runtime.api is not None
-        endpoint = {"url": runtime.api.url, "tenants": keys, "aws_endpoint": runtime.aws.endpoint}
-        out = ROOT / "out" / "endpoint.json"
-        out.parent.mkdir(parents=True, exist_ok=True)
-        out.write_text(json.dumps(endpoint, indent=1), encoding="utf-8")
-        summary = runtime.summary()
-        print(
-            json.dumps(
-                {k: summary[k] for k in ("functions", "mappings", "schedules", "moto_skipped")}, indent=1
-            )
-        )
-        print(f"\nAPI: {runtime.api.url}v1/messages   (AWS endpoint for tools: {runtime.aws.endpoint})")
-        for tenant, key in keys.items():
-            print(f"  {tenant}: {key}")
-        print(
-            f"\nwrote {out}. Try:\n  curl -s -X POST {runtime.api.url}v1/messages -H 'Authorization: Bearer "
-            f'{keys[DEMO_TENANTS[0]]}\' -d \'{{"type": "hello", "payload": {{}}}}\'\nCtrl-C stops.',
-            flush=True,
-        )
-        stopped = threading.Event()
-        signal.signal(signal.SIGTERM, lambda *_: stopped.set())
-        with contextlib.suppress(KeyboardInterrupt):
-            stopped.wait()
-    finally:
-        runtime.stop()
-    return 0
+    return serve_stack(naive=args.naive, schedule_speedup=args.schedule_speedup)
 
 
 def demo(args: argparse.Namespace) -> int:
     from local.scenarios import demo as demo_module
-    from local.scenarios.scenario import Scenario
+    from local.scenarios.noisy_neighbour import Scenario
 
     demo_module.main(Scenario(phases=args.phases, phase_seed=args.phase_seed), progress=not args.quiet)
     return 0

@@ -1,13 +1,13 @@
-"""The demo's clients in a process of their own, at a lower CPU priority than the system they load.
+"""The demo's load: open-loop senders, run in a process of their own at a lower CPU priority.
 
-In AWS the clients run on other machines; here they share the two cores with the emulated system
-(API, functions, moto). Inside the runtime's process, the load generator's twelve sender threads
-(HTTP requests and responses, 50 a second in the burst) also took that process's GIL from the API
-server and the mapping pollers. :class:`ClientProcess` runs the same :class:`~local.scenario.LoadGenerator`
-(same schedule, same senders) in a child process started with ``nice`` :data:`CLIENT_NICE`, and streams
-each answer back as one JSON line, so the parent's :class:`~local.scenario.Observations` fill as
-before (the progress display reads them while the load runs). Measured effect: docs/performance.md,
-Demo, and docs/decisions.md D-local-11.
+:class:`LoadGenerator` sends each tenant's requests on the scenario's schedule, whatever happened to
+earlier ones, over a pool of keep-alive connections. In AWS the clients run on other machines; here
+they share the machine's cores with the emulated system (API, functions, moto), and inside the
+runtime's process their sender threads would also take that process's GIL from the API server and
+the mapping pollers. So :class:`ClientProcess` runs the same generator (the same schedule, the same
+senders) in a child process started with ``nice`` :data:`CLIENT_NICE`, and streams each answer back
+as one JSON line: the parent's :class:`~local.scenarios.observations.Observations` fill as if the
+senders ran there (the progress display reads them while the load runs).
 
 The child is started, and its imports paid, before the load's clock starts (it says when it is ready):
 :meth:`ClientProcess.run` only hands it the start time.
@@ -15,23 +15,93 @@ The child is started, and its imports paid, before the load's clock starts (it s
 
 from __future__ import annotations
 
+import http.client
 import json
 import os
+import queue
 import sys
 import threading
 import time
 from dataclasses import asdict
 from typing import IO, Any
+from urllib.parse import urlsplit
 
 from local.emulator.child_process import ROOT, start_module
-from local.scenarios.scenario import LoadGenerator, Observations, Scenario
+from local.scenarios.noisy_neighbour import Scenario
+from local.scenarios.observations import Observations
+from local.scenarios.stream_load import EventTraffic
 
 CLIENT_NICE = 10  # added to the runtime's own niceness: the system under test comes first
 READY = "ready"
 
 
+class LoadGenerator:
+    """Open-loop senders: one schedule per tenant, a pool of keep-alive HTTP connections to the API."""
+
+    def __init__(
+        self, api_url: str, keys: dict[str, str], scenario: Scenario, observations: Observations
+    ) -> None:
+        self.url = urlsplit(api_url)
+        self.host = self.url.hostname or "127.0.0.1"
+        self.keys = keys
+        self.scenario = scenario
+        self.obs = observations
+        self._work: queue.Queue[tuple[str, float] | None] = queue.Queue()
+        self.events = EventTraffic(api_url, keys)  # a share of each tenant's requests, as events
+
+    def _sender(self) -> None:
+        connection = http.client.HTTPConnection(self.host, self.url.port, timeout=30)
+        path = self.url.path.rstrip("/") + "/v1/messages"
+        while True:
+            item = self._work.get()
+            if item is None:
+                return
+            tenant, _ = item
+            if self.events.divert(tenant):
+                continue
+            body = json.dumps({"type": "demo", "payload": {"tenant": tenant}})
+            headers = {"Authorization": f"Bearer {self.keys[tenant]}", "Content-Type": "application/json"}
+            try:
+                connection.request("POST", path, body=body, headers=headers)
+                response = connection.getresponse()
+                response.read()
+                status = response.status
+            except (OSError, http.client.HTTPException):
+                connection.close()
+                connection = http.client.HTTPConnection(self.host, self.url.port, timeout=30)
+                status = 0
+            self._answered(tenant, status)
+
+    def _answered(self, tenant: str, status: int) -> None:
+        self.obs.record(tenant, status, time.time() - self.obs.started)
+
+    def run(self, on_tick: Any = None) -> None:
+        senders = [threading.Thread(target=self._sender, daemon=True) for _ in range(self.scenario.senders)]
+        for thread in senders:
+            thread.start()
+        next_send = self.scenario.first_sends()
+        start = self.obs.started
+        last_tick = 0.0
+        while True:
+            t = time.time() - start
+            if t >= self.scenario.duration_s:
+                break
+            for tenant in self.scenario.tenant_ids:
+                while next_send[tenant] <= t:
+                    self._work.put((tenant, next_send[tenant]))
+                    next_send[tenant] += 1.0 / self.scenario.rate(tenant, next_send[tenant])
+            if on_tick is not None and t - last_tick >= 1.0:
+                last_tick = t
+                on_tick(t)
+            time.sleep(0.01)
+        for _ in senders:
+            self._work.put(None)
+        for thread in senders:
+            thread.join(30)
+
+
 class _Summary:
-    """What the parent keeps of the child's :class:`~local.stream_load.EventTraffic` after the run."""
+    """What the parent keeps of the child's :class:`~local.scenarios.stream_load.EventTraffic`."""
 
     def __init__(self, summary: dict[str, Any]) -> None:
         self._summary = summary
@@ -41,7 +111,7 @@ class _Summary:
 
 
 class ClientProcess:
-    """:class:`~local.scenario.LoadGenerator`'s interface, with the senders in a child process."""
+    """:class:`LoadGenerator`'s interface, with the senders in a child process."""
 
     def __init__(
         self,

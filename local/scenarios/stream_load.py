@@ -1,10 +1,10 @@
 """The demo's event traffic: a share of each tenant's requests goes to ``POST /v1/events`` (Kinesis).
 
-The load generator (``local/scenario.py``) calls :meth:`EventTraffic.divert` for each request it is
-about to send; every ``1/share``-th request of a tenant is sent here as one event instead of a
-message, so the streaming path (API -> events function -> Kinesis -> the runtime's Kinesis mapping
--> stream consumer -> aggregates) carries load during the demo. :func:`consumed_events` reads what
-the consumer aggregated, for the report.
+The load generator (:class:`~local.scenarios.load_client.LoadGenerator`) calls
+:meth:`EventTraffic.divert` for each request it is about to send; every ``1/share``-th request of a
+tenant is sent here as one event instead of a message, so the streaming path (API -> events
+function -> Kinesis -> the runtime's Kinesis mapping -> stream consumer -> aggregates) carries load
+during the demo. :func:`consumed_events` reads what the consumer aggregated, for the report.
 """
 
 from __future__ import annotations

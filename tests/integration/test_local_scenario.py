@@ -1,6 +1,6 @@
 """A short noisy-neighbour scenario on the embedded runtime: the demo's pipeline, in seconds.
 
-The same code path as ``make demo`` (``local.demo.run_config``): the stack synthesized and created
+The same code path as ``make demo`` (``local.scenarios.demo.run_config``): the stack synthesized and created
 in moto, tenants added, open-loop load through the emulated API, the workers on the emulated
 mappings, the report computed. Phases are too short to measure isolation *quantitatively* (that is
 the demo's job, docs/performance.md); this asserts the report's shape and the property
@@ -17,8 +17,10 @@ from typing import Any
 
 import pytest
 
-from local.scenarios.demo import COUNTER_NAMES, DEMO_CONTEXT, merge, run_config
-from local.scenarios.scenario import Scenario
+from app import merge_context
+from local.scenarios.demo import run_config
+from local.scenarios.noisy_neighbour import DEMO_CONTEXT, Scenario
+from local.scenarios.observations import COUNTER_NAMES
 
 pytestmark = [pytest.mark.slow, pytest.mark.filterwarnings("ignore:Tried to parse:UserWarning")]
 
@@ -41,7 +43,7 @@ GROUP_KEYS = {
 
 @pytest.fixture(scope="module")
 def report() -> dict[str, Any]:
-    context = merge(DEMO_CONTEXT, {"breakwater": {"sideline": {"archive_depth": 5}}})
+    context = merge_context(DEMO_CONTEXT, {"breakwater": {"sideline": {"archive_depth": 5}}})
     return run_config("test-breakwater", context, SHORT, progress=False)
 
 

@@ -11,7 +11,8 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 import pytest
 
 from local.scenarios.load_client import ClientProcess
-from local.scenarios.scenario import Observations, Scenario
+from local.scenarios.noisy_neighbour import Scenario
+from local.scenarios.observations import Observations
 
 KEYS = {f"tenant-{i:02d}": f"key-{i:02d}" for i in range(1, 4)}
 

@@ -8,7 +8,9 @@ from itertools import pairwise
 
 import pytest
 
-from local.scenarios.scenario import LoadGenerator, Observations, Scenario
+from local.scenarios.load_client import LoadGenerator
+from local.scenarios.noisy_neighbour import Scenario
+from local.scenarios.observations import Observations
 
 
 class _Recording(LoadGenerator):

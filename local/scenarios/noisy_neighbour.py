@@ -1,0 +1,133 @@
+"""The noisy-neighbour scenario: 20 tenants at steady rates, one bursting, driven through the local API.
+
+Time is compressed through the blueprint's own configuration (the same context mechanism a user
+has, see :data:`DEMO_CONTEXT`): smaller tier limits, a 10 s sideline age, a worker that spends
+100 ms per message, and a controller schedule run every few seconds (:func:`runtime_options`). The
+load is open-loop (each tenant sends on its own schedule whatever happens to earlier requests), as
+real clients do. A sideline queue past 40 waiting messages is archived (the controller starts the
+archiver); after the load the demo replays the archive with the job's own entry point on a local
+SparkSession.
+"""
+
+from __future__ import annotations
+
+import random
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Literal
+
+from local.emulator.runtime import RuntimeOptions
+
+# Applied to both runs; the naive run adds {"mode": "naive"}. Every key is one a fork can set in cdk.json.
+DEMO_CONTEXT: dict[str, Any] = {
+    "breakwater": {
+        "tiers": {
+            "standard": {
+                "rate": 10,
+                "burst": 20,
+                "consumer_rate": 5,
+                "concurrency": 2,
+                "concurrency_floor": 1,
+            }
+        },
+        # Archive budgets compressed like the rest: a sideline queue of 40 waiting messages is parked
+        # in S3 (the age budget's floor is a minute, longer than a sidelined message waits here).
+        "sideline": {
+            "sideline_age_seconds": 10,
+            "max_defer_seconds": 5,
+            "defer_base_seconds": 1,
+            "archive_age_seconds": 60,
+            "archive_depth": 40,
+        },
+        "worker": {
+            "batch_size": 10,
+            "max_concurrency": 2,
+            "timeout_seconds": 10,
+            "visibility_timeout_multiplier": 3,
+            "heartbeat_seconds": 5,
+            "simulated_work_ms": 100,
+        },
+    }
+}
+
+
+@dataclass(frozen=True)
+class Scenario:
+    """``tenants`` tenants at ``quiet_rate``; the first (:attr:`noisy`) bursts to ``burst_rate`` for
+    ``burst_s`` between a baseline and an after phase. The report's ``scenario`` is these fields."""
+
+    tenants: int = 20
+    # Messages per second, each quiet tenant: together they stay below what the emulator's live workers
+    # deliver on a laptop (bench/demo_baseline.py measures it), so the baseline is not saturated and the
+    # quiet tenants' ages during the burst show the noisy tenant's effect alone.
+    quiet_rate: float = 0.5
+    noisy_rate: float = 0.5  # the noisy tenant outside its burst
+    burst_rate: float = 50.0  # 10 x the tier's consumer_rate (5/s)
+    baseline_s: float = 15.0
+    burst_s: float = 20.0
+    after_s: float = 25.0
+    drain_s: float = 20.0  # at most, after the load stops, for queues to empty
+    senders: int = 12
+    sample_s: float = 1.0
+    replay: bool = True  # after the drain, replay what the archiver parked (when it parked anything)
+    replay_rate: float = 50.0  # messages/s into the live queues (the workers still gate each tenant)
+    # After the replay, at most this long for the replayed envelopes to be worked; what is left is
+    # reported as queued (a parked tenant's envelopes drain at its consumer rate, 5/s here).
+    replay_drain_s: float = 5.0
+    # When each tenant sends its first message. "together": every tenant at t = 0, so the quiet tenants'
+    # 2 s schedules stay in phase and their messages arrive in clumps of 19 (what `make demo` runs and
+    # reports). "spread": each tenant's first send drawn uniformly from its first period with
+    # ``phase_seed``, at the same rates: no clumps, so the baseline has no contention tail of its own
+    # (docs/performance.md, Demo, compares the two).
+    phases: Literal["together", "spread"] = "together"
+    phase_seed: int = 1
+
+    def __post_init__(self) -> None:
+        if self.phases not in ("together", "spread"):
+            raise ValueError(f"phases must be 'together' or 'spread', not {self.phases!r}")
+
+    def first_sends(self) -> dict[str, float]:
+        """Each tenant's first send, in seconds after the start of the load (see ``phases``)."""
+        if self.phases == "together":
+            return {tenant: 0.0 for tenant in self.tenant_ids}
+        draw = random.Random(self.phase_seed)  # a load schedule, not a secret
+        return {tenant: draw.uniform(0.0, 1.0 / self.rate(tenant, 0.0)) for tenant in self.tenant_ids}
+
+    @property
+    def noisy(self) -> str:
+        return "tenant-01"
+
+    @property
+    def tenant_ids(self) -> list[str]:
+        return [f"tenant-{i:02d}" for i in range(1, self.tenants + 1)]
+
+    @property
+    def duration_s(self) -> float:
+        return self.baseline_s + self.burst_s + self.after_s
+
+    def rate(self, tenant: str, t: float) -> float:
+        if tenant != self.noisy:
+            return self.quiet_rate
+        in_burst = self.baseline_s <= t < self.baseline_s + self.burst_s
+        return self.burst_rate if in_burst else self.noisy_rate
+
+    def phase(self, t: float) -> str:
+        if t < self.baseline_s:
+            return "baseline"
+        if t < self.baseline_s + self.burst_s:
+            return "burst"
+        return "after"
+
+
+def runtime_options(workdir: Path) -> RuntimeOptions:
+    """How the demo runs the emulator (each configuration in a ``workdir`` of its own).
+
+    Every container is started before the load: cold starts are not a queue effect. The host's cap
+    stays low, since more containers than the machine's cores can serve only move the wait into moto;
+    a function whose SQS mappings allow more invocations at once (the live worker, one mapping per
+    live queue) gets more, up to ``mapping_containers``. The schedules run twelve times as often, as
+    the scenario's other times are compressed in :data:`DEMO_CONTEXT`.
+    """
+    return RuntimeOptions(
+        workdir=workdir, max_containers=6, mapping_containers=10, warm_containers=10, schedule_speedup=12.0
+    )
