@@ -197,6 +197,7 @@ def main() -> None:
     options = RuntimeOptions(
         workdir=ROOT / "out" / "local" / "bench-baseline",
         max_containers=args.containers,
+        mapping_containers=0,
         warm_containers=args.containers,
         schedule_speedup=12.0,
         moto_in_process=args.in_process_moto,

@@ -1,9 +1,9 @@
 """The embedded default: the synthesized stack created in moto, with its functions, mappings, API, schedules.
 
     with LocalRuntime(context={"breakwater": {"mode": "naive"}}) as runtime:
-        runtime.api.url, runtime.invoke("IngestFunction...", event), runtime.metrics
+        runtime.api.url, runtime.invoke("IngestFunction...", event), runtime.logs
 
-Order (DESIGN §4): synthesize -> start moto -> upload assets and CreateStack -> discover ->
+Order: synthesize -> start moto -> upload assets and CreateStack -> discover ->
 start the functions' containers, the SQS mappings, the API and the schedules.
 """
 
@@ -93,13 +93,18 @@ class FunctionLogs:
 
 @dataclass
 class RuntimeOptions:
+    """How the emulator runs the stack. The defaults behave as Lambda and EventBridge do, as far as one
+    machine allows: schedules at their rate, no execution environment started before an invocation
+    needs it, and a function with SQS mappings run in as many environments as they allow at once."""
+
     workdir: Path = ROOT / "out" / "local"
-    max_containers: int = 4  # per function: concurrent execution environments
-    # A function whose SQS mappings may run more invocations at once than ``max_containers`` (the sum
-    # of their MaximumConcurrency in the template) gets that many, up to this; 0: no function does.
-    mapping_containers: int = 0
-    warm: bool = True
-    warm_containers: int = 1  # per function, started before the first invocation when ``warm``
+    # Execution environments per function whose concurrency nothing in the template bounds (the API's
+    # functions, the scheduled ones): one machine cannot run what Lambda would start for them.
+    max_containers: int = 4
+    # A function whose SQS mappings allow more invocations at once (the sum of their MaximumConcurrency)
+    # gets that many, up to this cap; None: no cap, as in Lambda. 0: never more than max_containers.
+    mapping_containers: int | None = None
+    warm_containers: int = 0  # per function, started before the first invocation (Lambda starts none)
     schedule_speedup: float = 1.0  # rate(1 minute) runs every 60 / speedup seconds
     extra_function_env: dict[str, str] = field(default_factory=dict)
     start_api: bool = True
@@ -112,11 +117,13 @@ class RuntimeOptions:
 def container_cap(options: RuntimeOptions, mapping_concurrency: int) -> int:
     """A function's execution environments: ``max_containers``, or more for its mappings' concurrency.
 
-    Lambda would run as many invocations as the mappings allow; this host caps them, at
-    ``max_containers`` for every function and at ``mapping_containers`` for one whose mappings
-    allow more (D-local-14).
+    Lambda runs as many invocations as a function's mappings allow (``mapping_concurrency``); the
+    emulator runs that many, up to ``mapping_containers``, and never fewer than ``max_containers``.
     """
-    return max(options.max_containers, min(mapping_concurrency, options.mapping_containers))
+    allowed = mapping_concurrency
+    if options.mapping_containers is not None:
+        allowed = min(allowed, options.mapping_containers)
+    return max(options.max_containers, allowed)
 
 
 class LocalRuntime:
@@ -185,7 +192,7 @@ class LocalRuntime:
             self.pools[logical_id] = FunctionPool(spec, env, self.logs, cap)
         # Lambda Invoke (the controller starting the archiver) runs in these containers, not in Docker.
         self.aws.route_invocations(self._dispatch_invoke)
-        if self.options.warm:
+        if self.options.warm_containers:
             warmers = [
                 threading.Thread(target=pool.warm, args=(self.options.warm_containers,))
                 for pool in self.pools.values()
@@ -207,8 +214,8 @@ class LocalRuntime:
             for schedule in self.schedule_specs:
                 self._start_schedule(schedule)
         # The synthesis (jsii), boto3's models and the deployment leave a large heap in this process,
-        # which runs the API, the pollers and the demo's load: a full garbage collection walking it
-        # stalls them all at once (as in the moto process, local/moto_process.py). Collect it once
+        # which runs the API, the pollers and whatever drives them: a full garbage collection walking it
+        # stalls them all at once (as in the moto process, ``moto_process.py``). Collect it once
         # now and keep later collections off it; the moto process does the same with the stack.
         self.aws.freeze_heap()
         freeze_heap()
@@ -414,7 +421,7 @@ class LocalRuntime:
         assert self.deployment is not None
         return {
             "endpoint": self.aws.endpoint,
-            "dynamodb_endpoint": self.aws.endpoint_for("dynamodb"),  # D-local-9; the endpoint forwards too
+            "dynamodb_endpoint": self.aws.endpoint_for("dynamodb"),  # the main endpoint forwards to it too
             "api": self.api.url if self.api else None,
             "functions": {lid: spec.handler for lid, spec in self.functions.items()},
             "mappings": [

@@ -1,4 +1,4 @@
-"""How many execution environments the runtime gives each function (D-local-14)."""
+"""How many execution environments the runtime gives each function: its mappings' concurrency, within caps."""
 
 from __future__ import annotations
 
@@ -44,4 +44,5 @@ def test_a_function_gets_more_containers_only_as_far_as_its_mappings_and_the_cap
     assert container_cap(options, 4) == 6  # mappings that allow fewer: never below the default
     assert container_cap(options, 8) == 8
     assert container_cap(options, 18) == 10  # the host's cap
-    assert container_cap(RuntimeOptions(max_containers=6), 18) == 6  # mapping_containers unset
+    assert container_cap(RuntimeOptions(max_containers=6, mapping_containers=0), 18) == 6  # none for mappings
+    assert container_cap(RuntimeOptions(max_containers=6), 18) == 18  # no cap: as many as Lambda would run
