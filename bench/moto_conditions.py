@@ -17,6 +17,7 @@ from pathlib import Path
 from typing import Any
 
 ROOT = Path(__file__).resolve().parent.parent
+CONDITIONS_PATCH = "dynamodb.conditions_parsed_once"
 sys.path[:0] = [str(ROOT)]
 
 CONDITIONS: tuple[tuple[str, dict[str, str]], ...] = (
@@ -68,10 +69,10 @@ def main() -> None:
     args = parser.parse_args()
     from local.emulator import moto_patches
 
-    moto_patches.parse_condition_expressions_each_time()
+    moto_patches.uninstall(names={CONDITIONS_PATCH})
     each_time = per_parse_us(args.calls)
     reference: list[Any] = [built(e, n, call) for call in range(5) for e, n in CONDITIONS]
-    moto_patches.cache_condition_expressions()
+    moto_patches.install(names={CONDITIONS_PATCH})
     cached = per_parse_us(args.calls)
     same = reference == [built(e, n, call) for call in range(5) for e, n in CONDITIONS]
     print(f"moto_conditions.each_time_us_per_parse = {each_time:.1f}")

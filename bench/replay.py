@@ -115,7 +115,7 @@ def measure_send(records: int, target_rate: float, *, patched_moto: bool) -> dic
     """``main`` end to end against moto's server: achieved rate of the send pass vs the target.
 
     ``patched_moto``: apply the embedded default's fix of moto's O(depth) SQS hot path
-    (local/moto_patches.py, docs/decisions.md D-local-1) to the server first.
+    (local/emulator/moto_patches, docs/decisions.md D-local-1) to the server first.
     """
     import logging
 
@@ -124,9 +124,10 @@ def measure_send(records: int, target_rate: float, *, patched_moto: bool) -> dic
 
     logging.getLogger("werkzeug").setLevel(logging.ERROR)
     if patched_moto:
+        from bench.moto_send import SQS_PATH_PATCHES
         from local.emulator import moto_patches
 
-        moto_patches.apply()
+        moto_patches.install(names=SQS_PATH_PATCHES)
 
     from bench.replay_data import generate_archive
     from glue_jobs.replay_backlog import ReplayArgs, main
@@ -163,7 +164,7 @@ def measure_send(records: int, target_rate: float, *, patched_moto: bool) -> dic
     finally:
         server.stop()
     return {
-        "moto": "patched (local/moto_patches.py)" if patched_moto else "as released",
+        "moto": "patched (local/emulator/moto_patches)" if patched_moto else "as released",
         "archived_records": records,
         "replayed": report.replayed,
         "failed": report.failed,
@@ -185,7 +186,7 @@ def main() -> None:
     parser.add_argument("--send-records", type=int, default=3_000)
     parser.add_argument("--send-rate", type=float, default=100)
     parser.add_argument(
-        "--patched-moto", action="store_true", help="apply local/moto_patches.py to the server"
+        "--patched-moto", action="store_true", help="apply local/emulator/moto_patches to the server"
     )
     parser.add_argument("--one", type=int, help=argparse.SUPPRESS)  # internal: one size in this process
     options = parser.parse_args()

@@ -22,16 +22,18 @@ import subprocess
 import threading
 import urllib.request
 from collections import Counter
-from collections.abc import Callable
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import boto3
 import botocore.config
 
 from local.emulator import moto_process
 from local.emulator.child_process import start_module
+
+if TYPE_CHECKING:  # the patches import moto's internals, after the version check
+    from local.emulator.moto_patches.lambda_ import LambdaDispatch
 
 REGION = "us-east-1"
 ACCOUNT = "123456789012"  # moto's default account
@@ -41,9 +43,6 @@ FAKE_CREDENTIALS = {
     "AWS_SESSION_TOKEN": "testing",
 }
 ROOT = Path(__file__).resolve().parents[2]
-
-# (function name, payload bytes, invocation type) -> the response payload (b"" for an Event).
-LambdaDispatch = Callable[[str, bytes, str], bytes]
 
 
 class RequestCounter:
@@ -206,17 +205,17 @@ class EmbeddedAws:
     def route_invocations(self, dispatch: LambdaDispatch) -> None:
         """Hand every Lambda ``Invoke`` to ``dispatch`` (the runtime's containers), not moto's Docker."""
         if self.in_process:
-            from local.emulator import moto_patches
+            from local.emulator.moto_patches import lambda_ as lambda_patches
 
-            moto_patches.route_lambda_invocations(dispatch)
+            lambda_patches.route_invocations(dispatch)
         elif self._bridge is not None:
             self._bridge.dispatch = dispatch
 
     def unroute_invocations(self) -> None:
         if self.in_process:
-            from local.emulator import moto_patches
+            from local.emulator.moto_patches import lambda_ as lambda_patches
 
-            moto_patches.unroute_lambda_invocations()
+            lambda_patches.route_invocations(None)
         elif self._bridge is not None:
             self._bridge.dispatch = None
 

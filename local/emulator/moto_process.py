@@ -51,15 +51,7 @@ _HOP_BY_HOP = frozenset(
 
 def apply_patches() -> None:
     """Everything the runtime needs of moto, in whichever process serves it."""
-    moto_patches.apply()
-    moto_patches.disable_inline_event_source_delivery()
-    moto_patches.kinesis_resharding_as_aws()
-    moto_patches.serialize_dynamodb_writes()
-    moto_patches.back_up_transaction_items()
-    moto_patches.keep_alive_connections()
-    moto_patches.cache_update_expressions()
-    moto_patches.cache_response_keys()
-    moto_patches.cache_condition_expressions()
+    moto_patches.install()
     cfn_models.register()
 
 
@@ -79,7 +71,9 @@ def forward_invocations(invoke_url: str) -> None:
         except urllib.error.HTTPError as error:
             raise RuntimeError(f"local invoke of {function_name} failed: {error.read().decode()}") from error
 
-    moto_patches.route_lambda_invocations(dispatch)
+    from local.emulator.moto_patches import lambda_ as lambda_patches  # after install's version check
+
+    lambda_patches.route_invocations(dispatch)
 
 
 class ForwardService:

@@ -23,7 +23,7 @@ from moto.kinesis import models as kinesis_models
 
 from breakwater.sequencing import ShardLineage, ready_shards
 from local.emulator.kinesis_mapping import kinesis_record
-from local.emulator.moto_patches import open_shard_routing
+from local.emulator.moto_patches.kinesis import open_shard_routing
 
 REGION = "us-east-1"
 ACCOUNT = "123456789012"

@@ -13,6 +13,7 @@ import pytest
 
 from breakwater.aws.counters import add_counters
 from local.emulator import moto_patches
+from local.emulator.moto_patches import lambda_ as lambda_patches
 from tests.integration import worker_fixtures
 from tests.integration.worker_fixtures import (
     REGION,
@@ -131,9 +132,10 @@ def invocations() -> Any:
         received.append((function_name, json.loads(payload), invocation_type))
         return b""
 
-    moto_patches.route_lambda_invocations(record)
-    yield received
-    moto_patches.unroute_lambda_invocations()
+    with moto_patches.installed(names={"lambda.route_invocations"}):
+        previous = lambda_patches.route_invocations(record)
+        yield received
+        lambda_patches.route_invocations(previous)
 
 
 def archiving_controller(world: WorkerWorld, monkeypatch: pytest.MonkeyPatch) -> tuple[str, ModuleType]:

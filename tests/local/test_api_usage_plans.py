@@ -18,10 +18,7 @@ from local.emulator.api import LocalApi
 from local.emulator.discovery import ApiSpec, AuthorizerSpec, RouteSpec
 from local.emulator.embedded_aws import EmbeddedAws
 from local.emulator.functions import Invocation
-from tests.local import embedded
-from tests.local.embedded import wait_for
-
-aws = embedded.aws  # the fixture
+from tests.local.helpers import wait_for
 
 
 class CountingFunction:

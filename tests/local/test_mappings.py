@@ -21,15 +21,11 @@ from local.emulator.discovery import MappingSpec
 from local.emulator.embedded_aws import EmbeddedAws
 from local.emulator.functions import FunctionPool, FunctionSpec
 from local.emulator.mappings import MappingConfigs, SqsMapping
-from tests.local import embedded
-from tests.local.embedded import wait_for
+from tests.local.helpers import wait_for
 
 PROBE = Path(__file__).parent / "handlers"
 
 pytestmark = pytest.mark.slow
-
-
-aws = embedded.aws  # the fixture
 
 
 @pytest.fixture(scope="module")

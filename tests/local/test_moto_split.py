@@ -25,7 +25,6 @@ import pytest
 from local.emulator.assembly import CloudAssembly
 from local.emulator.deploy import DeployError, create_stack
 from local.emulator.embedded_aws import EmbeddedAws
-from tests.local.embedded import aws  # noqa: F401 - the module's embedded AWS fixture
 
 KEY = {"AttributeName": "pk", "KeyType": "HASH"}
 ATTRIBUTE = {"AttributeName": "pk", "AttributeType": "S"}
@@ -55,7 +54,7 @@ def _assembly(directory: Path, stack_name: str) -> CloudAssembly:
 
 
 @pytest.fixture
-def table(aws: EmbeddedAws, request: pytest.FixtureRequest) -> Iterator[str]:  # noqa: F811
+def table(aws: EmbeddedAws, request: pytest.FixtureRequest) -> Iterator[str]:
     name = f"split-{request.node.name}"[:200]
     client = aws.client("dynamodb")
     client.create_table(
@@ -66,7 +65,7 @@ def table(aws: EmbeddedAws, request: pytest.FixtureRequest) -> Iterator[str]:  #
 
 
 def test_a_function_environment_reaches_the_dynamodb_process(
-    aws: EmbeddedAws,  # noqa: F811
+    aws: EmbeddedAws,
     table: str,
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
@@ -85,7 +84,7 @@ def test_a_function_environment_reaches_the_dynamodb_process(
     assert not _direct(aws.dynamodb.endpoint, "sqs").list_queues().get("QueueUrls")
 
 
-def test_the_main_endpoint_forwards_dynamodb_answers_and_errors(aws: EmbeddedAws, table: str) -> None:  # noqa: F811
+def test_the_main_endpoint_forwards_dynamodb_answers_and_errors(aws: EmbeddedAws, table: str) -> None:
     assert aws.dynamodb is not None
     through_main = _direct(aws.endpoint, "dynamodb")
     direct = _direct(aws.dynamodb.endpoint, "dynamodb")
@@ -118,7 +117,7 @@ def test_the_main_endpoint_forwards_dynamodb_answers_and_errors(aws: EmbeddedAws
 
 
 def test_the_stack_has_its_tables_under_the_same_names_in_both_processes(
-    aws: EmbeddedAws,  # noqa: F811
+    aws: EmbeddedAws,
     tmp_path: Path,
 ) -> None:
     assert aws.dynamodb is not None
@@ -130,7 +129,7 @@ def test_the_stack_has_its_tables_under_the_same_names_in_both_processes(
 
 
 def test_a_deployment_whose_table_names_differ_is_refused(
-    aws: EmbeddedAws,  # noqa: F811
+    aws: EmbeddedAws,
     tmp_path: Path,
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:

@@ -1,4 +1,4 @@
-"""The local runtime's Kinesis mapping (``local/kinesis_mapping.py``) against moto's server.
+"""The emulator's Kinesis mapping (``local/emulator/kinesis_mapping.py``) against moto's server.
 
 The stream, table, failure queue, function and mapping are made through the AWS APIs here, with the
 settings the stack gives its consumer mapping (bisect, bounded retries, record age, SQS on-failure
@@ -23,17 +23,13 @@ from local.emulator.discovery import MappingSpec
 from local.emulator.embedded_aws import EmbeddedAws
 from local.emulator.functions import FunctionPool, FunctionSpec
 from local.emulator.kinesis_mapping import KinesisMapping
-from tests.local import embedded
-from tests.local.embedded import wait_for
+from tests.local.helpers import wait_for
 
 ROOT = Path(__file__).resolve().parents[2]
 PROBE = ROOT / "tests" / "local" / "handlers"
 ACCOUNT = "123456789012"
 
 pytestmark = pytest.mark.slow
-
-
-aws = embedded.aws  # the fixture
 
 
 @pytest.fixture(autouse=True)
@@ -153,15 +149,13 @@ def aggregate(aws: EmbeddedAws, table: str, tenant: str = "acme") -> dict[str, A
     return dict(item.get("Item", {}))
 
 
-def test_the_consumer_runs_children_only_after_their_parent(
-    aws: EmbeddedAws, consumer: Setup, monkeypatch: pytest.MonkeyPatch
-) -> None:
-    from tests.integration.streaming_fixtures import split_shard_as_aws
-
+def test_the_consumer_runs_children_only_after_their_parent(aws: EmbeddedAws, consumer: Setup) -> None:
     before = [consumer.put(event(1.0, index=i)) for i in range(5)]
     parent = "shardId-000000000000"
-    monkeypatch.setenv("AWS_ENDPOINT_URL", aws.endpoint)  # the helper's client: this moto server
-    split_shard_as_aws(monkeypatch, consumer.stream_arn, parent)
+    # Split at the middle of the hash range; the moto process reshards as AWS does (its patches).
+    aws.client("kinesis").split_shard(
+        StreamARN=consumer.stream_arn, ShardToSplit=parent, NewStartingHashKey=str(2**127)
+    )
     for i in range(5, 12):
         consumer.put(event(2.0, index=i))
     consumer.mapping.start()  # after the split: the closed parent still holds its five records
