@@ -24,7 +24,7 @@ import urllib.request
 from collections import Counter
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Protocol
 
 import boto3
 import botocore.config
@@ -43,6 +43,12 @@ FAKE_CREDENTIALS = {
     "AWS_SESSION_TOKEN": "testing",
 }
 ROOT = Path(__file__).resolve().parents[2]
+
+
+class AwsClients(Protocol):
+    """Where the emulator's parts get their AWS clients (:meth:`EmbeddedAws.client`)."""
+
+    def client(self, service: str, *, counted: bool = True) -> Any: ...
 
 
 class RequestCounter:

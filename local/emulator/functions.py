@@ -23,7 +23,7 @@ from collections import Counter
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import IO, Any
+from typing import IO, Any, Protocol
 
 CONTAINER_SCRIPT = Path(__file__).resolve().parent / "container.py"
 
@@ -59,6 +59,15 @@ class Invocation:
     @property
     def ok(self) -> bool:
         return self.error is None
+
+
+class FunctionInvoker(Protocol):
+    """What a mapping needs of a function: which it is, and an invocation (:class:`FunctionPool`)."""
+
+    @property
+    def spec(self) -> FunctionSpec: ...
+
+    def invoke(self, event: Any, *, trace_id: str | None = None, source: str | None = None) -> Invocation: ...
 
 
 class FunctionError(RuntimeError):

@@ -46,8 +46,8 @@ from typing import Any
 
 from breakwater.sequencing import ShardLineage, ready_shards
 from local.emulator.discovery import MappingSpec
-from local.emulator.embedded_aws import REGION, EmbeddedAws
-from local.emulator.functions import FunctionPool, Invocation
+from local.emulator.embedded_aws import REGION, AwsClients
+from local.emulator.functions import FunctionInvoker, Invocation
 from local.emulator.mappings import MappingConfigs
 
 log = logging.getLogger("breakwater.local.kinesis")
@@ -189,8 +189,8 @@ class KinesisMapping:
     def __init__(
         self,
         spec: MappingSpec,
-        pool: FunctionPool,
-        aws: EmbeddedAws,
+        pool: FunctionInvoker,
+        aws: AwsClients,
         *,
         template_properties: dict[str, Any] | None = None,
         on_invocation: Callable[[MappingSpec, list[dict[str, Any]], Invocation, float], None] | None = None,

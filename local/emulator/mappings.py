@@ -26,7 +26,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from local.emulator.discovery import MappingSpec
-from local.emulator.embedded_aws import REGION, EmbeddedAws
+from local.emulator.embedded_aws import REGION, AwsClients, EmbeddedAws
 from local.emulator.functions import FunctionPool, Invocation
 
 log = logging.getLogger("breakwater.local.mappings")
@@ -69,7 +69,7 @@ class MappingConfigs:
     has its mappings in hand).
     """
 
-    def __init__(self, aws: EmbeddedAws) -> None:
+    def __init__(self, aws: AwsClients) -> None:
         self._lambda = aws.client("lambda", counted=False)
         self._lock = threading.Lock()
         self._configs: dict[str, dict[str, Any]] = {}

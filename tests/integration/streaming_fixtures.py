@@ -1,10 +1,9 @@
-"""Fixtures and mapping emulation for the ordered (FIFO) and streaming (Kinesis) workloads on moto.
+"""Fixtures for the ordered (FIFO) and streaming (Kinesis) workloads on moto, and their event source mappings.
 
-The emulators play Lambda's event source mappings in the simplest faithful way, for these tests only
-(the local runtime's mappings are ``local/``'s): a FIFO mapping receives a batch, invokes the
+A FIFO mapping is played here in the simplest faithful way: it receives a batch, invokes the
 handler, deletes what succeeded and makes the failures visible again (as if their visibility
-timeout ran out); a Kinesis mapping reads shards in lineage order (parents finished before their
-children start), retries from the lowest reported failure, and stops a shard after ``retry_attempts``.
+timeout ran out). A Kinesis mapping is the emulator's own (``local.emulator.kinesis_mapping``), run
+in this process against moto's mock with the handler imported here (:class:`StreamConsumer`).
 """
 
 from __future__ import annotations
@@ -12,18 +11,20 @@ from __future__ import annotations
 import importlib
 import json
 import sys
+import threading
+import uuid
 from collections.abc import Callable
 from dataclasses import dataclass, field
+from pathlib import Path
 from types import ModuleType
 from typing import Any
 
 import boto3
 import pytest
-from moto.kinesis import models as kinesis_models
 
-from breakwater.sequencing import ShardLineage, ready_shards
-from local.emulator.kinesis_mapping import kinesis_record
-from local.emulator.moto_patches.kinesis import open_shard_routing
+from local.emulator.discovery import MappingSpec
+from local.emulator.functions import FunctionSpec, Invocation
+from local.emulator.kinesis_mapping import KinesisMapping
 
 REGION = "us-east-1"
 ACCOUNT = "123456789012"
@@ -173,102 +174,107 @@ def send_fifo(queue_url: str, body: str, group_id: str, dedup_id: str) -> str:
     )["MessageId"]
 
 
-# -- Kinesis mapping ---------------------------------------------------------------------------
+# -- Kinesis mapping: the emulator's, in this process ----------------------------------------------
+
+# The emulator's patches these tests need of moto: no inline delivery to Lambda (the mapping reads the
+# shards), resharding as AWS does it. Installed around each test (``moto_patches.installed``).
+KINESIS_PATCHES = ("kinesis.no_inline_delivery", "kinesis.resharding_as_aws")
+CONSUMER = "stream-consumer"
+HANDLER = "stream_consumer/handler.handler"
+FUNCTIONS = Path(__file__).resolve().parents[2] / "functions"  # the handlers' code, imported in this process
 
 
-def split_shard_as_aws(monkeypatch: pytest.MonkeyPatch, stream_arn: str, shard_id: str) -> None:
-    """Split a shard in two at the middle of its hash range, and make moto route later puts as AWS does.
+class MockedAws:
+    """The embedded AWS's client factory (``EmbeddedAws.client``), served by moto's mock in this process."""
 
-    moto 5.2.5's ``split_shard`` closes the parent and re-puts its records, but its routing
-    (``Stream.get_shard_for_key``) does not skip closed shards, so the records, and every put after
-    the split, still land in the parent. After the split the records rightly stay in the closed
-    parent; this patch then sends new puts to the open child that owns the hash, as AWS does.
-    """
+    def client(self, service: str, *, counted: bool = True) -> Any:
+        return boto3.client(service, region_name=REGION)  # type: ignore[call-overload]
+
+
+class InProcessFunction:
+    """A function's containers (``FunctionPool``) reduced to a handler imported in this process,
+    running one invocation at a time as one execution environment does."""
+
+    def __init__(self, spec: FunctionSpec, handler: Callable[[dict[str, Any], Any], Any]) -> None:
+        self.spec = spec
+        self._handler = handler
+        self._lock = threading.Lock()
+
+    def invoke(self, event: Any, *, trace_id: str | None = None, source: str | None = None) -> Invocation:
+        invocation = Invocation(function=self.spec.logical_id, request_id=str(uuid.uuid4()))
+        with self._lock:
+            try:
+                invocation.result = self._handler(event, FakeLambdaContext())
+            except Exception as exc:  # a function error, as Lambda reports it
+                invocation.error = {"errorType": type(exc).__name__, "errorMessage": str(exc)}
+        return invocation
+
+
+class StreamConsumer:
+    """``handler`` as the function of a Kinesis event source mapping created in moto, read by the
+    emulator's mapping: shards in lineage order (a child only after its parents are finished), a
+    batch retried from its lowest reported failure, given up on after ``retry_attempts`` retries."""
+
+    def __init__(
+        self,
+        stream_arn: str,
+        handler: Callable[[dict[str, Any], Any], Any],
+        *,
+        batch_size: int = 100,
+        retry_attempts: int = 2,
+    ) -> None:
+        iam, lam = boto3.client("iam", region_name=REGION), boto3.client("lambda", region_name=REGION)
+        role = iam.create_role(RoleName=f"{CONSUMER}-{uuid.uuid4().hex[:8]}", AssumeRolePolicyDocument="{}")
+        function = lam.create_function(
+            FunctionName=CONSUMER,
+            Runtime="python3.12",
+            Role=role["Role"]["Arn"],
+            Handler=HANDLER,
+            Code={"ZipFile": b"PK\x05\x06" + b"\0" * 18},
+        )
+        self.settings = {
+            "StartingPosition": "TRIM_HORIZON",
+            "BatchSize": batch_size,
+            "MaximumRetryAttempts": retry_attempts,
+            "FunctionResponseTypes": ["ReportBatchItemFailures"],
+        }
+        mapping = lam.create_event_source_mapping(
+            EventSourceArn=stream_arn, FunctionName=CONSUMER, **self.settings
+        )
+        self.role = role["Role"]["Arn"]
+        self.spec = MappingSpec(mapping["UUID"], "StreamConsumer", stream_arn, None)
+        self.function = InProcessFunction(
+            FunctionSpec(
+                "StreamConsumer", CONSUMER, function["FunctionArn"], HANDLER, 30, 256, {}, FUNCTIONS
+            ),
+            handler,
+        )
+
+    def mapping(self) -> KinesisMapping:
+        """A mapping as the emulator starts one: no checkpoints, every shard from its starting position."""
+        return KinesisMapping(self.spec, self.function, MockedAws(), template_properties=self.settings)
+
+    def run(self, mapping: KinesisMapping | None = None, timeout: float = 30.0) -> KinesisMapping:
+        """Start ``mapping`` (a new one if None), wait until every shard is read to its end, stop it."""
+        mapping = mapping or self.mapping()
+        mapping.start()
+        try:
+            assert mapping.wait_caught_up(timeout), "the mapping did not read the stream to its end"
+        finally:
+            mapping.stop()
+        return mapping
+
+
+def read_shard(stream_arn: str, shard_id: str) -> list[Any]:
+    """Every record of the shard, from ``GetRecords``."""
     kinesis = boto3.client("kinesis", region_name=REGION)
-    kinesis.split_shard(StreamARN=stream_arn, ShardToSplit=shard_id, NewStartingHashKey=str(2**127))
-    routing = open_shard_routing(kinesis_models.Stream.get_shard_for_key)
-    monkeypatch.setattr(kinesis_models.Stream, "get_shard_for_key", routing)
-
-
-@dataclass
-class KinesisMapping:
-    """Reads every shard of a stream in lineage order and feeds the consumer, like Lambda's mapping:
-    a child shard starts only after its parents are closed and fully processed
-    (:func:`breakwater.sequencing.ready_shards`); a batch is retried from its lowest reported failure,
-    and after ``retry_attempts`` goes to the "on-failure destination" (``failed_batches``)."""
-
-    stream_arn: str
-    handler: Callable[[dict[str, Any], Any], Any]
-    batch_size: int = 100
-    retry_attempts: int = 2
-    shard_order: list[str] = field(default_factory=list)  # shard of each invocation
-    failed_batches: list[tuple[str, str]] = field(default_factory=list)  # (shard, first failed seq)
-    _positions: dict[str, str] = field(default_factory=dict)  # last checkpointed sequence per shard
-    _finished: set[str] = field(default_factory=set)
-
-    def _shards(self) -> list[Any]:
-        kinesis = boto3.client("kinesis", region_name=REGION)
-        return list(kinesis.list_shards(StreamARN=self.stream_arn)["Shards"])
-
-    def lineage(self) -> list[ShardLineage]:
-        return [
-            ShardLineage(s["ShardId"], s.get("ParentShardId"), s.get("AdjacentParentShardId"))
-            for s in self._shards()
-        ]
-
-    def read_all(self, shard_id: str) -> list[Any]:
-        kinesis = boto3.client("kinesis", region_name=REGION)
-        iterator = kinesis.get_shard_iterator(
-            StreamARN=self.stream_arn, ShardId=shard_id, ShardIteratorType="TRIM_HORIZON"
-        )["ShardIterator"]
-        records: list[Any] = []
-        while True:
-            page = kinesis.get_records(StreamARN=self.stream_arn, ShardIterator=iterator, Limit=10_000)
-            records.extend(page["Records"])
-            if not page["Records"]:
-                return records
-            iterator = page["NextShardIterator"]
-
-    def run(self) -> None:
-        """Process until no shard has new records; closed shards finish before their children start."""
-        progressed = True
-        while progressed:
-            progressed = False
-            closed = {
-                s["ShardId"] for s in self._shards() if "EndingSequenceNumber" in s["SequenceNumberRange"]
-            }
-            for shard_id in ready_shards(self.lineage(), self._finished):
-                if self._run_shard(shard_id):
-                    progressed = True
-                elif shard_id in closed:  # a closed shard with nothing left: its children may start
-                    self._finished.add(shard_id)
-                    progressed = True
-
-    def _run_shard(self, shard_id: str) -> bool:
-        after = self._positions.get(shard_id, "0")
-        pending = [r for r in self.read_all(shard_id) if int(r["SequenceNumber"]) > int(after)]
-        if not pending:
-            return False
-        batch, attempts = pending[: self.batch_size], 0
-        while batch:
-            self.shard_order.append(shard_id)
-            event = {"Records": [_kinesis_record(shard_id, r, self.stream_arn) for r in batch]}
-            failures = sorted(_failures(self.handler, event, [r["SequenceNumber"] for r in batch]), key=int)
-            if not failures:
-                self._positions[shard_id] = batch[-1]["SequenceNumber"]
-                return True
-            lowest = failures[0]
-            done = [r for r in batch if int(r["SequenceNumber"]) < int(lowest)]
-            if done:
-                self._positions[shard_id] = done[-1]["SequenceNumber"]
-            attempts += 1
-            if attempts > self.retry_attempts:  # to the on-failure destination; the shard moves on
-                self.failed_batches.append((shard_id, lowest))
-                self._positions[shard_id] = batch[-1]["SequenceNumber"]
-                return True
-            batch = [r for r in batch if int(r["SequenceNumber"]) >= int(lowest)]
-        return True
-
-
-def _kinesis_record(shard_id: str, record: dict[str, Any], stream_arn: str) -> dict[str, Any]:
-    return kinesis_record(shard_id, record, stream_arn, f"arn:aws:iam::{ACCOUNT}:role/consumer")
+    iterator = kinesis.get_shard_iterator(
+        StreamARN=stream_arn, ShardId=shard_id, ShardIteratorType="TRIM_HORIZON"
+    )["ShardIterator"]
+    records: list[Any] = []
+    while True:
+        page = kinesis.get_records(StreamARN=stream_arn, ShardIterator=iterator, Limit=10_000)
+        records.extend(page["Records"])
+        if not page["Records"]:
+            return records
+        iterator = page["NextShardIterator"]

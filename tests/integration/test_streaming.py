@@ -16,15 +16,19 @@ from breakwater.aws.aggregates import DynamoAggregateStore
 from breakwater.aws.kinesis import THROTTLED, put_records
 from breakwater.envelope import new_envelope_id
 from breakwater.events import KinesisRecord, PartitionKeyMode, StreamEvent, to_record
+from local.emulator import kinesis_mapping as kinesis_module
+from local.emulator import moto_patches
+from local.emulator.kinesis_mapping import kinesis_record
 from tests.integration.conftest import create_table
 from tests.integration.streaming_fixtures import (
+    KINESIS_PATCHES,
     REGION,
     FakeLambdaContext,
-    KinesisMapping,
+    StreamConsumer,
     api_event,
     create_stream,
     load_handler,
-    split_shard_as_aws,
+    read_shard,
 )
 
 STREAM = "breakwater-events"
@@ -33,8 +37,13 @@ AGGREGATES_TABLE = "breakwater-aggregates"
 
 @pytest.fixture
 def aws() -> Iterator[None]:
-    with mock_aws():
+    with moto_patches.installed(names=KINESIS_PATCHES), mock_aws():
         yield
+
+
+@pytest.fixture(autouse=True)
+def fast_refresh(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(kinesis_module, "REFRESH_SECONDS", 0.2)  # the mapping notices new shards sooner
 
 
 @pytest.fixture
@@ -94,7 +103,7 @@ def test_post_events_then_consume_one_event_and_a_batch(
     assert _post(events_api, {"events": [{"type": "t"}] * 501})[0] == 400
     assert _post(events_api, {"type": "t", "tenant": "evil"})[0] == 400
 
-    KinesisMapping(stream_arn, consumer.handler).run()
+    StreamConsumer(stream_arn, consumer.handler).run()
     clicks = _store().read("acme", "click")
     assert (clicks["count"], clicks["total"], clicks["last_value"]) == (2, 5.0, 3.0)
     assert _store().read("acme", "view")["count"] == 1
@@ -168,9 +177,10 @@ def test_an_unwritten_event_is_never_reported_as_written(
 def test_a_redelivered_batch_changes_nothing(consumer: ModuleType, stream_arn: str) -> None:
     _put(stream_arn, "acme", [1, 2, 3])
     _put(stream_arn, "beta", [10])
-    KinesisMapping(stream_arn, consumer.handler).run()
+    stream = StreamConsumer(stream_arn, consumer.handler)
+    stream.run()
     before = (_store().read("acme", "click"), _store().read("beta", "click"))
-    KinesisMapping(stream_arn, consumer.handler).run()  # a fresh mapping re-reads from TRIM_HORIZON
+    stream.run()  # a fresh mapping re-reads from TRIM_HORIZON
     assert (_store().read("acme", "click"), _store().read("beta", "click")) == before
     assert before[0]["count"] == 3 and before[0]["total"] == 6
 
@@ -195,15 +205,13 @@ def test_a_failed_key_is_reported_by_sequence_number_and_the_retry_counts_once(
             return real.apply_if_unchanged(aggregate, stored)
 
     monkeypatch.setattr(consumer, "STORE", FailingOnce())
-    mapping = KinesisMapping(stream_arn, consumer.handler)
-    records = mapping.read_all("shardId-000000000000")
-    from tests.integration.streaming_fixtures import _kinesis_record
-
-    event = {"Records": [_kinesis_record("shardId-000000000000", r, stream_arn) for r in records]}
+    stream = StreamConsumer(stream_arn, consumer.handler)
+    records = read_shard(stream_arn, "shardId-000000000000")
+    event = {"Records": [kinesis_record("shardId-000000000000", r, stream_arn, stream.role) for r in records]}
     response = consumer.handler(event, FakeLambdaContext())
     assert response == {"batchItemFailures": [{"itemIdentifier": seqs[1]}]}
     failures["beta"] = 1
-    mapping.run()  # the retry starts at beta's record; acme's later record was already applied
+    stream.run()  # the retry starts at beta's record; acme's later record was already applied
     assert _store().read("acme", "click")["count"] == 2
     assert _store().read("beta", "click")["count"] == 1
 
@@ -218,20 +226,25 @@ def _tenant_in_half(upper: bool, prefix: str) -> str:
 
 
 def test_after_a_split_children_are_processed_only_after_their_parent(
-    consumer: ModuleType, stream_arn: str, monkeypatch: pytest.MonkeyPatch
+    consumer: ModuleType, stream_arn: str
 ) -> None:
     acme, other = _tenant_in_half(False, "acme"), _tenant_in_half(True, "other")
     _put(stream_arn, other, [1] * 7)  # parent sequence numbers 1..7
     parent_seqs = _put(stream_arn, acme, [1, 2, 3])  # 8..10
-    mapping = KinesisMapping(stream_arn, consumer.handler, batch_size=4)
-    split_shard_as_aws(monkeypatch, stream_arn, "shardId-000000000000")
+    stream = StreamConsumer(stream_arn, consumer.handler, batch_size=4)
+    # In two at the middle of the hash range: the parent keeps its records, later puts go to the open
+    # child that owns their hash key (moto as the emulator patches it, KINESIS_PATCHES).
+    boto3.client("kinesis", region_name=REGION).split_shard(
+        StreamARN=stream_arn, ShardToSplit="shardId-000000000000", NewStartingHashKey=str(2**127)
+    )
     child_seqs = _put(stream_arn, acme, [4, 5])
-    mapping.run()
+    mapping = stream.run()
 
     parent, children = "shardId-000000000000", {"shardId-000000000001", "shardId-000000000002"}
-    first_child = next(i for i, shard in enumerate(mapping.shard_order) if shard in children)
-    assert set(mapping.shard_order[:first_child]) == {parent}
-    assert parent not in mapping.shard_order[first_child:]
+    shard_order = mapping.stats.shard_order
+    first_child = next(i for i, shard in enumerate(shard_order) if shard in children)
+    assert set(shard_order[:first_child]) == {parent}
+    assert parent not in shard_order[first_child:]
 
     item = _store().read(acme, "click")
     assert (item["count"], item["total"], item["last_value"]) == (5, 15.0, 5.0)  # last value: the child's
