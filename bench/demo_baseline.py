@@ -183,7 +183,7 @@ def main() -> None:
     parser.add_argument(
         "--in-process-moto",
         action="store_true",
-        help="moto's server in this process, as before D-local-6, and time its backend methods",
+        help="moto's server in this process, not its own, and time its backend methods",
     )
     args = parser.parse_args()
     patch()

@@ -1,4 +1,4 @@
-"""moto's DynamoDB condition parse: each time (moto 5.2.5) against cached by text (D-local-8).
+"""moto's DynamoDB condition parse: each time (moto 5.2.5) against cached by text (its patch).
 
     .venv/bin/python bench/moto_conditions.py [--calls 3000]
 

@@ -5,8 +5,8 @@
 Each configuration runs in a fresh interpreter (the patch is process-wide). ``unpatched`` and
 ``patched`` run ``moto.server.ThreadedMotoServer`` in the client's process, with the queue filled
 through moto's backend directly (filling it over HTTP unpatched would itself take hours).
-``runtime`` is what the local runtime runs since D-local-6: the patched server in its own process
-(``local.embedded_aws.EmbeddedAws``), the queue filled over HTTP with ``SendMessageBatch``. Then
+``runtime`` is what the emulator runs: the patched server in a process of its own
+(``local.emulator.embedded_aws.EmbeddedAws``), the queue filled over HTTP with ``SendMessageBatch``. Then
 boto3 sends one message at a time over HTTP for a fixed time. Prints one figure per line; "per CPU
 second" counts the client's and the server's CPU, whichever process each runs in.
 """

@@ -114,8 +114,8 @@ def measure_transform(size: int) -> dict[str, Any]:
 def measure_send(records: int, target_rate: float, *, patched_moto: bool) -> dict[str, Any]:
     """``main`` end to end against moto's server: achieved rate of the send pass vs the target.
 
-    ``patched_moto``: apply the embedded default's fix of moto's O(depth) SQS hot path
-    (local/emulator/moto_patches, docs/decisions.md D-local-1) to the server first.
+    ``patched_moto``: install the emulator's patches of moto's O(depth) SQS hot path
+    (``bench.moto_send.SQS_PATH_PATCHES``, local/emulator/moto_patches) in the server first.
     """
     import logging
 

@@ -1,7 +1,7 @@
 """The REST API's routes, emulated on a local HTTP server the way API Gateway runs them.
 
 moto creates the REST API and its resources, but not the stage, the authorizer, the request
-validator or the gateway responses; they are read from the template (``local.discovery.api``)
+validator or the gateway responses; they are read from the template (``local.emulator.discovery.api``)
 and applied here, in API Gateway's order: stage throttle (429 THROTTLED), REQUEST authorizer
 (identity header missing or ``Unauthorized`` -> 401 UNAUTHORIZED; explicit Deny -> 403
 ACCESS_DENIED; the policy cached per identity for ``AuthorizerResultTtlInSeconds``), the API key

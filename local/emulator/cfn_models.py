@@ -7,10 +7,10 @@ creates the alarm with the CloudWatch backend's ``put_metric_alarm`` (the same c
 being skipped. Register with :func:`register` before the first ``CreateStack``.
 
 moto has API Gateway stages and usage plans but no CloudFormation model for either; the usage
-plans (the edge throttle, D-ingest-5) must exist for onboarding to put tenants' keys in them, and
+plans (the edge throttle per tier) must exist for onboarding to put tenants' keys in them, and
 their ``ApiStages`` refer to the stage. Both are created through the API Gateway backend's own
 ``create_stage`` / ``create_usage_plan``. The stage's settings (throttle, logging) are still
-applied by ``local.api`` from the template.
+applied by ``local.emulator.api`` from the template.
 """
 
 from __future__ import annotations

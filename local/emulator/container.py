@@ -5,7 +5,7 @@ settings read at import see it), handles one invocation at a time, and keeps mod
 invocations (warm starts). The parent sends requests on one pipe and reads answers on another;
 the handler's stdout (logs, EMF metrics) goes to the parent's log reader untouched.
 
-Run by :class:`local.functions.FunctionPool`; not meant to be started by hand.
+Run by :class:`local.emulator.functions.FunctionPool`; not meant to be started by hand.
 """
 
 from __future__ import annotations

@@ -6,9 +6,9 @@ the public Powertools layer (see :func:`publish_layer_stand_ins`). Nothing the t
 is created by hand: the stack's resources come from ``CreateStack``; what moto skips is listed in
 :attr:`Deployment.skipped`, never silently missing.
 
-When DynamoDB has a moto process of its own (D-local-9), the stack is created in each process the
-same way, side by side, each from the same random seed (moto draws the generated names' suffixes
-from it), and the DynamoDB process's tables must carry the names the main one gave them.
+When DynamoDB has a moto process of its own (``EmbeddedAws.dynamodb``), the stack is created in each
+process the same way, side by side, each from the same random seed (moto draws the generated names'
+suffixes from it), and the DynamoDB process's tables must carry the names the main one gave them.
 """
 
 from __future__ import annotations
@@ -30,7 +30,7 @@ from local.emulator.embedded_aws import ACCOUNT, REGION, EmbeddedAws
 BOOTSTRAP_QUALIFIER = "hnb659fds"
 BOOTSTRAP_VERSION = "27"
 LAYER_ARN = re.compile(r":layer:(?P<name>[A-Za-z0-9_-]+):(?P<version>\d+)")
-NAME_SEED = 20_261_122  # moto's random, seeded before CreateStack in every process (D-local-9)
+NAME_SEED = 20_261_122  # moto's random, seeded before CreateStack in every process: the same names
 
 
 class DeployError(RuntimeError):
@@ -102,7 +102,7 @@ def publish_layer_stand_ins(aws: EmbeddedAws, template: dict[str, Any]) -> list[
     so ``PublishLayerVersion`` of a layer with the same name until its version number matches the
     pinned one makes the template deploy unmodified. The stand-in holds no code: in-process
     handlers import Powertools from this virtualenv, which pyproject.toml pins to the release the
-    layer version carries (docs/decisions.md D3).
+    layer version carries.
     """
     lam = aws.client("lambda")
     wanted: dict[str, int] = {}
@@ -135,7 +135,7 @@ def _zip_directory_bytes(files: dict[str, bytes]) -> bytes:
 
 
 def create_stack(aws: EmbeddedAws, assembly: CloudAssembly, *, timeout: float = 120.0) -> Deployment:
-    """The stack in every moto process of ``aws`` (D-local-9); the main process's deployment."""
+    """The stack in every moto process of ``aws`` (the main one, DynamoDB's); the main one's deployment."""
     cfn_models.register()
     targets = aws.processes()
     with ThreadPoolExecutor(max_workers=len(targets), thread_name_prefix="deploy") as pool:

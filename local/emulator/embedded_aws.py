@@ -1,15 +1,15 @@
 """The embedded AWS: moto's server on 127.0.0.1 (a free port), with the runtime's moto patches.
 
-By default the server runs in a child process of its own (``local/moto_process.py``, D-local-6), so
+By default the server runs in a child process of its own (``moto_process.py``), so
 the functions' AWS requests do not wait on the runtime process's GIL; ``in_process=True`` keeps it
 in this process (tests and benches that reach into moto's backends). Every client of the local
 runtime, and every function it runs, reaches it through ``AWS_ENDPOINT_URL``; the credentials are
 fake, so nothing can reach a real account.
 
-DynamoDB has a second child process of its own (D-local-9): the functions' item writes were most of
-the one server's GIL in the demo's burst, and every other request waited behind them. The stack is
+DynamoDB has a second child process of its own: under load the functions' item writes took most of
+the one server's GIL, and every other request waited behind them. The stack is
 deployed into both processes through CloudFormation, from the same random seed, so both hold the same
-tables under the same names (``local/deploy.py`` checks). Functions and the runtime's clients reach
+tables under the same names (``deploy.py`` checks). Functions and the runtime's clients reach
 the DynamoDB process through ``AWS_ENDPOINT_URL_DYNAMODB``; the main server forwards any DynamoDB
 request it gets there too, so a tool given the one ``AWS_ENDPOINT_URL`` sees the same tables.
 """
@@ -116,7 +116,7 @@ class _InvokeBridge:
 class EmbeddedAws:
     """moto's server (a child process by default, or ThreadedMotoServer here), patched, and clients for it.
 
-    ``split_dynamodb`` (child processes only): DynamoDB in a second moto process (D-local-9).
+    ``split_dynamodb`` (child processes only): DynamoDB in a second moto process.
     ``routes_invocations``: Lambda ``Invoke`` reaches the runtime's containers (not in the DynamoDB
     process, which gets none).
     """
@@ -172,7 +172,7 @@ class EmbeddedAws:
         self._moto_api(f"seed?a={int(value)}")
 
     def processes(self) -> list[EmbeddedAws]:
-        """This server and the one serving DynamoDB (D-local-9): each deploys the stack."""
+        """This server and the one serving DynamoDB: each deploys the stack."""
         return [self] if self.dynamodb is None else [self, self.dynamodb]
 
     def _start_process(self) -> None:

@@ -1,6 +1,6 @@
 """Run the deployed functions: each one's real handler, its resolved environment, and its timeout.
 
-Why one child process per execution environment (``local/container.py``) rather than threads in
+Why one child process per execution environment (``container.py``) rather than threads in
 this process: a handler reads its settings and builds its clients at import, from ``os.environ``,
 which is process-wide; and Powertools keeps per-invocation state in module globals (the metrics
 buffer, the logger's keys). Two functions, or two concurrent invocations of one, cannot share a
@@ -189,7 +189,7 @@ class FairSlots:
     source mapping its own concurrency (up to its ``MaximumConcurrency``), so one busy queue never
     waits behind another's invocations. A first-come semaphore lets a queue that always has messages
     (a bursting tenant's shard) keep most of the containers, and the other queues' batches wait
-    behind it (docs/performance.md, Demo). Handing a freed slot to the source with the fewest slots
+    behind it. Handing a freed slot to the source with the fewest slots
     held (first come among equals) keeps the cap, and shares it the way separate concurrency would.
     """
 

@@ -27,8 +27,8 @@ delivers (base64 ``data``, ``sequenceNumber``, ``approximateArrivalTimestamp``, 
 
 ``ParallelizationFactor`` is treated as 1 (one batch in flight per shard): a factor > 1 only adds
 concurrent batches of *different* partition keys of a shard, which the consumer's per-key CAS
-already tolerates (docs/decisions.md, D-local-4). Tumbling windows, filters and ``AT_TIMESTAMP``
-are not emulated.
+already tolerates; it changes throughput, not what the consumer must get right. Tumbling windows,
+filters and ``AT_TIMESTAMP`` are not emulated.
 """
 
 from __future__ import annotations
@@ -183,7 +183,8 @@ class KinesisMapping:
     """The poller of one Kinesis event source mapping: one reader per shard that may be read now.
 
     ``template_properties`` are the mapping's properties in the synthesized template; a setting
-    ``GetEventSourceMapping`` does not return is read from there (docs/decisions.md, D-local-4).
+    ``GetEventSourceMapping`` does not return is read from there (moto returns every setting the
+    stack's consumer mapping declares today; the template stays the fallback).
     """
 
     def __init__(

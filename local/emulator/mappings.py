@@ -62,8 +62,7 @@ class MappingConfigs:
     """Every event source mapping's configuration, as moto has it, from one ``ListEventSourceMappings``.
 
     Each poller re-reads its mapping about once a second; with one ``GetEventSourceMapping`` each,
-    the demo's ~14 pollers sent ~14 requests a second to the one moto process (~1,300 a run, as many
-    as the controller, archiver and stream consumer together), for a configuration that changes a
+    every poller sent the one moto process a request a second, for a configuration that changes a
     few times a run. The pollers share one instance: a read older than ``max_age`` lists every
     mapping again, once for all of them. Not counted as the functions' requests (the Lambda service
     has its mappings in hand).

@@ -1,18 +1,18 @@
-"""moto's server in a process of its own, with the runtime's patches: ``python -m local.moto_process``.
+"""moto's server in a process of its own, patched: ``python -m local.emulator.moto_process``.
 
-The runtime process is busy: the emulated API, the mappings' pollers, the log reader, the demo's
-load generator. With moto's server in the same process, every AWS request of every function
-container waited for that process's one GIL: about 65 ms a round trip against 1-2 ms in moto's
-backend (docs/performance.md, Demo; D-local-6). Here the server has a core's worth of GIL to itself.
+The runtime process is busy: the emulated API, the mappings' pollers, the log reader. With moto's
+server in the same process, every AWS request of every function container waited for that
+process's one GIL, far longer than moto's backend took to answer it. Here the server has a core's
+worth of GIL to itself.
 
-Protocol with the parent (:class:`local.embedded_aws.EmbeddedAws`): the child prints one JSON line
+Protocol with the parent (:class:`local.emulator.embedded_aws.EmbeddedAws`): the child prints one JSON line
 ``{"port": N}`` on stdout once it listens on 127.0.0.1, and exits when its stdin closes (the parent
 stopped or died). Lambda ``Invoke`` (the controller starting the archiver) is handed to the parent
 over HTTP: ``POST <BREAKWATER_LOCAL_INVOKE_URL>`` with the function name and invocation type in
 headers and the payload as the body; the answer's body is the invocation's response payload.
 The parent may write ``freeze`` on a line of stdin once it has deployed (see
 :func:`freeze_startup_objects`). With ``BREAKWATER_LOCAL_FORWARD_DYNAMODB`` set to another moto
-server's URL (the DynamoDB process, D-local-9), every DynamoDB request this server gets is passed to
+server's URL (the DynamoDB process), every DynamoDB request this server gets is passed to
 that server and its answer returned (:class:`ForwardService`).
 """
 
@@ -196,11 +196,11 @@ def freeze_heap() -> None:
 def freeze_startup_objects() -> None:
     """Keep the garbage collector's full collections off everything imported at start.
 
-    The process holds ~235,000 objects after moto's imports (CloudFormation's parser imports most of
-    its backends); CPython's full (generation 2) collection walks all of them, holding the GIL for
-    0.1-0.6 s on this machine, and runs again whenever the objects that survived since the last one
-    reach a quarter of that number: during the demo's burst, every few seconds, stalling every
-    request in flight at once. ``gc.freeze()`` moves what exists now to the permanent generation,
+    The process holds hundreds of thousands of objects after moto's imports (CloudFormation's parser
+    imports most of its backends); CPython's full (generation 2) collection walks all of them,
+    holding the GIL while it does, and runs again whenever the objects that survived since the last
+    one reach a quarter of that number: under load, every few seconds, stalling every request in
+    flight at once. ``gc.freeze()`` moves what exists now to the permanent generation,
     which collections skip; those objects are still freed by reference counting, only cycles among
     them are never collected (modules and classes, which live as long as the process anyway).
     """

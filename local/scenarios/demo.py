@@ -83,7 +83,7 @@ def run_config(
             sys.stdout.write(line)
             sys.stdout.flush()
 
-        # The clients' process starts (and imports) before the load's clock does (local/load_client.py).
+        # The clients' process starts (and imports) before the load's clock does (load_client.py).
         generator = ClientProcess(runtime.api.url if runtime.api else "", keys, scenario, obs)
         by_function_before = aws_requests_by_function(runtime)
         requests_before = aws_requests(runtime, by_function_before)

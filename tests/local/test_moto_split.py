@@ -1,4 +1,4 @@
-"""DynamoDB in a moto process of its own (D-local-9): the same tables, reached from every endpoint.
+"""DynamoDB in a moto process of its own: the same tables, reached from every endpoint.
 
 The embedded AWS runs two moto servers: the main one, and one that serves DynamoDB. These tests
 drive both through boto3 and check what a function, a tool and the deployment rely on:
