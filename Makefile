@@ -13,7 +13,7 @@ export JSII_SILENCE_WARNING_UNTESTED_NODE_VERSION := 1
 export SPARK_LOCAL_IP := 127.0.0.1
 export PYTHONDONTWRITEBYTECODE := 1
 
-.PHONY: help install test lint types unit integration infrastructure spark synth nag cfn-lint deploy bootstrap demo serve bench bench-demo clean
+.PHONY: help install test lint types unit integration infrastructure spark local synth nag cfn-lint deploy bootstrap demo serve bench bench-demo clean
 
 help:  ## list the targets
 	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  make %-15s %s\n", $$1, $$2}'
@@ -58,6 +58,12 @@ integration: install  ## only tests/integration (handlers against moto)
 
 infrastructure: install  ## only tests/infrastructure (template assertions, cdk-nag)
 	$(PY) -m pytest -q tests/infrastructure
+
+spark: install  ## only tests/spark (the Glue jobs on a local SparkSession)
+	$(PY) -m pytest -q tests/spark
+
+local: install  ## only tests/local (the emulator: moto's patched servers, mappings, API, the demo's run)
+	$(PY) -m pytest -q tests/local
 
 bootstrap: install  ## one-time per account/region: cdk bootstrap (uses your usual AWS credentials)
 	$(CDK) bootstrap
