@@ -194,8 +194,11 @@ def run(requests: int, tenant_count: int, seconds: float, seed: int) -> list[str
         clock = SimulatedClock()
         authorizer: Any = importlib.import_module("authorizer.handler")
         ingest: Any = importlib.import_module("ingest.handler")
+        from breakwater.aws.front_door import build_ingest
+        from breakwater.settings import IngestSettings
+
         authorizer.AUTHORIZER = authorizer.build_authorizer(authorizer.SETTINGS, clock)
-        ingest.SERVICE = ingest.build_service(ingest.SETTINGS, clock)
+        ingest.SERVICE = build_ingest(IngestSettings.from_env(), clock)
         counter.reset()
 
         statuses: Counter[int] = Counter()

@@ -28,6 +28,7 @@ from aws_cdk import aws_s3_assets as s3_assets
 from aws_cdk import aws_sqs as sqs
 from constructs import Construct, IConstruct
 
+from stacks import environment
 from stacks.config import BlueprintConfig
 from stacks.functions import RETENTION, BreakwaterFunction, FunctionFactory
 
@@ -156,19 +157,13 @@ class ArchiveAndReplay(Construct):
             "Archiver",
             handler="archiver/handler.handler",
             description="Moves a sideline queue past its budget into the S3 archive",
-            environment={
-                "ARCHIVE_BUCKET_NAME": self.bucket.bucket_name,
-                "STATE_TABLE_NAME": state_table.table_name,
-                "ARCHIVE_PREFIX": ARCHIVE_PREFIX,
-                "SOURCE_QUEUE_URLS": Fn.join(",", [queue.queue_url for queue in sideline_queues]),
-                "MAX_MESSAGES_PER_OBJECT": str(archive.max_messages_per_object),
-                # Received messages stay invisible until the run is over: none is archived twice by a
-                # concurrent drainer while this run still holds it.
-                "RECEIVE_VISIBILITY_SECONDS": str(archive.archiver_timeout_seconds + 60),
-                # A drainer's deferrals wait in the queue delayed, at most max_defer_seconds: the
-                # archiver waits for them to come due instead of leaving them behind.
-                "WAIT_FOR_DELAYED_SECONDS": str(self._config.sideline.max_defer_seconds),
-            },
+            environment=environment.archiver_environment(
+                self._config,
+                bucket=self.bucket,
+                prefix=ARCHIVE_PREFIX,
+                state=state_table,
+                sideline_queues=sideline_queues,
+            ),
             memory_mb=archive.archiver_memory_mb,
             timeout_seconds=archive.archiver_timeout_seconds,
         )

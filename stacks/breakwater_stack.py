@@ -20,7 +20,7 @@ from stacks.ordered import OrderedWorkload
 from stacks.queue_set import QueueSet
 from stacks.request_schemas import events_schema, ordered_message_schema
 from stacks.streaming import StreamingWorkload
-from stacks.tables import Tables
+from stacks.tables import INGEST_STATE, Tables, grant_items
 
 
 class BreakwaterStack(Stack):
@@ -114,7 +114,12 @@ class BreakwaterStack(Stack):
 
     def _build_streaming(self) -> StreamingWorkload:
         streaming = StreamingWorkload(
-            self, "Streaming", config=self.config, functions=self.functions, alarm_topic=self.monitoring.topic
+            self,
+            "Streaming",
+            config=self.config,
+            functions=self.functions,
+            alarm_topic=self.monitoring.topic,
+            state_table=self.tables.state,
         )
         self.ingress.add_route("events", streaming.events.function, "Events", events_schema(self.config))
         self.monitoring.watch_stream(streaming.stream, streaming.alarms)
@@ -144,7 +149,7 @@ class BreakwaterStack(Stack):
             memory_mb=self.config.ingest.memory_mb,
             timeout_seconds=self.config.ingest.timeout_seconds,
         )
-        self.tables.state.grant_read_write_data(ingest.role)
+        grant_items(self.tables.state, ingest.role, INGEST_STATE)
         for queue in live:
             queue.grant_send_messages(ingest.role)  # includes GetQueueAttributes for the cached depth
         return ingest

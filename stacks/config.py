@@ -218,6 +218,12 @@ class StreamingConfig(_Strict):
     max_events_per_request: int = Field(default=500, ge=1, le=500)
     max_event_bytes: int = Field(default=64 * 1024, ge=256, le=1_000_000)
     put_attempts: int = Field(default=3, ge=1, le=10, description="PutRecords attempts for the failed subset")
+    event_rate_multiplier: float = Field(
+        default=10.0,
+        gt=0,
+        le=1000,
+        description="a tenant's events per second per message per second of its tier's rate (and burst)",
+    )
     events_timeout_seconds: int = Field(default=10, ge=1, le=29)
     events_memory_mb: int = Field(default=512, ge=128, le=10_240)
     batch_size: int = Field(default=100, ge=1, le=10_000)

@@ -16,7 +16,7 @@ from stacks import environment
 from stacks.config import BlueprintConfig
 from stacks.functions import BreakwaterFunction, FunctionFactory
 from stacks.queue_set import QueueSet, QueueWithDlq
-from stacks.tables import Tables
+from stacks.tables import WORKER_STATE, Tables, grant_items
 
 WORKER_HANDLER = "worker/handler.handler"
 
@@ -57,7 +57,7 @@ class Consumers(Construct):
             memory_mb=self._config.worker.memory_mb,
             timeout_seconds=self._config.worker.timeout_seconds,
         )
-        self._tables.state.grant_read_write_data(worker.role)
+        grant_items(self._tables.state, worker.role, WORKER_STATE)
         self._tables.idempotency.grant_read_write_data(worker.role)
         self._tables.tenants.grant_read_data(worker.role)
         # Moves: SIDELINE -> backlog, SPILL -> spillover, DEFER -> surge (or the sideline queue itself).

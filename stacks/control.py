@@ -20,7 +20,7 @@ from stacks import environment
 from stacks.config import BlueprintConfig
 from stacks.functions import BreakwaterFunction, FunctionFactory
 from stacks.queue_set import QueueSet
-from stacks.tables import Tables
+from stacks.tables import CONTROLLER_STATE, REDRIVE_STATE, Tables, grant_items
 
 # Finishes well inside its minute, so two runs never overlap.
 CONTROLLER_TIMEOUT_SECONDS = 50
@@ -63,7 +63,7 @@ class ControlPlane(Construct):
             memory_mb=CONTROL_MEMORY_MB,
             timeout_seconds=CONTROLLER_TIMEOUT_SECONDS,
         )
-        self._tables.state.grant_read_write_data(controller.role)
+        grant_items(self._tables.state, controller.role, CONTROLLER_STATE)
         self._tables.tenants.grant_read_data(controller.role)
         for pair in [*self._queues.live, *self._queues.sideline]:
             pair.queue.grant(controller.role, "sqs:GetQueueAttributes")  # depth only: no receive, no delete
@@ -99,7 +99,7 @@ class ControlPlane(Construct):
             memory_mb=CONTROL_MEMORY_MB,
             timeout_seconds=REDRIVE_TIMEOUT_SECONDS,
         )
-        self._tables.state.grant_read_write_data(redrive.role)  # markers of the fallback move
+        grant_items(self._tables.state, redrive.role, REDRIVE_STATE)  # markers of the fallback move
         for pair in self._queues.all:
             pair.dlq.grant_consume_messages(redrive.role)
             pair.dlq.grant(redrive.role, "sqs:StartMessageMoveTask", "sqs:ListMessageMoveTasks")

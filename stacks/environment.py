@@ -11,6 +11,7 @@ from collections.abc import Sequence
 
 from aws_cdk import Fn, Stack
 from aws_cdk import aws_dynamodb as dynamodb
+from aws_cdk import aws_s3 as s3
 from aws_cdk import aws_sqs as sqs
 from constructs import IConstruct
 
@@ -117,4 +118,77 @@ def redrive_environment(scope: IConstruct, *, tables: Tables, queues: QueueSet) 
     return {
         "REDRIVE_PAIRS": Stack.of(scope).to_json_string(pairs),
         "STATE_TABLE_NAME": tables.state.table_name,
+    }
+
+
+def ordered_ingest_environment(
+    config: BlueprintConfig, *, fifo_queues: Sequence[sqs.IQueue], state: dynamodb.ITable | None
+) -> dict[str, str]:
+    ingest = config.ingest
+    values = {
+        "FIFO_QUEUE_URLS": queue_urls(fifo_queues),
+        "MAX_PAYLOAD_BYTES": str(ingest.max_payload_bytes),
+        "MAX_TTL_SECONDS": str(ingest.max_ttl_seconds),
+        "LEASE_SECONDS": str(ingest.lease_seconds),
+        "LEASE_MAX_FRACTION": str(ingest.lease_max_fraction),
+    }
+    if state is not None:  # an ordered message spends the tenant's ingest tokens
+        values["STATE_TABLE_NAME"] = state.table_name
+    return values
+
+
+def fifo_worker_environment(config: BlueprintConfig, *, write_ahead: dynamodb.ITable) -> dict[str, str]:
+    ordered = config.ordered
+    return {
+        "WRITE_AHEAD_TABLE_NAME": write_ahead.table_name,
+        "WRITE_AHEAD_LEASE_SECONDS": str(ordered.lease_seconds),
+        "WRITE_AHEAD_RETENTION_SECONDS": str(ordered.write_ahead_retention_days * 86_400),
+        "SIMULATED_WORK_MS": str(config.worker.simulated_work_ms),
+    }
+
+
+def events_environment(
+    config: BlueprintConfig, *, stream_arn: str, state: dynamodb.ITable | None
+) -> dict[str, str]:
+    streaming = config.streaming
+    values = {
+        "STREAM_ARN": stream_arn,
+        "PARTITION_KEY_MODE": streaming.partition_key,
+        "MAX_EVENTS_PER_REQUEST": str(streaming.max_events_per_request),
+        "MAX_EVENT_BYTES": str(streaming.max_event_bytes),
+        "PUT_ATTEMPTS": str(streaming.put_attempts),
+        "EVENT_RATE_MULTIPLIER": str(streaming.event_rate_multiplier),
+        "LEASE_SECONDS": str(config.ingest.lease_seconds),
+        "LEASE_MAX_FRACTION": str(config.ingest.lease_max_fraction),
+    }
+    if state is not None and config.mode != "naive":  # per-tenant admission of events
+        values["STATE_TABLE_NAME"] = state.table_name
+    return values
+
+
+def stream_consumer_environment(*, aggregates: dynamodb.ITable) -> dict[str, str]:
+    return {"AGGREGATES_TABLE_NAME": aggregates.table_name, "MAX_CAS_ATTEMPTS": "3"}
+
+
+def archiver_environment(
+    config: BlueprintConfig,
+    *,
+    bucket: s3.IBucket,
+    prefix: str,
+    state: dynamodb.ITable,
+    sideline_queues: Sequence[sqs.IQueue],
+) -> dict[str, str]:
+    archive = config.archive
+    return {
+        "ARCHIVE_BUCKET_NAME": bucket.bucket_name,
+        "STATE_TABLE_NAME": state.table_name,
+        "ARCHIVE_PREFIX": prefix,
+        "SOURCE_QUEUE_URLS": queue_urls(sideline_queues),
+        "MAX_MESSAGES_PER_OBJECT": str(archive.max_messages_per_object),
+        # Received messages stay invisible until the run is over: none is archived twice by a
+        # concurrent drainer while this run still holds it.
+        "RECEIVE_VISIBILITY_SECONDS": str(archive.archiver_timeout_seconds + 60),
+        # A drainer's deferrals wait in the queue delayed, at most max_defer_seconds: the
+        # archiver waits for them to come due instead of leaving them behind.
+        "WAIT_FOR_DELAYED_SECONDS": str(config.sideline.max_defer_seconds),
     }

@@ -15,10 +15,11 @@ from aws_cdk import aws_lambda_event_sources as sources
 from aws_cdk import aws_sqs as sqs
 from constructs import Construct
 
+from stacks import environment
 from stacks.config import BlueprintConfig
 from stacks.functions import BreakwaterFunction, FunctionFactory
 from stacks.queue_set import QueueWithDlq, dead_letter_queue
-from stacks.tables import build_table
+from stacks.tables import BUCKET_ITEMS, build_table, grant_items
 
 
 class OrderedWorkload(Construct):
@@ -75,12 +76,7 @@ class OrderedWorkload(Construct):
             "FifoWorker",
             handler="fifo_worker/handler.handler",
             description="FIFO queues: in order per group, exactly once per dedup id (write-ahead record)",
-            environment={
-                "WRITE_AHEAD_TABLE_NAME": self.write_ahead_table.table_name,
-                "WRITE_AHEAD_LEASE_SECONDS": str(ordered.lease_seconds),
-                "WRITE_AHEAD_RETENTION_SECONDS": str(ordered.write_ahead_retention_days * 86_400),
-                "SIMULATED_WORK_MS": str(self._config.worker.simulated_work_ms),
-            },
+            environment=environment.fifo_worker_environment(self._config, write_ahead=self.write_ahead_table),
             memory_mb=ordered.memory_mb,
             timeout_seconds=ordered.timeout_seconds,
         )
@@ -97,25 +93,18 @@ class OrderedWorkload(Construct):
         return worker
 
     def _build_ingest(self, state_table: dynamodb.ITable | None) -> BreakwaterFunction:
-        environment = {
-            "FIFO_QUEUE_URLS": ",".join(pair.queue.queue_url for pair in self.queues),
-            "MAX_PAYLOAD_BYTES": str(self._config.ingest.max_payload_bytes),
-            "MAX_TTL_SECONDS": str(self._config.ingest.max_ttl_seconds),
-            "LEASE_SECONDS": str(self._config.ingest.lease_seconds),
-            "LEASE_MAX_FRACTION": str(self._config.ingest.lease_max_fraction),
-        }
-        if state_table is not None:
-            environment["STATE_TABLE_NAME"] = state_table.table_name
         ingest = self._functions.build(
             "OrderedIngest",
             handler="ordered_ingest/handler.handler",
             description="POST /v1/ordered: FIFO send, MessageGroupId = tenant:ordering_key",
-            environment=environment,
+            environment=environment.ordered_ingest_environment(
+                self._config, fifo_queues=[pair.queue for pair in self.queues], state=state_table
+            ),
             memory_mb=self._config.ingest.memory_mb,
             timeout_seconds=self._config.ingest.timeout_seconds,
         )
         for pair in self.queues:
             pair.queue.grant_send_messages(ingest.role)
         if state_table is not None:
-            state_table.grant_read_write_data(ingest.role)
+            grant_items(state_table, ingest.role, BUCKET_ITEMS)
         return ingest

@@ -18,11 +18,12 @@ from aws_cdk import aws_lambda_event_sources as sources
 from aws_cdk import aws_sns as sns
 from constructs import Construct
 
+from stacks import environment
 from stacks.config import BlueprintConfig
 from stacks.functions import BreakwaterFunction, FunctionFactory
 from stacks.monitoring import notifying_alarm
 from stacks.queue_set import dead_letter_queue
-from stacks.tables import build_table
+from stacks.tables import BUCKET_ITEMS, build_table, grant_items
 
 _MINUTE = Duration.minutes(1)
 # The data-plane actions a Kinesis resource policy may name for a stream (no wildcard: the policy is
@@ -49,9 +50,11 @@ class StreamingWorkload(Construct):
         config: BlueprintConfig,
         functions: FunctionFactory,
         alarm_topic: sns.ITopic,
+        state_table: dynamodb.ITable | None = None,
     ) -> None:
         super().__init__(scope, construct_id)
         self._config = config
+        self._state_table = state_table
         self._functions = functions
         self._topic = alarm_topic
         self.alarms: list[cloudwatch.Alarm] = []
@@ -97,17 +100,15 @@ class StreamingWorkload(Construct):
             "Events",
             handler="events/handler.handler",
             description="POST /v1/events: one event or up to 500 into Kinesis, failed subset retried",
-            environment={
-                "STREAM_ARN": self.stream.stream_arn,
-                "PARTITION_KEY_MODE": streaming.partition_key,
-                "MAX_EVENTS_PER_REQUEST": str(streaming.max_events_per_request),
-                "MAX_EVENT_BYTES": str(streaming.max_event_bytes),
-                "PUT_ATTEMPTS": str(streaming.put_attempts),
-            },
+            environment=environment.events_environment(
+                self._config, stream_arn=self.stream.stream_arn, state=self._state_table
+            ),
             memory_mb=streaming.events_memory_mb,
             timeout_seconds=streaming.events_timeout_seconds,
         )
         self.stream.grant_write(events.role)
+        if self._state_table is not None and self._config.mode != "naive":
+            grant_items(self._state_table, events.role, BUCKET_ITEMS)
         return events
 
     def _build_consumer(self) -> BreakwaterFunction:
@@ -116,7 +117,7 @@ class StreamingWorkload(Construct):
             "StreamConsumer",
             handler="stream_consumer/handler.handler",
             description="Kinesis: one aggregate per key and batch, CAS on (shard, sequence number)",
-            environment={"AGGREGATES_TABLE_NAME": self.aggregates_table.table_name, "MAX_CAS_ATTEMPTS": "3"},
+            environment=environment.stream_consumer_environment(aggregates=self.aggregates_table),
             memory_mb=streaming.consumer_memory_mb,
             timeout_seconds=streaming.consumer_timeout_seconds,
         )

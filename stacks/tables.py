@@ -8,9 +8,48 @@ stack.
 
 from __future__ import annotations
 
+from collections.abc import Sequence
+
 from aws_cdk import RemovalPolicy
 from aws_cdk import aws_dynamodb as dynamodb
+from aws_cdk import aws_iam as iam
 from constructs import Construct
+
+# What each function does to each table: the adapters' calls, and nothing more (no Scan or DeleteItem
+# where a function never scans or deletes). Transactions need the per-item actions they contain.
+BUCKET_ITEMS = ("dynamodb:UpdateItem",)  # leased token buckets (ingest, ordered ingest, events)
+INGEST_STATE = (*BUCKET_ITEMS, "dynamodb:ConditionCheckItem")  # + counter tallies in transactions
+WORKER_STATE = (
+    "dynamodb:GetItem",
+    "dynamodb:BatchGetItem",
+    "dynamodb:PutItem",
+    "dynamodb:UpdateItem",
+    "dynamodb:ConditionCheckItem",
+)
+CONTROLLER_STATE = ("dynamodb:Scan", "dynamodb:GetItem", "dynamodb:BatchGetItem", "dynamodb:UpdateItem")
+REDRIVE_STATE = ("dynamodb:BatchGetItem", "dynamodb:BatchWriteItem", "dynamodb:PutItem")
+ARCHIVER_STATE = ("dynamodb:UpdateItem",)
+
+
+def grant_items(table: dynamodb.ITable, grantee: iam.IGrantable, actions: Sequence[str]) -> iam.Grant:
+    """Exactly ``actions`` on the table's items (the table ARN, no indexes, no streams)."""
+    return iam.Grant.add_to_principal(grantee=grantee, actions=list(actions), resource_arns=[table.table_arn])
+
+
+def tls_only_policy() -> iam.PolicyDocument:
+    """The table's resource policy: any request that is not over TLS is denied."""
+    return iam.PolicyDocument(
+        statements=[
+            iam.PolicyStatement(
+                sid="DenyPlainHttp",
+                effect=iam.Effect.DENY,
+                principals=[iam.AnyPrincipal()],
+                actions=["dynamodb:*"],
+                resources=["*"],
+                conditions={"Bool": {"aws:SecureTransport": "false"}},
+            )
+        ]
+    )
 
 
 class Tables(Construct):
@@ -68,4 +107,5 @@ def build_table(
         ),
         deletion_protection=keep,
         removal_policy=RemovalPolicy.RETAIN if keep else RemovalPolicy.DESTROY,
+        resource_policy=tls_only_policy(),
     )

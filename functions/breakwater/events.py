@@ -8,15 +8,16 @@ one shard and in order.
 
 from __future__ import annotations
 
-import json
 from collections.abc import Sequence
 from dataclasses import dataclass
 from enum import StrEnum
 from typing import Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, TypeAdapter, ValidationError
+from pydantic import BaseModel, ConfigDict, Field
 
-MAX_EVENTS_PER_REQUEST = 500  # also PutRecords' limit, so one request is at most one call when small
+from breakwater.errors import PayloadTooLargeError
+from breakwater.requests import MAX_EVENTS_PER_REQUEST
+
 MAX_RECORD_BYTES = 1024 * 1024  # Kinesis: data + partition key of one record
 MAX_PUT_RECORDS_BYTES = 5 * 1024 * 1024  # Kinesis: one PutRecords call
 MAX_PARTITION_KEY_LENGTH = 256
@@ -27,24 +28,6 @@ STREAM_EVENT_VERSION: Literal[1] = 1
 class PartitionKeyMode(StrEnum):
     TENANT = "tenant"  # all of a tenant's events on one shard: per-tenant order and aggregates
     TENANT_AND_KEY = "tenant_and_key"  # spread a tenant over shards by the client's key (hot tenants)
-
-
-class EventIn(BaseModel):
-    """One event as a client sends it. ``value`` is what the consumer sums (1 when absent: a count)."""
-
-    model_config = ConfigDict(extra="forbid", frozen=True)
-
-    type: str = Field(min_length=1, max_length=128)
-    key: str | None = Field(default=None, min_length=1, max_length=128)
-    value: float = Field(default=1.0, allow_inf_nan=False)
-    payload: Any = None
-    occurred_at: int | None = Field(default=None, ge=0, description="epoch ms, the client's clock")
-
-
-class _Batch(BaseModel):
-    model_config = ConfigDict(extra="forbid", frozen=True)
-
-    events: list[EventIn] = Field(min_length=1)
 
 
 class StreamEvent(BaseModel):
@@ -72,37 +55,6 @@ class StreamEvent(BaseModel):
         return cls.model_validate_json(data)
 
 
-class EventsRequestError(ValueError):
-    """The body is not one event or a batch of events; the message is safe to return to the client."""
-
-
-_event_adapter: TypeAdapter[EventIn] = TypeAdapter(EventIn)
-_batch_adapter: TypeAdapter[_Batch] = TypeAdapter(_Batch)
-
-
-def parse_events_body(body: str | bytes | None, max_events: int = MAX_EVENTS_PER_REQUEST) -> list[EventIn]:
-    """One event (an object with ``type``) or a batch (``{"events": [...]}``, at most ``max_events``)."""
-    if not body:
-        raise EventsRequestError("the body is empty")
-    try:
-        raw = json.loads(body)
-    except json.JSONDecodeError as exc:
-        raise EventsRequestError(f"the body is not JSON: {exc.msg}") from None
-    if not isinstance(raw, dict):
-        raise EventsRequestError("the body must be an event object or {'events': [...]}")
-    try:
-        if "events" in raw:
-            if isinstance(raw["events"], list) and len(raw["events"]) > max_events:
-                raise EventsRequestError(f"at most {max_events} events per request, got {len(raw['events'])}")
-            return list(_batch_adapter.validate_python(raw).events)
-        return [_event_adapter.validate_python(raw)]
-    except ValidationError as exc:
-        details = "; ".join(
-            f"{'.'.join(str(p) for p in err['loc']) or '(body)'}: {err['msg']}" for err in exc.errors()
-        )
-        raise EventsRequestError(details) from None
-
-
 def partition_key(tenant: str, key: str | None, mode: PartitionKeyMode) -> str:
     """The tenant, or ``tenant:key`` in ``TENANT_AND_KEY`` mode when the event has a key."""
     if mode is PartitionKeyMode.TENANT_AND_KEY and key:
@@ -124,8 +76,8 @@ class KinesisRecord:
 def to_record(event: StreamEvent, mode: PartitionKeyMode) -> KinesisRecord:
     record = KinesisRecord(data=event.to_bytes(), partition_key=partition_key(event.tenant, event.key, mode))
     if record.size > MAX_RECORD_BYTES:
-        raise EventsRequestError(
-            f"event {event.id} is {record.size} bytes; a record holds at most {MAX_RECORD_BYTES}"
+        raise PayloadTooLargeError(
+            f"event {event.id} is {record.size} bytes; a Kinesis record holds at most {MAX_RECORD_BYTES}"
         )
     return record
 

@@ -6,7 +6,6 @@ turns the API Gateway event into plain values and calls :meth:`IngestService.acc
 
 from __future__ import annotations
 
-import json
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import Any, Protocol
@@ -15,117 +14,10 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
 from breakwater.counting import CounterBuffer
 from breakwater.envelope import Envelope, Origin, new_envelope_id
-from breakwater.errors import (
-    BadRequestError,
-    PayloadTooLargeError,
-    ThrottledError,
-    UnauthenticatedError,
-    UnavailableError,
-)
+from breakwater.errors import ThrottledError, UnauthenticatedError, UnavailableError
 from breakwater.fairness import BucketLimits
+from breakwater.requests import MessageRequest, OrderedMessageRequest, RequestLimits, parse_message
 from breakwater.routing import QueueDepths, choose_queue, shard_for
-
-ALLOWED_FIELDS = ("type", "payload", "dedup_key", "ordering_key", "ttl_seconds")
-MAX_KEY_LENGTH = 128
-
-
-@dataclass(frozen=True)
-class MessageRequest:
-    """A validated ``POST /v1/messages`` body."""
-
-    type: str
-    payload: Any = None
-    dedup_key: str | None = None
-    ordering_key: str | None = None
-    ttl_seconds: int | None = None
-
-
-def _optional_key(body: Mapping[str, Any], name: str) -> str | None:
-    value = body.get(name)
-    if value is None:
-        return None
-    if not isinstance(value, str):
-        raise BadRequestError(
-            f"field '{name}' must be a string, got {_json_type(value)}", code="invalid_field"
-        )
-    if not 1 <= len(value) <= MAX_KEY_LENGTH:
-        raise BadRequestError(
-            f"field '{name}' must be 1 to {MAX_KEY_LENGTH} characters, got {len(value)}", code="invalid_field"
-        )
-    return value
-
-
-def _json_type(value: Any) -> str:
-    if value is None:
-        return "null"
-    if isinstance(value, bool):
-        return "boolean"
-    if isinstance(value, int | float):
-        return "number"
-    if isinstance(value, str):
-        return "string"
-    if isinstance(value, list):
-        return "array"
-    return "object"
-
-
-def parse_message_request(
-    raw_body: bytes | None, *, max_payload_bytes: int, max_ttl_seconds: int
-) -> MessageRequest:
-    """The request body as a :class:`MessageRequest`, or a 400/413 :class:`ApiError` naming the problem."""
-    if not raw_body:
-        raise BadRequestError(
-            "request body is empty; expected a JSON object with at least 'type'", code="invalid_json"
-        )
-    if len(raw_body) > max_payload_bytes:
-        raise PayloadTooLargeError(
-            f"request body is {len(raw_body)} bytes; the limit is {max_payload_bytes} bytes"
-        )
-    try:
-        body = json.loads(raw_body)
-    except (UnicodeDecodeError, json.JSONDecodeError) as exc:
-        raise BadRequestError(f"request body is not valid JSON: {exc}", code="invalid_json") from exc
-    if not isinstance(body, dict):
-        raise BadRequestError(
-            f"request body must be a JSON object, got {_json_type(body)}", code="invalid_json"
-        )
-    if "tenant" in body:
-        raise BadRequestError(
-            "field 'tenant' is not allowed: the tenant comes from your API key, never from the body",
-            code="tenant_in_body",
-        )
-    unknown = sorted(name for name in body if name not in ALLOWED_FIELDS)
-    if unknown:
-        raise BadRequestError(
-            f"unknown field '{unknown[0]}'; allowed fields: {', '.join(ALLOWED_FIELDS)}", code="unknown_field"
-        )
-    message_type = body.get("type")
-    if message_type is None:
-        raise BadRequestError("field 'type' is required", code="invalid_field")
-    if not isinstance(message_type, str):
-        raise BadRequestError(
-            f"field 'type' must be a string, got {_json_type(message_type)}", code="invalid_field"
-        )
-    if not 1 <= len(message_type) <= MAX_KEY_LENGTH:
-        raise BadRequestError(
-            f"field 'type' must be 1 to {MAX_KEY_LENGTH} characters, got {len(message_type)}",
-            code="invalid_field",
-        )
-    ttl = body.get("ttl_seconds")
-    if ttl is not None and (
-        isinstance(ttl, bool) or not isinstance(ttl, int) or not 1 <= ttl <= max_ttl_seconds
-    ):
-        raise BadRequestError(
-            f"field 'ttl_seconds' must be an integer from 1 to {max_ttl_seconds}, got {json.dumps(ttl)}",
-            code="invalid_field",
-        )
-    return MessageRequest(
-        type=message_type,
-        payload=body.get("payload"),
-        dedup_key=_optional_key(body, "dedup_key"),
-        ordering_key=_optional_key(body, "ordering_key"),
-        ttl_seconds=ttl,
-    )
 
 
 class TenantContext(BaseModel):
@@ -151,7 +43,7 @@ class TenantContext(BaseModel):
 
 
 def build_envelope(
-    request: MessageRequest,
+    request: MessageRequest | OrderedMessageRequest,
     *,
     tenant: str,
     now_ms: int,
@@ -179,6 +71,33 @@ class TokenGate(Protocol):
     """Per-tenant admission (``breakwater.aws.buckets.LeasedTokenBucket``)."""
 
     def try_acquire(self, tenant: str, limits: BucketLimits) -> tuple[bool, float]: ...
+
+
+def admit(gate: TokenGate | None, tenant: TenantContext) -> None:
+    """Take a token from the tenant's bucket or raise the 429 that says when to come back.
+
+    ``gate`` None is throttling disabled (the naive baseline).
+    """
+    if gate is None:
+        return
+    admitted, retry_after = gate.try_acquire(tenant.tenant, tenant.bucket_limits())
+    if not admitted:
+        raise ThrottledError(
+            f"tenant '{tenant.tenant}' is over its rate limit (base {tenant.rate:g} messages/s, "
+            f"burst {tenant.burst:g}); retry after the Retry-After header's seconds",
+            retry_after=retry_after,
+        )
+
+
+def admit_up_to(gate: TokenGate | None, tenant: str, limits: BucketLimits, count: int) -> tuple[int, float]:
+    """How many of ``count`` items the tenant's bucket admits now (a prefix), and when to retry the rest."""
+    if gate is None:
+        return count, 0.0
+    for admitted in range(count):
+        ok, retry_after = gate.try_acquire(tenant, limits)
+        if not ok:
+            return admitted, retry_after
+    return count, 0.0
 
 
 class QueueSet(Protocol):
@@ -281,8 +200,7 @@ class IngestService:
         self.router = router
         self.gate = gate  # None: throttling disabled (the naive baseline)
         self._clock = clock
-        self.max_payload_bytes = max_payload_bytes
-        self.max_ttl_seconds = max_ttl_seconds
+        self.limits = RequestLimits(max_payload_bytes=max_payload_bytes, max_ttl_seconds=max_ttl_seconds)
         self._sink = counters
         self._counts = CounterBuffer(counter_flush_seconds, clock)
 
@@ -294,18 +212,12 @@ class IngestService:
         request_id: str | None,
         trace_id: str | None,
     ) -> Accepted:
-        request = parse_message_request(
-            raw_body, max_payload_bytes=self.max_payload_bytes, max_ttl_seconds=self.max_ttl_seconds
-        )
-        if self.gate is not None:
-            admitted, retry_after = self.gate.try_acquire(tenant.tenant, tenant.bucket_limits())
-            if not admitted:
-                self._count(tenant.tenant, "throttled")
-                raise ThrottledError(
-                    f"tenant '{tenant.tenant}' is over its rate limit (base {tenant.rate:g} messages/s, "
-                    f"burst {tenant.burst:g}); retry after the Retry-After header's seconds",
-                    retry_after=retry_after,
-                )
+        request = parse_message(MessageRequest, raw_body, self.limits)
+        try:
+            admit(self.gate, tenant)
+        except ThrottledError:
+            self._count(tenant.tenant, "throttled")
+            raise
         now_ms = int(self._clock() * 1000)
         envelope = build_envelope(
             request, tenant=tenant.tenant, now_ms=now_ms, request_id=request_id, trace_id=trace_id

@@ -19,36 +19,12 @@ import re
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from enum import StrEnum
-from typing import Any, Protocol
-
-from pydantic import BaseModel, ConfigDict, Field
+from typing import Protocol
 
 from breakwater.envelope import Envelope
+from breakwater.requests import GROUP_SEPARATOR, MAX_SQS_ID_LENGTH, SQS_ID_PATTERN
 
-GROUP_SEPARATOR = ":"
-MAX_SQS_ID_LENGTH = 128  # MessageGroupId and MessageDeduplicationId
-MAX_TENANT_LENGTH = 64  # as in the envelope
-MAX_ORDERING_KEY_LENGTH = MAX_SQS_ID_LENGTH - MAX_TENANT_LENGTH - len(GROUP_SEPARATOR)
-# SQS accepts alphanumerics and punctuation (!"#$%&'()*+,-./:;<=>?@[\]^_`{|}~) in both ids.
-SQS_ID_PATTERN = r"^[!-~]+$"
 _SQS_ID = re.compile(SQS_ID_PATTERN)
-
-
-class OrderedMessageRequest(BaseModel):
-    """The body of ``POST /v1/ordered``: like a message, but the ordering key is required.
-
-    The ordering key is bounded so that ``tenant:ordering_key`` always fits SQS's 128 characters.
-    """
-
-    model_config = ConfigDict(extra="forbid", frozen=True)
-
-    type: str = Field(min_length=1, max_length=128)
-    payload: Any = None
-    ordering_key: str = Field(min_length=1, max_length=MAX_ORDERING_KEY_LENGTH, pattern=SQS_ID_PATTERN)
-    dedup_key: str | None = Field(
-        default=None, min_length=1, max_length=MAX_SQS_ID_LENGTH, pattern=SQS_ID_PATTERN
-    )
-    ttl_seconds: int | None = Field(default=None, ge=1)
 
 
 def message_group_id(tenant: str, ordering_key: str) -> str:

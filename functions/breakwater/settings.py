@@ -199,6 +199,10 @@ class EventsSettings(_EnvModel):
     max_events_per_request: int = Field(default=500, ge=1, le=500)
     max_event_bytes: int = Field(ge=1)
     put_attempts: int = Field(default=3, ge=1)
+    state_table_name: str | None = Field(default=None, description="per-tenant admission; unset: none")
+    event_rate_multiplier: float = Field(default=10.0, gt=0, description="events/s per message/s of the tier")
+    lease_seconds: float = Field(default=1.0, gt=0)
+    lease_max_fraction: float = Field(default=0.25, gt=0, le=1)
 
 
 class StreamConsumerSettings(_EnvModel):

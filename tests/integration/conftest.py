@@ -17,6 +17,8 @@ import boto3
 import pytest
 from moto import mock_aws
 
+from breakwater.aws.front_door import build_ingest
+from breakwater.settings import IngestSettings
 from tests.integration.apigateway import ApiGateway
 
 TENANTS_TABLE = "breakwater-tenants"
@@ -174,7 +176,7 @@ def authorizer_handler(authorizer_env: dict[str, str], clock: FakeClock) -> Any:
 @pytest.fixture
 def ingest_handler(ingest_env: dict[str, str], clock: FakeClock) -> Any:
     module = load_handler("ingest.handler")
-    module.SERVICE = module.build_service(module.SETTINGS, clock)
+    module.SERVICE = build_ingest(IngestSettings.from_env(), clock)
     return module
 
 

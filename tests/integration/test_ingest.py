@@ -7,8 +7,10 @@ import json
 import boto3
 import pytest
 
+from breakwater.aws.front_door import build_ingest
 from breakwater.envelope import Envelope, envelope_id_time_ms
 from breakwater.routing import shard_for
+from breakwater.settings import IngestSettings
 from tests.integration.apigateway import ApiGateway
 from tests.integration.conftest import LIVE_QUEUE_COUNT, SHARD_SIZE, START, FakeClock, receive_all
 
@@ -181,8 +183,7 @@ def test_a_burst_from_one_tenant_is_throttled_while_another_is_unaffected(api: A
 
 def test_throttling_disabled_is_the_naive_baseline(api: ApiGateway, keys, ingest_handler, monkeypatch, clock):
     monkeypatch.setenv("THROTTLING_ENABLED", "false")
-    settings = type(ingest_handler.SETTINGS).from_env()
-    monkeypatch.setattr(ingest_handler, "SERVICE", ingest_handler.build_service(settings, clock))
+    monkeypatch.setattr(ingest_handler, "SERVICE", build_ingest(IngestSettings.from_env(), clock))
 
     assert all(api.request(keys["acme"], {"type": "t"}).status == 202 for _ in range(30))
 
@@ -253,7 +254,7 @@ def test_a_throttled_tenant_costs_no_more_state_writes(api: ApiGateway, keys, in
 
 def test_accepted_and_throttled_counts_are_flushed_in_aggregate(api: ApiGateway, keys, ingest_handler, clock):
     """The controller's backlog estimate comes from these counters: one write per tenant per interval."""
-    table = boto3.resource("dynamodb").Table(ingest_handler.SETTINGS.state_table_name)
+    table = boto3.resource("dynamodb").Table(IngestSettings.from_env().state_table_name)
 
     def counters(tenant: str) -> dict:
         return table.get_item(Key={"pk": f"tenant#{tenant}", "sk": "counters"}).get("Item", {})

@@ -161,7 +161,7 @@ def test_an_unwritten_event_is_never_reported_as_written(
     events_api: ModuleType, stream_arn: str, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     fail_b = FlakyKinesis(lambda call, index, entry: b'"type":"b"' in entry["Data"], flaky_calls=99)
-    monkeypatch.setattr(events_api, "KINESIS", fail_b)
+    monkeypatch.setattr(events_api.SERVICE.writer, "client", fail_b)
     monkeypatch.setattr("breakwater.aws.kinesis.time.sleep", lambda _: None)
     status, body = _post(events_api, {"events": [{"type": "a"}, {"type": "b"}, {"type": "c"}]})
     assert status == 207
@@ -169,7 +169,9 @@ def test_an_unwritten_event_is_never_reported_as_written(
     assert body["results"][1]["error"] == THROTTLED
     assert _stream_count(stream_arn) == 2
 
-    monkeypatch.setattr(events_api, "KINESIS", FlakyKinesis(lambda call, index, entry: True, flaky_calls=99))
+    monkeypatch.setattr(
+        events_api.SERVICE.writer, "client", FlakyKinesis(lambda c, i, e: True, flaky_calls=99)
+    )
     status, body = _post(events_api, {"type": "a"})
     assert status == 429 and body["written"] == 0
 

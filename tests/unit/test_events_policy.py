@@ -6,15 +6,21 @@ import json
 
 import pytest
 
+from breakwater.errors import BadRequestError
 from breakwater.events import (
-    EventsRequestError,
     PartitionKeyMode,
     StreamEvent,
     chunk_indexes,
-    parse_events_body,
     partition_key,
     to_record,
 )
+from breakwater.requests import RequestLimits, parse_events
+
+LIMITS = RequestLimits(max_payload_bytes=1024, max_events=500)
+
+
+def parse_events_body(body: str) -> list:
+    return parse_events(body.encode(), LIMITS)
 
 
 def test_one_event_or_a_batch() -> None:
@@ -36,13 +42,13 @@ def test_one_event_or_a_batch() -> None:
     ],
 )
 def test_bad_bodies_are_rejected_with_a_reason(body: str) -> None:
-    with pytest.raises(EventsRequestError):
+    with pytest.raises(BadRequestError):
         parse_events_body(body)
 
 
 def test_at_most_500_events() -> None:
     assert len(parse_events_body(json.dumps({"events": [{"type": "t"}] * 500}))) == 500
-    with pytest.raises(EventsRequestError, match="at most 500"):
+    with pytest.raises(BadRequestError, match="at most 500"):
         parse_events_body(json.dumps({"events": [{"type": "t"}] * 501}))
 
 

@@ -14,13 +14,22 @@ from breakwater.errors import (
     UnauthenticatedError,
     UnavailableError,
 )
-from breakwater.ingest import IngestService, MessageRequest, Router, TenantContext, parse_message_request
+from breakwater.ingest import IngestService, Router, TenantContext
+from breakwater.requests import (
+    BODY_OVERHEAD_BYTES,
+    EventIn,
+    MessageRequest,
+    OrderedMessageRequest,
+    RequestLimits,
+    parse_events,
+    parse_message,
+)
 from breakwater.routing import shard_for
 
 
-def parse(body, *, raw=None, limit=1024, max_ttl=3600):
+def parse(body, *, raw=None, limit=1024, max_ttl=3600, model=MessageRequest):
     data = raw if raw is not None else json.dumps(body).encode()
-    return parse_message_request(data, max_payload_bytes=limit, max_ttl_seconds=max_ttl)
+    return parse_message(model, data, RequestLimits(max_payload_bytes=limit, max_ttl_seconds=max_ttl))
 
 
 def test_a_full_request_parses():
@@ -46,7 +55,8 @@ def test_a_full_request_parses():
             "field 'ttl_seconds' must be an integer from 1 to 3600, got true",
         ),
         ({"type": "t", "ttl_seconds": 1.5}, None, "got 1.5"),
-        ({"type": "t", "extra": 1, "another": 2}, None, "unknown field 'another'"),
+        ({"type": "t", "another": 2}, None, "unknown field 'another'"),
+        ({"type": "t", "ttl_seconds": 7200}, None, "must be an integer from 1 to 3600, got 7200"),
         ({"type": "t", "tenant": "other"}, None, "the tenant comes from your API key"),
     ],
 )
@@ -60,9 +70,54 @@ def test_bad_requests_name_the_problem(body, raw, message):
 
 def test_too_large_is_413_before_parsing():
     with pytest.raises(PayloadTooLargeError) as caught:
-        parse(None, raw=b"{" * 2000)
+        parse(None, raw=b"{" * (1024 + BODY_OVERHEAD_BYTES + 1))
     assert caught.value.status == 413
-    assert "2000 bytes; the limit is 1024 bytes" in caught.value.message
+    assert "no valid request is larger than" in caught.value.message
+
+
+def test_the_payload_limit_means_the_payload_as_compact_json_on_every_route():
+    """One meaning of the limit: ``payload`` as compact JSON, whatever whitespace the body has."""
+    roomy = json.dumps({"type": "t", "payload": "x" * 1000}, indent=8).encode()
+    assert parse(None, raw=roomy).payload == "x" * 1000
+    with pytest.raises(PayloadTooLargeError, match="field 'payload' is 1027 bytes as compact JSON"):
+        parse({"type": "t", "payload": "x" * 1025})
+    with pytest.raises(PayloadTooLargeError, match="field 'payload' is 1027 bytes"):
+        parse({"type": "t", "ordering_key": "k", "payload": "x" * 1025}, model=OrderedMessageRequest)
+    limits = RequestLimits(max_payload_bytes=1024, max_events=3)
+    with pytest.raises(PayloadTooLargeError, match=r"field 'events\[1\].payload' is 1027 bytes"):
+        parse_events(
+            json.dumps({"events": [{"type": "a"}, {"type": "b", "payload": "x" * 1025}]}).encode(), limits
+        )
+
+
+@pytest.mark.parametrize(
+    ("model", "body", "message"),
+    [
+        (OrderedMessageRequest, {"type": "t"}, "field 'ordering_key' is required"),
+        (OrderedMessageRequest, {"type": "t", "ordering_key": "a b"}, "printable ASCII without spaces"),
+        (
+            OrderedMessageRequest,
+            {"type": "t", "ordering_key": "k" * 64},
+            "must be 1 to 63 characters, got 64",
+        ),
+        (OrderedMessageRequest, {"type": "t", "ordering_key": "k", "x": 1}, "unknown field 'x'"),
+    ],
+)
+def test_the_ordered_route_names_the_problem_the_same_way(model, body, message):
+    with pytest.raises(BadRequestError) as caught:
+        parse(body, model=model)
+    assert message in caught.value.message
+
+
+def test_events_are_one_object_or_a_batch_and_name_the_bad_event():
+    limits = RequestLimits(max_payload_bytes=1024, max_events=2)
+    assert parse_events(b'{"type": "click"}', limits) == [EventIn(type="click")]
+    with pytest.raises(BadRequestError, match=r"field 'events\[1\].type' is required"):
+        parse_events(b'{"events": [{"type": "a"}, {"value": 1}]}', limits)
+    with pytest.raises(BadRequestError, match="at most 2 events per request, got 3"):
+        parse_events(b'{"events": [{"type": "a"}, {"type": "a"}, {"type": "a"}]}', limits)
+    with pytest.raises(BadRequestError, match="the tenant comes from your API key"):
+        parse_events(b'{"type": "a", "tenant": "evil"}', limits)
 
 
 def test_tenant_context_comes_from_strings_and_fails_closed():

@@ -7,11 +7,9 @@ from pydantic import ValidationError
 
 from breakwater.envelope import Envelope, new_envelope_id
 from breakwater.ordered import (
-    MAX_ORDERING_KEY_LENGTH,
     Claim,
     GroupBusyError,
     OrderedMessage,
-    OrderedMessageRequest,
     Outcome,
     QueuedMessage,
     WriteAheadRecord,
@@ -23,6 +21,7 @@ from breakwater.ordered import (
     process_exactly_once,
     release_order,
 )
+from breakwater.requests import MAX_ORDERING_KEY_LENGTH, OrderedMessageRequest
 
 
 def _envelope(**fields: object) -> Envelope:

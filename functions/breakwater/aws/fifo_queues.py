@@ -5,7 +5,10 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import TYPE_CHECKING
 
+from botocore.exceptions import BotoCoreError, ClientError
+
 from breakwater.envelope import Envelope
+from breakwater.errors import UnavailableError
 from breakwater.ordered import deduplication_id, fifo_queue_index, message_group_id
 
 if TYPE_CHECKING:
@@ -29,3 +32,17 @@ def send_ordered(client: SQSClient, queue_urls: Sequence[str], envelope: Envelop
         MessageDeduplicationId=deduplication_id(envelope),
     )
     return response["MessageId"]
+
+
+class FifoQueues:
+    """The ordered ingest's sender port: the FIFO queue set, a 503 when a message was not stored."""
+
+    def __init__(self, client: SQSClient, queue_urls: Sequence[str]) -> None:
+        self.client = client
+        self.queue_urls = list(queue_urls)
+
+    def send(self, envelope: Envelope) -> str:
+        try:
+            return send_ordered(self.client, self.queue_urls, envelope)
+        except (ClientError, BotoCoreError) as exc:
+            raise UnavailableError(f"the message was not stored, please retry: {exc}") from exc

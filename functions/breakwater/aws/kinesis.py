@@ -87,3 +87,15 @@ def put_records(
                     outcome.failed.pop(index, None)
         pending = still_failed
     return outcome
+
+
+class StreamWriter:
+    """The events ingest's writer port: PutRecords to one stream, the failed subset retried."""
+
+    def __init__(self, client: KinesisClient, stream_arn: str, *, max_attempts: int = 3) -> None:
+        self.client = client
+        self.stream_arn = stream_arn
+        self.max_attempts = max_attempts
+
+    def put(self, records: Sequence[KinesisRecord]) -> PutOutcome:
+        return put_records(self.client, self.stream_arn, records, max_attempts=self.max_attempts)

@@ -1,0 +1,85 @@
+"""The API's services wired to AWS: the only place the front door's handlers get their clients from."""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable
+
+import boto3
+
+from breakwater.aws.buckets import LeasedTokenBucket
+from breakwater.aws.counters import TenantCounters
+from breakwater.aws.fifo_queues import FifoQueues
+from breakwater.aws.kinesis import StreamWriter
+from breakwater.aws.queues import EnqueueError, LiveQueues
+from breakwater.events import PartitionKeyMode
+from breakwater.events_ingest import EventsService
+from breakwater.ingest import IngestService, Router
+from breakwater.ordered_ingest import OrderedIngestService
+from breakwater.requests import RequestLimits
+from breakwater.settings import EventsSettings, IngestSettings, OrderedIngestSettings
+
+
+def build_ingest(settings: IngestSettings, clock: Callable[[], float] = time.time) -> IngestService:
+    """``POST /v1/messages``; tests and the bench pass their own clock."""
+    queues = LiveQueues(settings.live_queue_urls, fair_queues=settings.fair_queues)
+    gate = (
+        LeasedTokenBucket(
+            settings.state_table_name, "ingest", clock, settings.lease_seconds, settings.lease_max_fraction
+        )
+        if settings.throttling_enabled
+        else None
+    )
+    return IngestService(
+        router=Router(
+            queues, settings.shard_size, settings.depth_refresh_seconds, clock, send_errors=(EnqueueError,)
+        ),
+        gate=gate,
+        clock=clock,
+        max_payload_bytes=settings.max_payload_bytes,
+        max_ttl_seconds=settings.max_ttl_seconds,
+        counters=TenantCounters(settings.state_table_name),
+        counter_flush_seconds=settings.counter_flush_seconds,
+    )
+
+
+def build_ordered(
+    settings: OrderedIngestSettings, clock: Callable[[], float] = time.time
+) -> OrderedIngestService:
+    """``POST /v1/ordered``: spends a token of the same per-tenant bucket as ``/v1/messages``."""
+    gate = (
+        LeasedTokenBucket(
+            settings.state_table_name, "ingest", clock, settings.lease_seconds, settings.lease_max_fraction
+        )
+        if settings.state_table_name
+        else None
+    )
+    return OrderedIngestService(
+        sender=FifoQueues(boto3.client("sqs"), settings.fifo_queue_urls),
+        gate=gate,
+        clock=clock,
+        limits=RequestLimits(
+            max_payload_bytes=settings.max_payload_bytes, max_ttl_seconds=settings.max_ttl_seconds
+        ),
+    )
+
+
+def build_events(settings: EventsSettings, clock: Callable[[], float] = time.time) -> EventsService:
+    """``POST /v1/events``: a bucket of its own per tenant, so events never spend message tokens."""
+    gate = (
+        LeasedTokenBucket(
+            settings.state_table_name, "events", clock, settings.lease_seconds, settings.lease_max_fraction
+        )
+        if settings.state_table_name
+        else None
+    )
+    return EventsService(
+        writer=StreamWriter(boto3.client("kinesis"), settings.stream_arn, max_attempts=settings.put_attempts),
+        gate=gate,
+        clock=clock,
+        limits=RequestLimits(
+            max_payload_bytes=settings.max_event_bytes, max_events=settings.max_events_per_request
+        ),
+        partition_key_mode=PartitionKeyMode(settings.partition_key_mode),
+        rate_multiplier=settings.event_rate_multiplier,
+    )

@@ -1,0 +1,62 @@
+"""The DynamoDB tables refuse plain HTTP, and each function gets only the item actions its adapters use."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from tests.infrastructure.conftest import Synth
+from tests.infrastructure.test_foundation import _as_list, _statements
+
+
+def _grants_on(synth: Synth, role: Any, table: Any) -> set[str]:
+    """The actions a role's policies allow on one table (its ARN, or anything under it)."""
+    role_id, table_id = synth.logical_id(role), synth.logical_id(table)
+    actions: set[str] = set()
+    for policy in synth.of_type("AWS::IAM::Policy").values():
+        if {"Ref": role_id} not in policy["Properties"]["Roles"]:
+            continue
+        for statement in _statements(policy):
+            if table_id in str(statement.get("Resource")):
+                actions.update(_as_list(statement["Action"]))
+    return actions
+
+
+def test_every_table_denies_requests_that_are_not_over_tls(synth: Synth) -> None:
+    tables = synth.of_type("AWS::DynamoDB::Table")
+    assert len(tables) >= 3
+    for name, table in tables.items():
+        statements = table["Properties"]["ResourcePolicy"]["PolicyDocument"]["Statement"]
+        assert {
+            "Sid": "DenyPlainHttp",
+            "Effect": "Deny",
+            "Principal": {"AWS": "*"},
+            "Action": "dynamodb:*",
+            "Resource": "*",
+            "Condition": {"Bool": {"aws:SecureTransport": "false"}},
+        } in statements, name
+
+
+def test_the_front_door_only_updates_buckets_and_tallies(synth: Synth) -> None:
+    state = synth.stack.tables.state
+    assert _grants_on(synth, synth.stack.ingest.role, state) == {
+        "dynamodb:UpdateItem",
+        "dynamodb:ConditionCheckItem",
+    }
+    assert synth.stack.streaming is not None
+    assert _grants_on(synth, synth.stack.streaming.events.role, state) == {"dynamodb:UpdateItem"}
+
+
+def test_only_the_controller_scans_and_nobody_deletes_state(synth: Synth) -> None:
+    state = synth.stack.tables.state
+    roles = {
+        "worker": synth.stack.consumers.live_worker.role,
+        "sideline": synth.stack.consumers.sideline_worker.role,
+        "controller": synth.stack.control.controller.role,
+        "redrive": synth.stack.control.redrive.role,
+        "ingest": synth.stack.ingest.role,
+    }
+    grants = {name: _grants_on(synth, role, state) for name, role in roles.items()}
+    assert all(grants.values()), grants
+    assert {name for name, actions in grants.items() if "dynamodb:Scan" in actions} == {"controller"}
+    assert not any("dynamodb:DeleteItem" in actions for actions in grants.values())
+    assert not any(a.endswith("*") for actions in grants.values() for a in actions)
