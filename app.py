@@ -55,9 +55,25 @@ def build_app(context: dict[str, Any] | None = None, outdir: str | None = None) 
         config=config,
         description="Breakwater: multitenant async ingest that never builds insurmountable queue backlogs",
     )
+    check_resource_count(stack)
     apply_nag_packs(app)
     acknowledge_findings(stack)
     return app
+
+
+MAX_STACK_RESOURCES = 500  # CloudFormation's limit per stack
+
+
+def check_resource_count(stack: BreakwaterStack) -> None:
+    """A stack CloudFormation would refuse is a config error naming the keys that size it."""
+    count = sum(1 for node in stack.node.find_all() if isinstance(node, cdk.CfnResource))
+    if count > MAX_STACK_RESOURCES:
+        config = stack.config
+        raise ConfigError(
+            f"the stack would have {count} resources; CloudFormation allows {MAX_STACK_RESOURCES} per stack. "
+            f"Lower breakwater.queue_set.size ({config.queue_set.size}, each live queue adds about 8) "
+            f"or breakwater.ordered.queue_count ({config.ordered.queue_count})"
+        )
 
 
 def main() -> int:

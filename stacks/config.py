@@ -114,6 +114,23 @@ class WorkerConfig(_QueueConsumer):
     )
     heartbeat_seconds: int = Field(default=30, ge=1, le=43_200)
     simulated_work_ms: int = Field(default=20, ge=0, description="duration of the sample processor's work")
+    burst_share: float | None = Field(
+        default=0.75,
+        gt=0,
+        le=1,
+        description="share of the live worker's concurrency that tenants may hold above their floors "
+        "(the rest is kept for floors); null: only each tenant's ceiling applies",
+    )
+
+    @model_validator(mode="after")
+    def _batch_fits_the_mapping(self) -> Self:
+        # Lambda takes more than 10 messages per SQS batch only with a batching window.
+        if self.batch_size > 10 and self.batching_window_seconds < 1:
+            raise ValueError(
+                f"batch_size {self.batch_size} needs batching_window_seconds >= 1 "
+                "(an SQS event source takes at most 10 messages per batch without a batching window)"
+            )
+        return self
 
 
 class SidelineConfig(_Strict):

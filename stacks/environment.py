@@ -66,7 +66,15 @@ def worker_environment(
     queues: QueueSet,
 ) -> dict[str, str]:
     worker, sideline, ingest = config.worker, config.sideline, config.ingest
+    burst = {}
+    if worker.burst_share is not None:
+        # Leases above the tenants' floors, over all tenants: the rest of the worker's concurrency
+        # stays free for floors, so a crowd of bursting tenants cannot take a quiet tenant's floor.
+        mapped = len(queues.live) + 1 if mode == "live" else len(queues.sideline)
+        slots = max(1, int(worker.burst_share * mapped * worker.max_concurrency))
+        burst["CONCURRENCY_BURST_SLOTS"] = str(slots)
     return {
+        **burst,
         **tier_environment(config),
         "WORKER_MODE": mode,
         "STATE_TABLE_NAME": tables.state.table_name,

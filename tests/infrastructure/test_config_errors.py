@@ -24,6 +24,12 @@ ROOT = Path(__file__).resolve().parents[2]
         ({"default_tier": None}, ["breakwater.default_tier", "required key is missing"]),
         ({"default_tier": "gold"}, ["default_tier 'gold'", "premium, standard"]),
         ({"worker": {"batch_size": 0}}, ["breakwater.worker.batch_size = 0"]),
+        (
+            {"worker": {"batch_size": 100}},
+            ["breakwater.worker", "batch_size 100 needs batching_window_seconds"],
+        ),
+        ({"worker": {"burst_share": 1.5}}, ["breakwater.worker.burst_share = 1.5"]),
+        ({"queue_set": {"size": 64}}, ["CloudFormation allows 500", "breakwater.queue_set.size (64"]),
     ],
 )
 def test_invalid_context_names_key_and_value(override: dict[str, object], expected: list[str]) -> None:
@@ -57,3 +63,9 @@ def test_the_cli_entry_point_prints_the_error_and_exits_non_zero(tmp_path: Path)
     assert result.returncode == 1
     assert "breakwater.queue_set" in result.stderr
     assert "shard_size (99)" in result.stderr
+
+
+def test_a_large_batch_with_a_batching_window_synthesizes() -> None:
+    """Every limit CDK enforces on the SQS mapping is in the config model: what passes it synthesizes."""
+    app = build_app({"breakwater": {"worker": {"batch_size": 100, "batching_window_seconds": 1}}})
+    app.synth()
