@@ -24,15 +24,12 @@ from typing import Any
 from pyspark.accumulators import AccumulatorParam
 
 from breakwater.routing import choose_queue, shard_for
+from glue_jobs.replay_transforms import ENVELOPE_COLUMNS
 
 MAX_BATCH_ENTRIES = 10
 MAX_BATCH_BYTES = 256 * 1024
 SEND_ATTEMPTS = 3
 DEPTH_REFRESH_SECONDS = 5.0
-ENVELOPE_FIELDS = (
-    "v", "id", "tenant", "type", "payload", "request_id", "trace_id", "enqueued_at",
-    "expires_at", "dedup_key", "ordering_key", "attempt", "origin", "replay_run",
-)  # fmt: skip
 
 
 @dataclass(frozen=True, slots=True)
@@ -92,9 +89,11 @@ def partition_rates(counts: Sequence[int], target_rate: float, slots: int) -> tu
 def envelope_body(row: dict[str, Any], run_id: str) -> tuple[str, str]:
     """(replayed body, archived body): the same envelope, re-homed with ``origin=replay``.
 
-    ``payload`` was read as JSON text, so it is embedded back as JSON, not as a string.
+    The body has the fields of the Spark schema (``ENVELOPE_COLUMNS``), in its order, which a test
+    keeps equal to the pydantic envelope's. ``payload`` was read as JSON text, so it is embedded back
+    as JSON, not as a string.
     """
-    fields = {name: row.get(name) for name in ENVELOPE_FIELDS}
+    fields = {name: row.get(name) for name in ENVELOPE_COLUMNS}
     fields["payload"] = json.loads(fields["payload"]) if fields["payload"] is not None else None
     original = json.dumps(fields, separators=(",", ":"))
     fields["origin"] = "replay"

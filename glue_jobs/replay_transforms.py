@@ -56,6 +56,7 @@ STATUS_REJECTED = "rejected"
 STATUS_EXPIRED = "expired"
 STATUS_BEFORE_CUTOFF = "before_cutoff"
 
+# The envelope's field names in the schema's order: the columns the job keeps and the send's body fields.
 ENVELOPE_COLUMNS = tuple(field.name for field in ENVELOPE_SCHEMA.fields)
 
 

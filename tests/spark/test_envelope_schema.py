@@ -1,7 +1,8 @@
-"""The replay job's Spark schema is the pydantic envelope, field for field."""
+"""The replay job's Spark schema is the pydantic envelope, field for field, and so is the body it sends."""
 
 from __future__ import annotations
 
+import json
 import types
 import typing
 from enum import Enum
@@ -9,8 +10,10 @@ from enum import Enum
 import pytest
 from pyspark.sql.types import DataType, LongType, StringType
 
-from breakwater.envelope import Envelope
+from breakwater.envelope import Envelope, Origin
+from glue_jobs.replay_save import envelope_body
 from glue_jobs.replay_transforms import ENVELOPE_SCHEMA
+from tests.spark.helpers import T0, envelope
 
 
 def _spark_type_and_nullable(annotation: object) -> tuple[DataType, bool]:
@@ -43,3 +46,21 @@ def test_field_type_and_nullability_match(name: str) -> None:
     expected_type, expected_nullable = _spark_type_and_nullable(Envelope.model_fields[name].annotation)
     field = ENVELOPE_SCHEMA[name]
     assert (field.dataType, field.nullable) == (expected_type, expected_nullable)
+
+
+def test_replayed_body_is_the_envelope_rehomed_to_replay() -> None:
+    """The send builds bodies with ``json`` from the schema's fields; the model must read them back."""
+    item = envelope(
+        "acme", T0, request_id="r", trace_id="t", expires_at=T0 + 1, dedup_key="d", ordering_key="o",
+        attempt=2,
+    )  # fmt: skip
+    row = json.loads(item.to_json())
+    row["payload"] = json.dumps(row["payload"], separators=(",", ":"))  # as Spark reads it: JSON text
+
+    replayed, original = envelope_body(row, "run-1")
+
+    assert list(json.loads(original)) == list(json.loads(replayed)) == list(Envelope.model_fields)
+    assert Envelope.from_json(original) == item
+    assert Envelope.from_json(replayed) == item.model_copy(
+        update={"origin": Origin.REPLAY, "replay_run": "run-1"}
+    )
