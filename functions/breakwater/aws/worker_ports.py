@@ -25,7 +25,7 @@ from breakwater.envelope import Envelope
 from breakwater.observability import logger
 from breakwater.processor import WorkContext
 from breakwater.settings import WorkerSettings
-from breakwater.worker import WorkerPorts
+from breakwater.worker.ports import WorkerPorts
 
 if TYPE_CHECKING:
     from mypy_boto3_dynamodb import DynamoDBClient

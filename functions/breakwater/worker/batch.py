@@ -10,28 +10,25 @@ through ``SendMessageBatch`` and a failed entry turns its original into a batch 
 (nothing is acknowledged before its copy exists); the idempotency records, the lease releases
 with the per-tenant counters, the oldest age per queue role and the metrics go out once per batch.
 
-This module talks to AWS only through :class:`WorkerPorts`; ``breakwater.aws.worker_ports`` builds
-the real ones, tests and benchmarks can build others.
+This module talks to AWS only through :class:`WorkerPorts`.
 """
 
 from __future__ import annotations
 
-import time
 from collections import Counter, defaultdict
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Mapping
 from dataclasses import dataclass, field, replace
-from typing import Any, Protocol
+from typing import Any
 
-from aws_lambda_powertools.metrics import MetricUnit
 from aws_lambda_powertools.utilities.batch import BatchProcessor, EventType, process_partial_response
 from aws_lambda_powertools.utilities.typing import LambdaContext
-from pydantic import BaseModel, Json
 
 from breakwater.concurrency import ConcurrencyLimits, Grant
 from breakwater.envelope import Envelope, Origin
 from breakwater.fairness import BucketLimits
 from breakwater.heartbeat import Heartbeat, HeartbeatMonitor, HeartbeatPlan
-from breakwater.observability import logger, metrics
+from breakwater.observability import logger
+from breakwater.observability import metrics as powertools_metrics
 from breakwater.processor import WorkCancelledError, WorkContext
 from breakwater.settings import TierLimits, WorkerSettings
 from breakwater.sideline import (
@@ -44,21 +41,13 @@ from breakwater.sideline import (
     decide,
     queue_role,
 )
+from breakwater.worker.metrics import FAILED, OUTCOME_METRIC, BatchMetrics, MetricsSink
+from breakwater.worker.ports import WorkerPorts
+from breakwater.worker.record import EnvelopeSqsRecord, queue_url_from_arn
 
 LOG_KEYS = ("tenant", "envelope_id", "request_id", "trace_id")
-# The EMF property (not a dimension) with the batch's first-attempt ages per tenant, in ms, beside
-# the AgeOfFirstAttempt values of the same blob: per-tenant percentiles come from the logs, at no
-# metric cost and no extra log line.
-FIRST_ATTEMPT_PROPERTY = "AgeOfFirstAttemptByTenant"
 
-# metric and counter name per outcome
-_METRIC = {
-    SidelineDecision.PROCESS: "Processed",
-    SidelineDecision.DROP: "Dropped",
-    SidelineDecision.SIDELINE: "Sidelined",
-    SidelineDecision.SPILL: "Spilled",
-    SidelineDecision.DEFER: "Deferred",
-}
+# counter name (the tenant's counters item) per outcome
 _COUNTER = {
     SidelineDecision.PROCESS: "processed",
     SidelineDecision.DROP: "dropped",
@@ -68,72 +57,8 @@ _COUNTER = {
 }
 
 
-class SqsRecordAttributes(BaseModel):
-    """The system attributes of an SQS record that the worker reads (the others are ignored)."""
-
-    ApproximateReceiveCount: str
-
-
-class EnvelopeSqsRecord(BaseModel):
-    """An SQS record whose body is a Breakwater envelope: the parser model of the batch processor.
-
-    The fields of Powertools' ``SqsRecordModel`` that the worker reads, with the same names and types,
-    so ``BatchProcessor`` handles it as it handles that model (it reports ``messageId``); unknown
-    fields are ignored. Not a subclass of it: importing ``aws_lambda_powertools.utilities.parser.models``
-    imports every parser model Powertools ships (~80 ms of cold start, D-worker-10), and validating
-    the attributes the worker never reads (two timestamps as datetimes, message attributes) costs
-    per record. ``tests/unit/test_worker_record_model.py`` checks both models accept the same records.
-    """
-
-    messageId: str  # noqa: N815 - the SQS record's own field names
-    receiptHandle: str  # noqa: N815 - the SQS record's own field names
-    body: Json[Envelope]
-    attributes: SqsRecordAttributes
-    eventSourceARN: str  # noqa: N815 - the SQS record's own field names
-
-
 class OutOfTimeError(RuntimeError):
     """Too little Lambda time left to start this record; it is failed fast and redelivered."""
-
-
-class RateGate(Protocol):
-    """The consumer-side token bucket (``breakwater.aws.buckets.LeasedTokenBucket``, purpose ``consumer``)."""
-
-    def try_acquire_up_to(self, tenant: str, limits: BucketLimits, count: int) -> tuple[int, float]: ...
-
-
-class LeaseGate(Protocol):
-    """Per-tenant concurrency leases (``breakwater.aws.worker_ports.LeasesAndLocks``).
-
-    ``lock``: the messages waiting for these leases; the gate may take the idempotency locks of
-    those whose tenant it grants in the same write (``WorkerPorts.lock`` then skips them).
-    """
-
-    def acquire_many(
-        self, requests: Mapping[str, ConcurrencyLimits], expires_at_ms: int, lock: Sequence[Envelope] = ()
-    ) -> dict[str, Grant]: ...
-
-
-@dataclass
-class WorkerPorts:
-    """Everything the worker needs from AWS, as plain callables and gates."""
-
-    tenant_limits: Callable[[str], TierLimits]
-    swept_at_ms: Callable[[str], int | None]
-    send_moves: Callable[[list[Move]], set[str]]
-    # gives back the batch's leases, adds its per-tenant counters and writes the COMPLETED records the
-    # processor buffered (never fails the batch)
-    settle: Callable[[Mapping[str, Grant], Mapping[str, Mapping[str, int]]], None]
-    record_oldest_age: Callable[[str, int, int], object]
-    extend_visibility: Callable[[str, str, int], None]  # queue url, receipt handle, seconds
-    process: Callable[[Envelope, WorkContext], dict[str, Any]]  # the idempotent processor
-    rate: RateGate | None = None
-    leases: LeaseGate | None = None
-    lock: Callable[[list[Envelope]], None] = lambda _envelopes: None  # idempotency locks, before processing
-    flush_processed: Callable[[], None] = lambda: None  # idempotency records, after the batch
-    register_context: Callable[[LambdaContext], None] = lambda _context: None
-    clock_ms: Callable[[], int] = lambda: int(time.time() * 1000)
-    monotonic: Callable[[], float] = time.monotonic
 
 
 @dataclass(frozen=True)
@@ -168,13 +93,6 @@ class WorkerConfig:
         )
 
 
-def queue_url_from_arn(arn: str) -> str:
-    """``arn:aws:sqs:<region>:<account>:<name>`` -> the queue URL (what ChangeMessageVisibility takes)."""
-    _, partition, _, region, account, name = arn.split(":", 5)
-    suffix = "amazonaws.com.cn" if partition == "aws-cn" else "amazonaws.com"
-    return f"https://sqs.{region}.{suffix}/{account}/{name}"
-
-
 @dataclass(frozen=True)
 class _Admitted:
     """A message the rules let through, waiting for the gates and then the processor."""
@@ -196,17 +114,12 @@ class _Batch:
     moved: dict[str, tuple[str, QueueRole, SidelineDecision]] = field(default_factory=dict)
     grants: dict[str, Grant] = field(default_factory=dict)
     counters: dict[str, Counter[str]] = field(default_factory=lambda: defaultdict(Counter))
-    outcomes: dict[QueueRole, Counter[str]] = field(default_factory=lambda: defaultdict(Counter))
-    ages: dict[QueueRole, list[tuple[str, int]]] = field(default_factory=lambda: defaultdict(list))
-    # per role, tenant -> ages of first attempts: an EMF property (high cardinality), never a dimension
-    first_by_tenant: dict[QueueRole, dict[str, list[int]]] = field(
-        default_factory=lambda: defaultdict(lambda: defaultdict(list))
-    )
+    metrics: BatchMetrics = field(default_factory=BatchMetrics)
     oldest: dict[QueueRole, int] = field(default_factory=dict)
 
     def count(self, tenant: str, role: QueueRole, counter: str, metric: str) -> None:
         self.counters[tenant][counter] += 1
-        self.outcomes[role][metric] += 1
+        self.metrics.outcome(role, metric)
 
     def finished(self, envelope: Envelope, role: QueueRole, counter: str, metric: str) -> None:
         """Count a message that leaves the system (processed or dropped).
@@ -222,9 +135,10 @@ class _Batch:
 class Worker:
     """One per container: holds the ports, the configuration and the heartbeat thread."""
 
-    def __init__(self, config: WorkerConfig, ports: WorkerPorts) -> None:
+    def __init__(self, config: WorkerConfig, ports: WorkerPorts, metrics: MetricsSink | None = None) -> None:
         self.config = config
         self.ports = ports
+        self.metrics: MetricsSink = metrics if metrics is not None else powertools_metrics
         self.monitor = HeartbeatMonitor(ports.monotonic)
         self._batch: _Batch | None = None
 
@@ -271,10 +185,7 @@ class Worker:
         now = self.ports.clock_ms()
         role = queue_role(envelope.origin)
         age = envelope.age_ms(now)
-        first = record.attributes.ApproximateReceiveCount == "1"
-        batch.ages[role].append(("AgeOfFirstAttempt" if first else "AgeOfAttempt", age))
-        if first:
-            batch.first_by_tenant[role][envelope.tenant].append(age)
+        batch.metrics.age(role, envelope.tenant, age, first=record.first_attempt)
         batch.oldest[role] = max(age, batch.oldest.get(role, 0))
         self._check_time(batch, envelope, role)
 
@@ -287,13 +198,13 @@ class Worker:
             self._buffer_move(record, envelope, role, decision, batch)
         elif decision.action is SidelineDecision.DROP:
             logger.info("dropped", extra={"reason": decision.reason.value})
-            batch.finished(envelope, role, _COUNTER[decision.action], _METRIC[decision.action])
+            batch.finished(envelope, role, _COUNTER[decision.action], OUTCOME_METRIC[decision.action])
         else:
             batch.admitted.append(_Admitted(record, envelope, role, now, state))
 
     def _check_time(self, batch: _Batch, envelope: Envelope, role: QueueRole) -> None:
         if batch.context.get_remaining_time_in_millis() < self.config.safety_margin_s * 1000:
-            batch.count(envelope.tenant, role, "failed", "Failed")
+            batch.count(envelope.tenant, role, "failed", FAILED)
             raise OutOfTimeError("too little time left to start this message")
 
     @staticmethod
@@ -323,11 +234,11 @@ class Worker:
                 failures.add(each.record.messageId)
                 continue
             except Exception:
-                batch.count(envelope.tenant, role, "failed", "Failed")
+                batch.count(envelope.tenant, role, "failed", FAILED)
                 logger.exception("processing failed")
                 failures.add(each.record.messageId)
                 continue
-            batch.finished(envelope, role, "processed", "Processed")
+            batch.finished(envelope, role, "processed", OUTCOME_METRIC[SidelineDecision.PROCESS])
         return failures
 
     def _gate(self, batch: _Batch) -> list[_Admitted]:
@@ -434,9 +345,9 @@ class Worker:
         failed = self.ports.send_moves(batch.moves)
         for key, (tenant, role, action) in batch.moved.items():
             if key in failed:
-                batch.count(tenant, role, "failed", "Failed")
+                batch.count(tenant, role, "failed", FAILED)
             else:
-                batch.count(tenant, role, _COUNTER[action], _METRIC[action])
+                batch.count(tenant, role, _COUNTER[action], OUTCOME_METRIC[action])
         if failed:
             logger.error("moves failed; originals stay unacknowledged", extra={"message_ids": sorted(failed)})
         return failed
@@ -459,18 +370,7 @@ class Worker:
                 self.ports.record_oldest_age(role, oldest, now)
             except Exception as exc:
                 logger.warning("health flush failed", extra={"role": role, "error": str(exc)})
-        roles = sorted(set(batch.ages) | set(batch.outcomes))
-        for index, role in enumerate(roles):
-            metrics.add_dimension(name="QueueRole", value=role)
-            for name, age in batch.ages.get(role, []):
-                metrics.add_metric(name=name, unit=MetricUnit.Milliseconds, value=age)
-            for name, count in batch.outcomes.get(role, Counter()).items():
-                metrics.add_metric(name=name, unit=MetricUnit.Count, value=count)
-            by_tenant = batch.first_by_tenant.get(role)
-            if by_tenant:  # a property of this role's blob: searchable in Logs Insights, not a metric
-                metrics.add_metadata(key=FIRST_ATTEMPT_PROPERTY, value=dict(by_tenant))
-            if index < len(roles) - 1:  # one dimension set per EMF blob; log_metrics flushes the last
-                metrics.flush_metrics()
+        batch.metrics.emit(self.metrics)
 
 
 def concurrency_limits(limits: TierLimits) -> ConcurrencyLimits:

@@ -1,0 +1,35 @@
+"""The SQS worker: the batch orchestration (``batch``), the record it reads (``record``), the ports it
+talks to AWS through (``ports``) and the metrics of a batch (``metrics``).
+
+``breakwater.aws.worker_ports`` builds the real ports; tests and benchmarks can build others.
+"""
+
+from breakwater.worker.batch import (
+    LOG_KEYS,
+    OutOfTimeError,
+    Worker,
+    WorkerConfig,
+    concurrency_limits,
+    consumer_bucket_limits,
+)
+from breakwater.worker.metrics import FIRST_ATTEMPT_PROPERTY, BatchMetrics, MetricsSink
+from breakwater.worker.ports import LeaseGate, RateGate, WorkerPorts
+from breakwater.worker.record import EnvelopeSqsRecord, SqsRecordAttributes, queue_url_from_arn
+
+__all__ = [
+    "FIRST_ATTEMPT_PROPERTY",
+    "LOG_KEYS",
+    "BatchMetrics",
+    "EnvelopeSqsRecord",
+    "LeaseGate",
+    "MetricsSink",
+    "OutOfTimeError",
+    "RateGate",
+    "SqsRecordAttributes",
+    "Worker",
+    "WorkerConfig",
+    "WorkerPorts",
+    "concurrency_limits",
+    "consumer_bucket_limits",
+    "queue_url_from_arn",
+]

@@ -1,0 +1,61 @@
+"""What the worker needs from AWS, as Protocols and plain callables.
+
+``breakwater.aws.worker_ports`` builds the real ones; tests and benchmarks build others.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any, Protocol
+
+from aws_lambda_powertools.utilities.typing import LambdaContext
+
+from breakwater.concurrency import ConcurrencyLimits, Grant
+from breakwater.envelope import Envelope
+from breakwater.fairness import BucketLimits
+from breakwater.processor import WorkContext
+from breakwater.settings import TierLimits
+from breakwater.sideline import Move
+
+
+class RateGate(Protocol):
+    """The consumer-side token bucket (``breakwater.aws.buckets.LeasedTokenBucket``, purpose ``consumer``)."""
+
+    def try_acquire_up_to(self, tenant: str, limits: BucketLimits, count: int) -> tuple[int, float]: ...
+
+
+class LeaseGate(Protocol):
+    """Per-tenant concurrency leases (``breakwater.aws.worker_ports.LeasesAndLocks``).
+
+    ``lock``: the messages waiting for these leases; the gate may take the idempotency locks of
+    those whose tenant it grants in the same write (``WorkerPorts.lock`` then skips them).
+    """
+
+    def acquire_many(
+        self, requests: Mapping[str, ConcurrencyLimits], expires_at_ms: int, lock: Sequence[Envelope] = ()
+    ) -> dict[str, Grant]: ...
+
+
+@dataclass
+class WorkerPorts:
+    """Everything the worker needs from AWS, as plain callables and gates."""
+
+    tenant_limits: Callable[[str], TierLimits]
+    swept_at_ms: Callable[[str], int | None]
+    # the keys of the moves that failed (their originals stay unacknowledged)
+    send_moves: Callable[[list[Move]], set[str]]
+    # gives back the batch's leases, adds its per-tenant counters and writes the COMPLETED records the
+    # processor buffered (never fails the batch)
+    settle: Callable[[Mapping[str, Grant], Mapping[str, Mapping[str, int]]], None]
+    record_oldest_age: Callable[[str, int, int], object]  # queue role, oldest age ms, now ms
+    extend_visibility: Callable[[str, str, int], None]  # queue url, receipt handle, seconds
+    process: Callable[[Envelope, WorkContext], dict[str, Any]]  # the idempotent processor
+    rate: RateGate | None = None
+    leases: LeaseGate | None = None
+    lock: Callable[[list[Envelope]], None] = lambda _envelopes: None  # idempotency locks, before processing
+    flush_processed: Callable[[], None] = lambda: None  # idempotency records, after the batch
+    register_context: Callable[[LambdaContext], None] = lambda _context: None
+    clock_ms: Callable[[], int] = lambda: int(time.time() * 1000)
+    monotonic: Callable[[], float] = time.monotonic

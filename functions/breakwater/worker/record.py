@@ -1,0 +1,43 @@
+"""The SQS record the worker reads: its parser model, and the queue URL of its source ARN."""
+
+from __future__ import annotations
+
+from pydantic import BaseModel, Json
+
+from breakwater.envelope import Envelope
+
+
+class SqsRecordAttributes(BaseModel):
+    """The system attributes of an SQS record that the worker reads (the others are ignored)."""
+
+    ApproximateReceiveCount: str
+
+
+class EnvelopeSqsRecord(BaseModel):
+    """An SQS record whose body is a Breakwater envelope: the parser model of the batch processor.
+
+    The fields of Powertools' ``SqsRecordModel`` that the worker reads, with the same names and types,
+    so ``BatchProcessor`` handles it as it handles that model (it reports ``messageId``); unknown
+    fields are ignored. Not a subclass of it: importing ``aws_lambda_powertools.utilities.parser.models``
+    imports every parser model Powertools ships (a large share of a cold start, D-worker-10), and
+    validating the attributes the worker never reads (two timestamps as datetimes, message attributes)
+    costs per record. ``tests/unit/test_worker_record_model.py`` checks both models accept the same records.
+    """
+
+    messageId: str  # noqa: N815 - the SQS record's own field names
+    receiptHandle: str  # noqa: N815 - the SQS record's own field names
+    body: Json[Envelope]
+    attributes: SqsRecordAttributes
+    eventSourceARN: str  # noqa: N815 - the SQS record's own field names
+
+    @property
+    def first_attempt(self) -> bool:
+        """Whether this is the message's first delivery from its queue."""
+        return self.attributes.ApproximateReceiveCount == "1"
+
+
+def queue_url_from_arn(arn: str) -> str:
+    """``arn:aws:sqs:<region>:<account>:<name>`` -> the queue URL (what ChangeMessageVisibility takes)."""
+    _, partition, _, region, account, name = arn.split(":", 5)
+    suffix = "amazonaws.com.cn" if partition == "aws-cn" else "amazonaws.com"
+    return f"https://sqs.{region}.{suffix}/{account}/{name}"
