@@ -93,6 +93,7 @@ class BreakwaterStack(Stack):
             title="Surge queue",
         )
         monitoring.watch_age_of_first_attempt()
+        monitoring.watch_age_of_attempt()
         monitoring.watch_polling_headroom(self.queues.live)
         monitoring.watch_throttling()
         return monitoring

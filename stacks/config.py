@@ -195,6 +195,11 @@ class AlarmConfig(_Strict):
     oldest_message_age_seconds: int = Field(default=300, ge=60)
     sideline_oldest_message_age_seconds: int = Field(default=3600, ge=60)
     age_of_first_attempt_p99_ms: int = Field(default=30_000, ge=1)
+    age_of_attempt_p99_ms: int = Field(
+        default=600_000,
+        ge=1,
+        description="p99 age of retried live messages (a retry storm or a stuck tenant)",
+    )
     empty_receive_ratio_min: float = Field(default=0.1, ge=0, le=1)
     throttled_requests: int = Field(default=100, ge=1, description="429s per 5 minutes before alarming")
     email: str | None = Field(default=None, pattern=r"^[^@\s]+@[^@\s]+\.[^@\s]+$")

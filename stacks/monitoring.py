@@ -131,11 +131,43 @@ class Monitoring(Construct):
             )
         )
 
+    def watch_age_of_attempt(self) -> None:
+        """p99 age of live messages on a later attempt (retries): a dependency failing or a stuck tenant."""
+        alarms = self._config.alarms
+        alarm = self.alarm(
+            "AgeOfAttemptP99",
+            description=(
+                f"p99 AgeOfAttempt (retried live messages) above {alarms.age_of_attempt_p99_ms} ms: "
+                "messages keep failing and coming back; look at the processor's errors and the DLQs"
+            ),
+            metric=self._service_metric(
+                "AgeOfAttempt", statistic="p99", period=_MINUTE, dimensions={"QueueRole": "live"}
+            ),
+            threshold=alarms.age_of_attempt_p99_ms,
+            comparison=cloudwatch.ComparisonOperator.GREATER_THAN_THRESHOLD,
+            evaluation_periods=5,
+            datapoints_to_alarm=3,
+        )
+        self.dashboard.add_widgets(
+            cloudwatch.GraphWidget(
+                title="AgeOfAttempt p99 (ms) of retried messages by queue role",
+                left=[
+                    self._service_metric(
+                        "AgeOfAttempt", statistic="p99", period=_MINUTE, dimensions={"QueueRole": role}
+                    ).with_(label=role)
+                    for role in ("live", "surge", "spillover", "backlog")
+                ],
+                left_annotations=[alarm.to_annotation()],
+                width=12,
+            )
+        )
+
     def watch_polling_headroom(self, live: list[QueueWithDlq]) -> None:
         """Empty receives / all receives per live queue: near zero while messages flow means the pollers
         never find the queue empty, i.e. no headroom left before a backlog forms."""
         minimum = self._config.alarms.empty_receive_ratio_min
-        ratios = [self._empty_receive_ratio(pair, index) for index, pair in enumerate(live)]
+        per_call = min(10, self._config.worker.batch_size)  # one ReceiveMessage returns at most 10
+        ratios = [self._empty_receive_ratio(pair, index, per_call) for index, pair in enumerate(live)]
         alarms = [
             self.alarm(
                 f"PollingHeadroom-{pair.role}",
@@ -245,11 +277,14 @@ class Monitoring(Construct):
         )
 
     @staticmethod
-    def _empty_receive_ratio(pair: QueueWithDlq, index: int) -> cloudwatch.MathExpression:
+    def _empty_receive_ratio(pair: QueueWithDlq, index: int, per_call: int) -> cloudwatch.MathExpression:
+        """Empty receive calls / all receive calls. SQS counts empty calls but messages, not calls, for
+        the others: a call that found messages returned at most ``per_call`` of them, so received /
+        per_call is the fewest such calls there can have been (the ratio errs towards headroom)."""
         empty, received = f"empty{index}", f"received{index}"  # ids must be unique within one graph
         return cloudwatch.MathExpression(
             # No message received is idleness, not a lack of headroom: report 1 then.
-            expression=f"IF({received} > 0, {empty} / ({empty} + {received}), 1)",
+            expression=f"IF({received} > 0, {empty} / ({empty} + {received} / {per_call}), 1)",
             using_metrics={
                 empty: pair.queue.metric_number_of_empty_receives(period=_MINUTE, statistic="Sum"),
                 received: pair.queue.metric_number_of_messages_received(period=_MINUTE, statistic="Sum"),
