@@ -23,7 +23,7 @@ from typing import Any
 
 from pyspark.accumulators import AccumulatorParam
 
-from breakwater.routing import choose_queue, shard_for
+from breakwater.routing import QueueDepths, choose_queue, shard_for
 from glue_jobs.replay_transforms import ENVELOPE_COLUMNS
 
 MAX_BATCH_ENTRIES = 10
@@ -147,7 +147,12 @@ class _Pending:
 
 
 class PartitionSender:
-    """Sends one partition's rows; returns (sent, failed) and keeps the failed originals."""
+    """Sends one partition's rows; returns (sent, failed) and keeps the failed originals.
+
+    Routes with ingest's parts (``breakwater.routing``) rather than ``breakwater.ingest.Router``:
+    the Router stores one pydantic envelope per call, and its module needs pydantic, which Glue does
+    not ship; the replay sends JSON bodies in batches per queue.
+    """
 
     def __init__(
         self, options: SendOptions, sqs: Any, pacer: Pacer, clock: Callable[[], float] = time.monotonic
@@ -159,8 +164,7 @@ class PartitionSender:
         self.failed_bodies: list[str] = []
         self.sent = 0
         self._batches: dict[int, list[_Pending]] = {}
-        self._depths: dict[int, int] = {}
-        self._depths_at = float("-inf")
+        self._depths = QueueDepths(DEPTH_REFRESH_SECONDS)
 
     def send_all(self, rows: Iterable[dict[str, Any]]) -> None:
         for row in rows:
@@ -177,12 +181,17 @@ class PartitionSender:
             self._flush(queue)
 
     def _route(self, tenant: str) -> int:
-        """Ingest's routing: the tenant's k queues, then the shortest by a depth refreshed every few s."""
+        """Ingest's routing: the tenant's k queues, then the shortest by ingest's depth cache.
+
+        Every queue is probed when its depth goes stale, not only the tenant's candidates: the
+        probes are then one round per interval for the whole task, whatever its tenants.
+        """
         candidates = shard_for(tenant, len(self.options.queue_urls), self.options.shard_size)
-        if self.clock() - self._depths_at >= DEPTH_REFRESH_SECONDS:
-            self._depths = {index: self._depth(index) for index in range(len(self.options.queue_urls))}
-            self._depths_at = self.clock()
-        return choose_queue(candidates, self._depths)
+        now = self.clock()
+        for index in range(len(self.options.queue_urls)):
+            if self._depths.is_stale(index, now):
+                self._depths.observe(index, self._depth(index), now)
+        return choose_queue(candidates, self._depths.snapshot(candidates))
 
     def _depth(self, index: int) -> int:
         try:
