@@ -1,0 +1,409 @@
+"""The worker's policy against fake ports: what it processes, moves, acknowledges and reports.
+
+Every port is a plain object that records what the worker asked of it; the AWS side of each port
+is tested against moto in tests/integration/test_worker*.py.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Any, cast
+
+import pytest
+from aws_lambda_powertools.utilities.typing import LambdaContext
+
+from breakwater.concurrency import ConcurrencyLimits, Grant
+from breakwater.envelope import Envelope, Origin, new_envelope_id
+from breakwater.fairness import BucketLimits
+from breakwater.processor import WorkContext
+from breakwater.settings import TierLimits
+from breakwater.sideline import DecisionConfig, Move
+from breakwater.worker import Worker, WorkerConfig, WorkerPorts
+
+NOW = 1_700_000_000_000
+SOURCE_ARN = "arn:aws:sqs:us-east-1:123456789012:bw-live-0"
+SOURCE_URL = "https://sqs.us-east-1.amazonaws.com/123456789012/bw-live-0"
+QUEUE_URLS = {
+    Origin.SPILLOVER: "https://sqs/spillover",
+    Origin.BACKLOG: "https://sqs/backlog",
+    Origin.SURGE: "https://sqs/surge",
+}
+LIMITS = TierLimits(rate=50, burst=100, consumer_rate=1000, concurrency=4, concurrency_floor=1)
+
+
+@dataclass
+class FakeContext:
+    remaining_ms: int = 60_000
+    function_name: str = "breakwater-worker"
+    memory_limit_in_mb: int = 1024
+    invoked_function_arn: str = "arn:aws:lambda:us-east-1:123456789012:function:breakwater-worker"
+    aws_request_id: str = "request-1"
+
+    def get_remaining_time_in_millis(self) -> int:
+        return self.remaining_ms
+
+
+@dataclass
+class FakeRate:
+    """The consumer bucket: ``tokens`` per tenant (unlimited for a tenant not named)."""
+
+    tokens: dict[str, int] = field(default_factory=dict)
+    asked: list[tuple[str, int]] = field(default_factory=list)
+
+    def try_acquire_up_to(self, tenant: str, limits: BucketLimits, count: int) -> tuple[int, float]:
+        self.asked.append((tenant, count))
+        granted = min(count, self.tokens.get(tenant, count))
+        return granted, 0.0
+
+
+@dataclass
+class FakeLeases:
+    """Concurrency leases: the tenants in ``full`` are refused, every other gets a floor lease."""
+
+    full: set[str] = field(default_factory=set)
+    asked: list[dict[str, ConcurrencyLimits]] = field(default_factory=list)
+
+    def acquire_many(
+        self, requests: Mapping[str, ConcurrencyLimits], expires_at_ms: int, lock: Sequence[Envelope] = ()
+    ) -> dict[str, Grant]:
+        self.asked.append(dict(requests))
+        return {tenant: Grant.REFUSED if tenant in self.full else Grant.FLOOR for tenant in requests}
+
+
+@dataclass
+class FakeIdempotency:
+    """The idempotent processor's contract: a completed envelope id is never worked again.
+
+    ``lock`` takes the batch's locks before any message runs; a duplicate (already completed, in
+    this batch or an earlier one) is answered from its record without running the work.
+    """
+
+    completed: dict[str, dict[str, Any]] = field(default_factory=dict)
+    worked: list[str] = field(default_factory=list)
+    locked: list[list[str]] = field(default_factory=list)
+    flushes: int = 0
+    failing: set[str] = field(default_factory=set)  # envelope ids whose work raises
+
+    def lock(self, envelopes: list[Envelope]) -> None:
+        self.locked.append([envelope.id for envelope in envelopes])
+
+    def __call__(self, envelope: Envelope, work: WorkContext) -> dict[str, Any]:
+        if envelope.id in self.completed:
+            return self.completed[envelope.id]
+        self.worked.append(envelope.id)
+        if envelope.id in self.failing:
+            raise RuntimeError("boom")
+        result = {"id": envelope.id}
+        self.completed[envelope.id] = result
+        return result
+
+    def flush(self) -> None:
+        self.flushes += 1
+
+
+@dataclass
+class FakeMetrics:
+    """Powertools' Metrics as the batch uses it: one blob per flush, the last one left open."""
+
+    blobs: list[dict[str, Any]] = field(default_factory=list)
+    open: dict[str, Any] = field(default_factory=lambda: {"dimensions": {}, "metrics": {}, "metadata": {}})
+
+    def add_dimension(self, name: str, value: str) -> None:
+        self.open["dimensions"][name] = value
+
+    def add_metric(self, name: str, unit: Any, value: float, resolution: Any = 60) -> None:
+        self.open["metrics"].setdefault(name, []).append(value)
+
+    def add_metadata(self, key: str, value: Any) -> None:
+        self.open["metadata"][key] = value
+
+    def flush_metrics(self, raise_on_empty_metrics: bool = False) -> None:
+        self.blobs.append(self.open)
+        self.open = {"dimensions": {}, "metrics": {}, "metadata": {}}
+
+    def all_blobs(self) -> list[dict[str, Any]]:
+        return [*self.blobs, self.open] if self.open["metrics"] else list(self.blobs)
+
+    def values(self, name: str, **dimensions: str) -> list[float]:
+        return [
+            value
+            for blob in self.all_blobs()
+            if blob["dimensions"] == dimensions
+            for value in blob["metrics"].get(name, [])
+        ]
+
+
+@dataclass
+class World:
+    """A worker over fake ports, and what each port was asked."""
+
+    rate: FakeRate = field(default_factory=FakeRate)
+    leases: FakeLeases = field(default_factory=FakeLeases)
+    idempotency: FakeIdempotency = field(default_factory=FakeIdempotency)
+    metrics: FakeMetrics = field(default_factory=FakeMetrics)
+    swept: dict[str, int] = field(default_factory=dict)
+    failing_moves: set[str] = field(default_factory=set)  # message ids whose move fails
+    moves: list[Move] = field(default_factory=list)
+    settled: list[tuple[dict[str, Grant], dict[str, dict[str, int]]]] = field(default_factory=list)
+    ages: list[tuple[str, int, int]] = field(default_factory=list)
+    visibility: list[tuple[str, str, int]] = field(default_factory=list)
+
+    def worker(self, mode: str = "live", *, sidelining_enabled: bool = True) -> Worker:
+        config = WorkerConfig(
+            decision=DecisionConfig(
+                mode="sideline" if mode == "sideline" else "live",
+                sidelining_enabled=sidelining_enabled,
+                sideline_age_ms=300_000,
+            ),
+            queue_urls=QUEUE_URLS,
+            visibility_timeout_s=60,
+            heartbeat_s=30,
+        )
+
+        def send_moves(moves: list[Move]) -> set[str]:
+            self.moves.extend(move for move in moves if move.key not in self.failing_moves)
+            return {move.key for move in moves if move.key in self.failing_moves}
+
+        ports = WorkerPorts(
+            tenant_limits=lambda tenant: LIMITS,
+            swept_at_ms=self.swept.get,
+            send_moves=send_moves,
+            settle=lambda grants, counters: self.settled.append(
+                (dict(grants), {tenant: dict(deltas) for tenant, deltas in counters.items()})
+            ),
+            record_oldest_age=lambda role, age, now: self.ages.append((role, age, now)),
+            extend_visibility=lambda url, handle, seconds: self.visibility.append((url, handle, seconds)),
+            process=self.idempotency,
+            rate=self.rate,
+            leases=self.leases,
+            lock=self.idempotency.lock,
+            flush_processed=self.idempotency.flush,
+            clock_ms=lambda: NOW,
+        )
+        return Worker(config, ports, metrics=self.metrics)
+
+    def counters(self) -> dict[str, dict[str, int]]:
+        """The per-tenant counters the batches settled, added up."""
+        total: dict[str, dict[str, int]] = {}
+        for _, counters in self.settled:
+            for tenant, deltas in counters.items():
+                for name, value in deltas.items():
+                    total.setdefault(tenant, {}).setdefault(name, 0)
+                    total[tenant][name] += value
+        return total
+
+
+def envelope(tenant: str = "acme", *, age_ms: int = 0, **fields: Any) -> Envelope:
+    values: dict[str, Any] = {
+        "id": new_envelope_id(NOW - age_ms),
+        "tenant": tenant,
+        "type": "test",
+        "enqueued_at": NOW - age_ms,
+        **fields,
+    }
+    return Envelope.model_validate(values)
+
+
+def event(*envelopes: Envelope, receive_count: int = 1) -> dict[str, Any]:
+    """The SQS event of ``envelopes``; the message id of the n-th is ``m<n>``."""
+    return {
+        "Records": [
+            {
+                "messageId": f"m{index}",
+                "receiptHandle": f"handle-{index}",
+                "body": each.to_json(),
+                "attributes": {
+                    "ApproximateReceiveCount": str(receive_count),
+                    "SentTimestamp": str(NOW),
+                    "SenderId": "AIDA",
+                    "ApproximateFirstReceiveTimestamp": str(NOW),
+                },
+                "messageAttributes": {},
+                "md5OfBody": "",
+                "eventSource": "aws:sqs",
+                "eventSourceARN": SOURCE_ARN,
+                "awsRegion": "us-east-1",
+            }
+            for index, each in enumerate(envelopes)
+        ]
+    }
+
+
+def context(remaining_ms: int = 60_000) -> LambdaContext:
+    return cast(LambdaContext, FakeContext(remaining_ms=remaining_ms))
+
+
+def failed_ids(response: dict[str, Any]) -> set[str]:
+    return {item["itemIdentifier"] for item in response["batchItemFailures"]}
+
+
+@pytest.fixture
+def world() -> World:
+    return World()
+
+
+def test_a_fresh_message_is_processed_and_acknowledged(world: World) -> None:
+    fresh = envelope(age_ms=1_000)
+
+    response = world.worker().handle(event(fresh), context())
+
+    assert response == {"batchItemFailures": []}
+    assert world.idempotency.worked == [fresh.id]
+    assert world.idempotency.locked == [[fresh.id]]  # locked before it ran
+    assert world.idempotency.flushes == 1
+    assert world.moves == []
+    assert world.counters() == {"acme": {"processed": 1}}
+    assert world.leases.asked == [{"acme": ConcurrencyLimits(floor=1, ceiling=4)}]
+    # the lease the batch took is given back with its counters
+    assert world.settled[0][0] == {"acme": Grant.FLOOR}
+    assert world.ages == [("live", 1_000, NOW)]
+    assert world.metrics.values("AgeOfFirstAttempt", QueueRole="live") == [1_000]
+    assert world.metrics.values("Processed", QueueRole="live") == [1]
+
+
+def test_an_old_message_is_sidelined_to_the_backlog_not_processed(world: World) -> None:
+    old = envelope(age_ms=301_000)
+
+    response = world.worker().handle(event(old), context())
+
+    assert response == {"batchItemFailures": []}  # acknowledged: its copy is in the backlog
+    assert world.idempotency.worked == []
+    assert [(move.key, move.queue_url) for move in world.moves] == [("m0", QUEUE_URLS[Origin.BACKLOG])]
+    moved = Envelope.from_json(world.moves[0].body)
+    assert (moved.id, moved.origin, moved.enqueued_at) == (old.id, Origin.BACKLOG, old.enqueued_at)
+    assert world.counters() == {"acme": {"sidelined": 1}}
+    assert world.metrics.values("Sidelined", QueueRole="live") == [1]
+    assert world.leases.asked == []  # the gates are paid only for admitted messages
+
+
+def test_a_move_that_fails_leaves_its_original_unacknowledged(world: World) -> None:
+    world.failing_moves = {"m0"}
+
+    response = world.worker().handle(event(envelope(age_ms=301_000), envelope()), context())
+
+    assert failed_ids(response) == {"m0"}
+    assert world.counters() == {"acme": {"failed": 1, "processed": 1}}
+
+
+def test_a_failing_record_is_a_batch_item_failure_while_the_others_succeed(world: World) -> None:
+    good, bad, also_good = envelope(), envelope(), envelope()
+    world.idempotency.failing = {bad.id}
+
+    response = world.worker().handle(event(good, bad, also_good), context())
+
+    assert failed_ids(response) == {"m1"}
+    assert world.idempotency.worked == [good.id, bad.id, also_good.id]
+    assert world.counters() == {"acme": {"processed": 2, "failed": 1}}
+    assert world.metrics.values("Failed", QueueRole="live") == [1]
+
+
+def test_a_record_that_is_not_an_envelope_fails_alone(world: World) -> None:
+    batch = event(envelope(), envelope())
+    batch["Records"][0]["body"] = json.dumps({"not": "an envelope"})
+
+    response = world.worker().handle(batch, context())
+
+    assert failed_ids(response) == {"m0"}
+    assert world.counters() == {"acme": {"processed": 1}}
+
+
+def test_a_duplicate_is_not_processed_twice(world: World) -> None:
+    once = envelope()
+
+    first = world.worker().handle(event(once, once), context())  # two copies in one batch
+    again = world.worker().handle(event(once, receive_count=2), context())  # and a later one
+
+    assert first == again == {"batchItemFailures": []}  # every copy acknowledged
+    assert world.idempotency.worked == [once.id]
+
+
+def test_a_tenant_over_its_concurrency_is_deferred_to_surge(world: World) -> None:
+    world.leases.full = {"busy"}
+    busy, free = envelope("busy"), envelope("free")
+
+    response = world.worker().handle(event(busy, free), context())
+
+    assert response == {"batchItemFailures": []}
+    assert world.idempotency.worked == [free.id]
+    (move,) = world.moves
+    deferred = Envelope.from_json(move.body)
+    assert (move.key, move.queue_url, move.group_id) == ("m0", QUEUE_URLS[Origin.SURGE], "busy")
+    assert move.delay_seconds > 0
+    assert (deferred.id, deferred.origin, deferred.attempt) == (busy.id, Origin.SURGE, 1)
+    assert world.counters() == {"busy": {"deferred": 1}, "free": {"processed": 1}}
+    # only the granted lease is given back
+    assert world.settled[0][0] == {"free": Grant.FLOOR}
+
+
+def test_a_tenant_over_its_consumer_rate_spills_its_later_messages(world: World) -> None:
+    world.rate.tokens = {"slow": 2}
+    slow = [envelope("slow") for _ in range(3)]
+
+    world.worker().handle(event(*slow), context())
+
+    assert world.rate.asked == [("slow", 3)]  # one ask for the tenant's messages of the batch
+    assert world.idempotency.worked == [each.id for each in slow[:2]]
+    assert [(move.key, move.queue_url) for move in world.moves] == [("m2", QUEUE_URLS[Origin.SPILLOVER])]
+
+
+def test_an_expired_or_swept_message_is_dropped(world: World) -> None:
+    world.swept = {"swept": NOW - 10}
+    expired = envelope(expires_at=NOW - 1)
+    swept = envelope("swept", age_ms=60)
+
+    response = world.worker().handle(event(expired, swept), context())
+
+    assert response == {"batchItemFailures": []}
+    assert world.idempotency.worked == [] and world.moves == []
+    assert world.counters() == {"acme": {"dropped": 1}, "swept": {"dropped": 1}}
+
+
+def test_a_message_is_not_started_without_time_left(world: World) -> None:
+    response = world.worker().handle(event(envelope()), context(remaining_ms=1_000))
+
+    assert failed_ids(response) == {"m0"}  # redelivered later, not started now
+    assert world.idempotency.worked == []
+
+
+def test_sideline_mode_defers_back_into_its_own_queue(world: World) -> None:
+    world.leases.full = {"busy"}
+    old = envelope("busy", age_ms=3_600_000, origin=Origin.SPILLOVER)
+
+    world.worker("sideline").handle(event(old), context())
+
+    (move,) = world.moves
+    assert move.queue_url == QUEUE_URLS[Origin.SPILLOVER]
+    assert world.ages == [("spillover", 3_600_000, NOW)]
+
+
+def test_without_sidelining_every_unexpired_message_is_processed(world: World) -> None:
+    world.leases.full = {"acme"}
+    world.rate.tokens = {"acme": 0}
+    old = envelope(age_ms=10**7)
+
+    world.worker(sidelining_enabled=False).handle(event(old), context())
+
+    assert world.idempotency.worked == [old.id]
+    assert world.rate.asked == [] and world.leases.asked == []
+
+
+def test_one_emf_blob_per_queue_role(world: World) -> None:
+    live, surge = envelope(age_ms=100), envelope(age_ms=200, origin=Origin.SURGE)
+
+    world.worker().handle(event(live, surge), context())
+
+    assert [blob["dimensions"] for blob in world.metrics.all_blobs()] == [
+        {"QueueRole": "live"},
+        {"QueueRole": "surge"},
+    ]
+    assert world.metrics.values("AgeOfFirstAttempt", QueueRole="surge") == [200]
+    assert world.metrics.all_blobs()[0]["metadata"] == {"AgeOfFirstAttemptByTenant": {"acme": [100]}}
+
+
+def test_a_redelivery_is_measured_as_a_later_attempt(world: World) -> None:
+    world.worker().handle(event(envelope(age_ms=500), receive_count=2), context())
+
+    assert world.metrics.values("AgeOfFirstAttempt", QueueRole="live") == []
+    assert world.metrics.values("AgeOfAttempt", QueueRole="live") == [500]
