@@ -9,7 +9,9 @@ so a container that crashes cannot leak a slot: its lease simply stops counting.
 Up to ``floor`` leases a tenant is always granted. Above the floor, up to ``ceiling``, a lease is a
 *burst* lease and also needs room in the shared burst pool, so bursting tenants cannot together
 occupy the whole worker fleet and starve the floors of the others.
-Everything here is pure; ``now`` is injected.
+A floor lease can be taken with one conditional write, without reading the tenant's item first;
+:class:`CrowdedFloors` remembers the tenants whose floor such a write found taken, whose batches
+read first for a while. Everything here is pure; ``now`` is injected.
 """
 
 from __future__ import annotations
@@ -17,6 +19,8 @@ from __future__ import annotations
 from collections.abc import Mapping
 from dataclasses import dataclass
 from enum import StrEnum
+
+CROWDED_MS = 5_000  # after a tenant's floor was found taken, its batches read before writing this long
 
 
 class Grant(StrEnum):
@@ -71,3 +75,25 @@ def grant_for(
     if burst_capacity is not None and burst_in_use >= burst_capacity:
         return Grant.REFUSED
     return Grant.BURST
+
+
+class CrowdedFloors:
+    """One container's memory of the tenants whose floor a write without reading found taken.
+
+    That write only succeeds while the floor has room; once it failed for a tenant, the next blind
+    write would most likely fail too (a wasted write before the read anyway). So for ``for_ms``
+    after the failure the tenant's batches read its item first and take what :func:`grant_for`
+    allows (a burst lease, or a refusal); then a write without reading is worth trying again.
+    """
+
+    def __init__(self, for_ms: int = CROWDED_MS) -> None:
+        self._for_ms = for_ms
+        self._until: dict[str, int] = {}  # tenant -> until when (ms) its batches read first
+
+    def crowded(self, tenant: str, now_ms: int) -> bool:
+        """Whether a batch of ``tenant`` should read before it writes."""
+        return self._until.get(tenant, 0) > now_ms
+
+    def found_taken(self, tenant: str, now_ms: int) -> None:
+        """A write without reading found the tenant's floor taken at ``now_ms``."""
+        self._until[tenant] = now_ms + self._for_ms

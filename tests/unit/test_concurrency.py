@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from breakwater.concurrency import ConcurrencyLimits, Grant, Lease, grant_for, live_leases
+from breakwater.concurrency import ConcurrencyLimits, CrowdedFloors, Grant, Lease, grant_for, live_leases
 
 NOW = 1_000_000
 LIMITS = ConcurrencyLimits(floor=2, ceiling=4)
@@ -52,3 +52,23 @@ def test_a_holder_renewing_its_live_lease_keeps_its_kind() -> None:
 def test_limits_must_be_ordered() -> None:
     with pytest.raises(ValueError, match="floor"):
         ConcurrencyLimits(floor=3, ceiling=2)
+
+
+def test_a_tenant_whose_floor_was_found_taken_reads_first_for_a_while() -> None:
+    floors = CrowdedFloors(for_ms=5_000)
+    assert not floors.crowded("acme", NOW)  # never found taken: write without reading
+
+    floors.found_taken("acme", NOW)
+
+    assert floors.crowded("acme", NOW)
+    assert floors.crowded("acme", NOW + 4_999)
+    assert not floors.crowded("acme", NOW + 5_000)  # worth a write without reading again
+    assert not floors.crowded("globex", NOW)  # tenants are independent
+
+
+def test_finding_the_floor_taken_again_extends_the_while() -> None:
+    floors = CrowdedFloors(for_ms=5_000)
+    floors.found_taken("acme", NOW)
+    floors.found_taken("acme", NOW + 4_000)
+    assert floors.crowded("acme", NOW + 8_999)
+    assert not floors.crowded("acme", NOW + 9_000)

@@ -10,7 +10,7 @@ so the cost per batch is three calls whatever the number of tenants; a lost race
 tenant at a time. A batch of one tenant first tries a *floor* lease without reading
 (:meth:`ConcurrencyLeases._floor_without_read`): one conditional write, on condition that the
 tenant's item holds fewer leases than its floor, expired ones included; a tenant found at its floor
-is read first for a few seconds.
+is read first for a while (:class:`breakwater.concurrency.CrowdedFloors`).
 """
 
 from __future__ import annotations
@@ -22,7 +22,7 @@ from typing import TYPE_CHECKING, Any
 from botocore.exceptions import ClientError
 
 from breakwater.aws.counters import batch_get, plain, tenant_pk
-from breakwater.concurrency import ConcurrencyLimits, Grant, Lease, grant_for, live_leases
+from breakwater.concurrency import ConcurrencyLimits, CrowdedFloors, Grant, Lease, grant_for, live_leases
 
 if TYPE_CHECKING:
     from mypy_boto3_dynamodb import DynamoDBClient
@@ -31,7 +31,6 @@ CONCURRENCY_SK = "concurrency"
 POOL_PK = "pool#concurrency"
 POOL_SK = "burst"
 MAX_TENANTS_PER_WRITE = 99  # TransactWriteItems takes 100 items: the tenants and the pool
-CROWDED_MS = 5_000  # after a tenant's floor was found taken, its batches read before writing this long
 _OK = (None, "None")  # the cancellation reason of an item that did not fail
 _CONFLICTS = {
     "ConditionalCheckFailedException",
@@ -95,7 +94,7 @@ class ConcurrencyLeases:
         self.burst_capacity = burst_capacity
         self._clock_ms = clock_ms
         self._attempts = attempts
-        self._crowded: dict[str, int] = {}  # tenant -> until (ms): its floor was taken, read first
+        self._crowded = CrowdedFloors()  # tenants whose floor was found taken: read first
 
     def _get(self, pk: str, sk: str) -> dict[str, Any]:
         response = self._client.get_item(
@@ -214,7 +213,7 @@ class ConcurrencyLeases:
         granted this way (the floor is taken, the item is new, a conflict), the caller reads.
         """
         now = self._clock_ms()
-        if self._crowded.get(tenant, 0) > now:
+        if self._crowded.crowded(tenant, now):
             return None
         grants = {tenant: Grant.FLOOR}
         extra = dict(riders(grants))
@@ -255,7 +254,7 @@ class ConcurrencyLeases:
                     if error == "ConditionalCheckFailedException" or (
                         reasons and reasons[0].get("Code") == "ConditionalCheckFailed"
                     ):
-                        self._crowded[tenant] = now + CROWDED_MS
+                        self._crowded.found_taken(tenant, now)
                     return None
                 dropped = _failed_riders(reasons, 1, list(extra))
                 if dropped is None:

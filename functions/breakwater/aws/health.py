@@ -3,16 +3,17 @@
 SQS has no age-of-oldest-message attribute through its API, so every worker batch reports the oldest
 age it saw. The write is conditional: it replaces the stored value only when it is larger or the
 stored one is older than the window, so the item holds the maximum observed in the last window
-across all containers, for one write per batch.
+across all containers; a container skips the reports that would add nothing (``breakwater.age_reports``).
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Iterable, Sequence
 from typing import TYPE_CHECKING
 
 from botocore.exceptions import ClientError
 
+from breakwater.age_reports import ThrottledAgeReports
 from breakwater.aws.counters import plain
 
 if TYPE_CHECKING:
@@ -22,44 +23,6 @@ if TYPE_CHECKING:
 
 HEALTH_SK = "health"
 WINDOW_MS = 60_000
-REPORT_INTERVAL_MS = 5_000  # a container writes a role's age at most this often, unless it rose
-# ... by at least this much over its last write: the controller judges health in whole seconds
-# (``healthy_age_seconds`` >= 1), so a rise of a few milliseconds between batches is not news.
-RISE_MS = 1_000
-
-
-class ThrottledAgeReports:
-    """One container's health writes: at most one per role per ``interval_ms``, unless the age rose.
-
-    The item keeps the window's maximum anyway (``record_oldest_age``), so a report not
-    ``rise_ms`` above this container's last one, written less than ``interval_ms`` ago, adds
-    nothing the controller reads once a minute: skipping it saves a DynamoDB write per batch. An
-    age rising by ``rise_ms`` or more is news (the live set may be falling behind) and is always
-    written. Without the margin, ages that creep up by milliseconds from batch to batch (a steady
-    queue) were written on every batch.
-    """
-
-    def __init__(
-        self,
-        write: Callable[[str, int, int], bool],
-        interval_ms: int = REPORT_INTERVAL_MS,
-        rise_ms: int = RISE_MS,
-    ) -> None:
-        self._write = write
-        self._interval_ms = interval_ms
-        self._rise_ms = rise_ms
-        self._last: dict[str, tuple[int, int]] = {}  # role -> (age written, when)
-
-    def __call__(self, role: str, oldest_age_ms: int, now_ms: int) -> bool:
-        last = self._last.get(role)
-        if (
-            last is not None
-            and oldest_age_ms < last[0] + self._rise_ms
-            and now_ms - last[1] < self._interval_ms
-        ):
-            return False
-        self._last[role] = (oldest_age_ms, now_ms)
-        return self._write(role, oldest_age_ms, now_ms)
 
 
 def queue_pk(role: str) -> str:
@@ -89,6 +52,13 @@ def record_oldest_age(
             return False
         raise
     return True
+
+
+def throttled_age_reports(client: DynamoDBClient, table_name: str) -> ThrottledAgeReports:
+    """A container's age reports: :func:`record_oldest_age` when ``breakwater.age_reports`` says so."""
+    return ThrottledAgeReports(
+        lambda role, age_ms, now_ms: record_oldest_age(client, table_name, role, age_ms, now_ms)
+    )
 
 
 def read_oldest_age(client: DynamoDBClient, table_name: str, role: str) -> tuple[int | None, int | None]:

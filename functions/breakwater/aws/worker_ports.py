@@ -15,7 +15,7 @@ from botocore.config import Config
 from breakwater.aws.buckets import LeasedTokenBucket
 from breakwater.aws.concurrency import ConcurrencyLeases
 from breakwater.aws.counters import counters_update, plain, tenant_pk, write_updates
-from breakwater.aws.health import ThrottledAgeReports, record_oldest_age
+from breakwater.aws.health import throttled_age_reports
 from breakwater.aws.idempotency import MAX_TRANSACT_ITEMS, IdempotentProcessor
 from breakwater.aws.moves import send_moves
 from breakwater.aws.tenant_limits import TenantLimitsCache
@@ -175,10 +175,6 @@ def build_worker_ports(
         for error in write_updates(ddb, updates):  # a lease expires on its own; counters feed estimates
             logger.warning("lease release or counter flush failed", extra={"error": str(error)})
 
-    oldest = ThrottledAgeReports(
-        lambda role, age_ms, now_ms: record_oldest_age(ddb, table, role, age_ms, now_ms)
-    )
-
     def extend(queue_url: str, receipt_handle: str, seconds: int) -> None:
         queues.change_message_visibility(
             QueueUrl=queue_url, ReceiptHandle=receipt_handle, VisibilityTimeout=seconds
@@ -189,7 +185,7 @@ def build_worker_ports(
         swept_at_ms=SweepCache(ddb, table),
         send_moves=lambda moves: send_moves(queues, moves),
         settle=settle,
-        record_oldest_age=oldest,
+        record_oldest_age=throttled_age_reports(ddb, table),
         extend_visibility=extend,
         process=idempotent,
         register_context=idempotent.register_context,
