@@ -123,36 +123,38 @@ class ReplayReport:
 
 
 def default_partitions(spark: SparkSession) -> int:
-    """Two tenant partitions per core: measured faster than eight for both the sort and the send.
+    """Two tenant partitions per core: enough to spread the tenants, few enough to keep tasks cheap.
 
     A tenant's envelopes share one partition (its ranks are partition-local). More partitions
-    spread the other tenants away from a huge one, but cost more tasks: at 8 per core the transform
-    ran 30% slower and the send 7% slower here (docs/performance.md, "Replay"). ``--partitions``
-    overrides it.
+    spread the other tenants away from a huge one, but every partition is one more task for each
+    sort and one more sending task with its own SQS client, batches and depth probes; with many
+    partitions per core that overhead made both the transform and the send slower on the bench
+    (``bench/replay.py``). ``--partitions`` overrides it.
     """
     return 2 * spark.sparkContext.defaultParallelism
 
 
 # SQL settings the job sets on its session before reading (and the bench measures with them). The
-# archive is many small gzip objects (~0.1-20 MB, one per tenant and hour and archiver run), which
-# Spark cannot split: a read task packs whole objects up to ``maxPartitionBytes``, counting each one
-# as at least ``openCostInBytes``. At the default 4 MiB a task got ~4 small objects (151 tasks for 1M
-# lines): their fixed cost was a quarter of the run's CPU. 128 KiB packs them by their real size;
-# 16 MiB keeps enough tasks for every core to the end of the scan (docs/performance.md, "Replay").
+# archive is many small gzip objects (one per tenant and hour and archiver run), which Spark cannot
+# split: a read task packs whole objects up to ``maxPartitionBytes``, counting each one as at least
+# ``openCostInBytes``. Spark's default open cost (4 MiB) is far above a typical object, so a task got
+# only a few objects and the fixed cost of all those tasks became a large share of the run's CPU.
+# 128 KiB packs the objects by their real size; 16 MiB keeps enough tasks for every core to the end
+# of the scan.
 READ_CONF = {
     "spark.sql.files.maxPartitionBytes": str(16 << 20),
     "spark.sql.files.openCostInBytes": str(128 << 10),
 }
 
 
-# The JVM of a session the job starts itself: the embedded default (``local/replay.py`` runs this
-# script as plain ``python`` on local[2]) and the bench, one definition. Options of the JVM take effect
-# only when this process launches it (PySpark passes them to spark-submit); Glue and a plain
-# ``spark-submit`` start the JVM first, so there they are the launcher's to set (docs/decisions.md
-# D-archive-10). The parallel collector: 18-29 % less JVM CPU than G1 (Java 17's default) for the same
-# plan on two cores, where G1's write barriers and concurrent threads compete with the tasks; its
-# pauses add up to 1.4-2.4 s of a 10M run (docs/performance.md, "Replay"). 3g: the heap the bench
-# has always measured with (a run's sorts spill past it, bounded).
+# The JVM of a session the job starts itself: the embedded default (``local/emulator/replay.py`` runs
+# this script as plain ``python`` on local[2]) and the bench, one definition. Options of the JVM take
+# effect only when this process launches it (PySpark passes them to spark-submit); Glue and a plain
+# ``spark-submit`` start the JVM first, so there they are the launcher's to set, and the stack sets
+# none. The parallel collector: on two cores G1 (Java 17's default) runs write barriers and
+# concurrent threads that compete with the tasks for the same cores, and the parallel collector spends
+# less JVM CPU on the same plan; its pauses are a small part of a large run. 3g: the heap the bench
+# measures with (a run's sorts spill past it, bounded).
 LOCAL_SESSION_CONF = {
     "spark.driver.memory": "3g",
     "spark.driver.extraJavaOptions": "-XX:+UseParallelGC",

@@ -3,8 +3,9 @@
 The plan is shaped for throughput on a few cores (docs/performance.md, "Replay"):
 
 * every line is parsed once, by the JSON reader with the envelope's schema and a corrupt-record
-  column (less than half the CPU of text + ``from_json``), so a malformed line becomes a reject with
-  a reason instead of failing the run;
+  column (straight from the file's bytes to the schema's columns, where text + ``from_json`` first
+  copies every line into a string column), so a malformed line becomes a reject with a reason
+  instead of failing the run;
 * the only shuffle is one hash repartition by tenant; dedup, rank and the fair interleave are then
   partition-local windows and sorts: no global sort, no second exchange;
 * two sorts of every row after the shuffle, not three: one in time order per tenant drops copies by
@@ -199,9 +200,9 @@ def dedup_and_rank(envelopes: DataFrame) -> DataFrame:
       by (group hash, tenant hash, tenant, key), the group hash being xxhash64 of (tenant, key): the
       strings only break hash ties, so a collision costs a comparison, never a wrong dedup; the
       group hash leads because Spark's sort compares an 8-byte prefix of the first key before it
-      reads a row, D-archive-5). The newest of each group is kept.
+      reads a row). The newest of each group is kept.
     * copies by ``id`` need no grouping of their own: an id is minted once, with its
-      ``enqueued_at``, and neither ever changes (``Envelope.rehomed``), so copies tie on
+      ``enqueued_at``, and neither ever changes (``Envelope.moved``), so copies tie on
       (``enqueued_at``, ``id``) and are neighbours in time order. One window over the tenant in
       (time, ``id``, ``dedup_key``) order then drops them (a row whose ``row_number`` differs from
       its ``rank`` repeats the row before it) and numbers the rest (``dense_rank``: copies share one

@@ -1,4 +1,4 @@
-"""One local[2] SparkSession for the whole tier (a session takes ~10 s to start)."""
+"""One local[2] SparkSession for the whole tier: starting one (and its JVM) is the slowest step of a test."""
 
 from __future__ import annotations
 
