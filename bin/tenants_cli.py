@@ -10,7 +10,8 @@
 The table is --table NAME, or the TenantsTableName output of the --stack (default Breakwater).
 Each tenant also has an API Gateway API key in its tier's usage plan (the edge throttle, named by
 the stack's EdgeUsagePlans output): `add` and `set-limits` keep it there; `enroll` repairs an
-interrupted enrolment and enrols tenants created before the stack had usage plans (D-ingest-5).
+interrupted enrolment and enrols tenants created before the stack had usage plans. A tenant whose key
+is in no plan gets 403 `not_enrolled`, so every tenant record must have its key enrolled.
 AWS region and credentials come from the usual places (AWS_PROFILE, AWS_REGION, ...).
 """
 

@@ -8,7 +8,8 @@ encrypted, retained log group.
 Every method requires an API key, which the authorizer supplies (``ApiKeySourceType.AUTHORIZER``;
 clients never send one): the tenant's key, enrolled at onboarding in its tier's usage plan
 (``breakwater.aws.usage_plans``). The plan throttles the tenant at the edge, at its tier's ceiling,
-so a tenant's excess is refused before any Lambda runs (D-ingest-5).
+so a tenant's excess is refused before any Lambda runs: a refusal in ingest would be a billed
+invocation, holding concurrency that tenants within their limits need.
 """
 
 from __future__ import annotations

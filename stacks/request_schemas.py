@@ -1,7 +1,8 @@
 """JSON schemas (draft 4) API Gateway checks request bodies against before they cost an invocation.
 
-Each mirrors the handler's pydantic model (``extra="forbid"``: the tenant never comes from the body);
-the handler still validates, so a schema may be looser than its model but never stricter.
+Each mirrors its request model in ``functions/breakwater/requests.py`` (``extra="forbid"``: the tenant
+never comes from the body); the handler still validates, so a schema may be looser than its model but
+never stricter.
 """
 
 from __future__ import annotations
@@ -13,14 +14,14 @@ from stacks.config import BlueprintConfig
 _STRING = apigw.JsonSchemaType.STRING
 _INTEGER = apigw.JsonSchemaType.INTEGER
 _OBJECT = apigw.JsonSchemaType.OBJECT
-# SQS MessageGroupId / MessageDeduplicationId characters (functions/breakwater/ordered.py SQS_ID_PATTERN).
+# SQS MessageGroupId / MessageDeduplicationId characters (functions/breakwater/requests.py SQS_ID_PATTERN).
 _SQS_ID_PATTERN = "^[!-~]+$"
-_MAX_ORDERING_KEY = 63  # so that tenant (<= 64) + ":" + key fits SQS's 128
+_MAX_ORDERING_KEY = 63  # so that tenant (<= 64) + ":" + key fits SQS's 128 (MAX_ORDERING_KEY_LENGTH)
 _MAX_SQS_ID = 128
 
 
 def message_schema(config: BlueprintConfig) -> apigw.JsonSchema:
-    """The body of POST /v1/messages."""
+    """The body of POST /v1/messages (``MessageRequest``)."""
     return apigw.JsonSchema(
         schema=apigw.JsonSchemaVersion.DRAFT4,
         title="Message",

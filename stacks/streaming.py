@@ -78,7 +78,8 @@ class StreamingWorkload(Construct):
             encryption=kinesis.StreamEncryption.MANAGED,
             removal_policy=RemovalPolicy.DESTROY,
         )
-        # TLS only, as the queues and the topic (AWS::Kinesis::ResourcePolicy; docs/decisions.md D-stream-3).
+        # TLS only, as the queues, the tables and the topic (AWS::Kinesis::ResourcePolicy). The actions are
+        # named one by one because Kinesis accepts only those it supports for a stream (_STREAM_ACTIONS).
         stream.add_to_resource_policy(
             iam.PolicyStatement(
                 sid="DenyPlainHttp",
