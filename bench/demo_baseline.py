@@ -1,10 +1,13 @@
 """Where a quiet message waits during the demo's baseline: per-batch timings of the live workers.
 
-    .venv/bin/python bench/demo_baseline.py [--seconds 15] [--naive] [--work-ms N] [--in-process-moto]
+    .venv/bin/python bench/demo_baseline.py [--seconds 15] [--rate 1] [--containers 6] [--naive]
+                                            [--work-ms N] [--window S] [--in-process-moto]
 
-Starts the runtime with the demo's context (``local.scenarios.noisy_neighbour.DEMO_CONTEXT``) and the demo's
-``RuntimeOptions``, creates the 20 tenants and sends only the baseline load (every tenant at
-1 msg/s, no burst). Per batch of a live-worker mapping it records: the age of the oldest message
+Starts the runtime with the demo's context (``local.scenarios.noisy_neighbour.DEMO_CONTEXT``) and
+``RuntimeOptions`` like the demo's (``--containers`` execution environments per function, the live
+worker's included, which the demo gives more; all started before the load; the schedules twelve
+times as often), creates the 20 tenants and sends only the baseline load (every tenant at ``--rate``
+messages/s, no burst). Per batch of a live-worker mapping it records: the age of the oldest message
 when the mapping received it (enqueue -> receive), the wait for a container (receive -> start),
 the handler's duration, the records admitted and processed (each costs ``simulated_work_ms`` of
 sequential work) and the AWS requests the handler made. Prints one summary per mapping and for

@@ -1,4 +1,5 @@
-"""Generated archives for the replay benchmark, made by Spark itself (10M lines in about a minute).
+"""Generated archives for the replay benchmark, made by Spark itself (in parallel, so even a 10M-line
+one is quick to make) and reused once written.
 
 The mix is what a parked backlog looks like: one noisy tenant with half of the records and 99 quiet
 ones, about 1% duplicates (archiver crashes), 5% expired, 10% with a dedup key, a few bad lines.
