@@ -1,4 +1,7 @@
-"""The tracer is a Powertools Tracer only where it would trace; elsewhere X-Ray is never imported."""
+"""The tracer is a Powertools Tracer only where it would trace; elsewhere X-Ray is never imported.
+
+The Powertools switches the package reads itself come from one settings model, read from the environment.
+"""
 
 from __future__ import annotations
 
@@ -9,7 +12,7 @@ from pathlib import Path
 
 import pytest
 
-from breakwater.observability import DisabledTracer, tracing_disabled
+from breakwater.observability import DisabledTracer, PowertoolsSettings, tracing_disabled
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -61,3 +64,34 @@ def _imports_xray(environment: dict[str, str]) -> bool:
 def test_the_xray_sdk_is_imported_only_where_tracing_is_on() -> None:
     assert not _imports_xray({"POWERTOOLS_TRACE_DISABLED": "true", "LAMBDA_TASK_ROOT": "/var/task"})
     assert _imports_xray({"POWERTOOLS_TRACE_DISABLED": "false", "LAMBDA_TASK_ROOT": "/var/task"})
+
+
+def test_powertools_settings_read_the_switches_as_powertools_does() -> None:
+    assert PowertoolsSettings.from_env({}) == PowertoolsSettings(
+        trace_disabled=False, in_lambda=False, emulated=False, idempotency_disabled=False
+    )
+    settings = PowertoolsSettings.from_env(
+        {
+            "POWERTOOLS_TRACE_DISABLED": "1",
+            "LAMBDA_TASK_ROOT": "/var/task",
+            "AWS_CHALICE_CLI_MODE": "true",
+            "POWERTOOLS_IDEMPOTENCY_DISABLED": "Yes",
+        }
+    )
+    assert settings == PowertoolsSettings(
+        trace_disabled=True, in_lambda=True, emulated=True, idempotency_disabled=True
+    )
+    assert not PowertoolsSettings.from_env({"POWERTOOLS_IDEMPOTENCY_DISABLED": "off"}).idempotency_disabled
+
+
+def test_a_switch_that_is_not_a_boolean_fails_at_once() -> None:
+    with pytest.raises(ValueError, match="trace_disabled"):
+        PowertoolsSettings.from_env({"POWERTOOLS_TRACE_DISABLED": "maybe"})
+
+
+def test_tracing_is_judged_on_the_settings_given() -> None:
+    in_lambda = PowertoolsSettings(in_lambda=True)
+    assert not tracing_disabled(in_lambda)
+    assert tracing_disabled(PowertoolsSettings(in_lambda=True, trace_disabled=True))
+    assert tracing_disabled(PowertoolsSettings(in_lambda=True, emulated=True))
+    assert tracing_disabled(PowertoolsSettings())

@@ -5,7 +5,9 @@ from __future__ import annotations
 import pytest
 from aws_lambda_powertools.utilities.idempotency import DynamoDBPersistenceLayer, IdempotencyConfig
 
-from breakwater.aws.idempotency import KEY_PREFIX, BatchedPersistenceLayer
+from breakwater.aws.idempotency import KEY_PREFIX, BatchedPersistenceLayer, IdempotentProcessor
+from breakwater.envelope import Envelope, new_envelope_id
+from breakwater.observability import PowertoolsSettings
 
 
 class _Client:  # never called: only the key is computed
@@ -21,3 +23,16 @@ def test_the_key_is_the_one_powertools_derives(envelope_id: str) -> None:
         layer.configure(config, key_prefix=KEY_PREFIX)
     data = {"id": envelope_id, "tenant": "acme", "payload": {"n": 1}}
     assert ours._get_hashed_idempotency_key(data) == theirs._get_hashed_idempotency_key(data)
+
+
+@pytest.mark.parametrize("disabled", [False, True])
+def test_with_idempotency_disabled_the_batch_takes_no_lock(disabled: bool) -> None:
+    envelope = Envelope(id=new_envelope_id(0), tenant="acme", type="test", enqueued_at=0)
+    processor = IdempotentProcessor(
+        lambda envelope, work: {},
+        "table",
+        3600,
+        client=_Client(),  # type: ignore[arg-type]
+        powertools=PowertoolsSettings(idempotency_disabled=disabled),
+    )
+    assert (processor.lock_items([envelope]) == {}) is disabled

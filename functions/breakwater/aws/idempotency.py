@@ -17,13 +17,10 @@ exists: a duplicate) falls back to Powertools' per-call path, which reads the re
 from __future__ import annotations
 
 import json
-import os
 import time
 from collections.abc import Callable, Iterable, Sequence
 from typing import TYPE_CHECKING, Any
 
-from aws_lambda_powertools.shared import constants
-from aws_lambda_powertools.shared.functions import strtobool
 from aws_lambda_powertools.utilities.idempotency import (
     DynamoDBPersistenceLayer,
     IdempotencyConfig,
@@ -38,7 +35,7 @@ from aws_lambda_powertools.utilities.typing import LambdaContext
 from botocore.exceptions import ClientError
 
 from breakwater.envelope import Envelope
-from breakwater.observability import logger
+from breakwater.observability import PowertoolsSettings, logger
 from breakwater.processor import WorkContext
 
 if TYPE_CHECKING:
@@ -63,11 +60,6 @@ def refused_by_condition(exc: ClientError, keys: Sequence[str]) -> list[str]:
         for key, reason in zip(keys, reasons, strict=False)
         if reason.get("Code") == "ConditionalCheckFailed"
     ]
-
-
-def idempotency_disabled() -> bool:
-    """``POWERTOOLS_IDEMPOTENCY_DISABLED`` as ``idempotent_function`` reads it (then no record is made)."""
-    return bool(strtobool(os.getenv(constants.IDEMPOTENCY_DISABLED_ENV, "false")))
 
 
 class BatchedPersistenceLayer(DynamoDBPersistenceLayer):
@@ -249,8 +241,13 @@ class IdempotentProcessor:
         expires_after_seconds: int,
         *,
         client: DynamoDBClient | None = None,
+        powertools: PowertoolsSettings | None = None,
     ) -> None:
         self._process = process
+        # ``POWERTOOLS_IDEMPOTENCY_DISABLED``, which ``idempotent_function`` reads too: then it makes no
+        # record, and the batch takes no lock either. A function's environment does not change while
+        # it runs, so it is read once per container.
+        self._disabled = (powertools or PowertoolsSettings.from_env()).idempotency_disabled
         self.persistence = BatchedPersistenceLayer(table_name, client=client)
         self.config = IdempotencyConfig(event_key_jmespath="id", expires_after_seconds=expires_after_seconds)
         # what idempotent_function does at its first call; lock() may come before any call
@@ -278,12 +275,12 @@ class IdempotentProcessor:
 
     def lock(self, envelopes: Sequence[Envelope]) -> None:
         """Take the locks of ``envelopes`` the batch does not hold yet (before any of them runs)."""
-        if envelopes and not idempotency_disabled():
+        if envelopes and not self._disabled:
             self.persistence.lock_batch(envelopes, self._remaining_ms())
 
     def lock_items(self, envelopes: Sequence[Envelope]) -> dict[str, Any]:
         """The lock writes of ``envelopes``, for a transaction the caller makes (then :meth:`locked`)."""
-        if not envelopes or idempotency_disabled():
+        if not envelopes or self._disabled:
             return {}
         return self.persistence.lock_items(envelopes, self._remaining_ms())
 
