@@ -1,6 +1,6 @@
 """Writes per admitted request of one tenant's leased token bucket shared by several containers.
 
-    .venv/bin/python bench/ingest_buckets.py [--containers 6] [--seconds 20]
+    .venv/bin/python bench/ingest_buckets.py [--containers 1 10 40 100] [--seconds 20]
 
 Runs the real ``breakwater.aws.buckets.LeasedTokenBucket`` against moto's in-memory DynamoDB (no
 server), one instance per simulated container, on a simulated clock: each request goes to a
@@ -36,6 +36,8 @@ from breakwater.aws.buckets import LeasedTokenBucket  # noqa: E402
 from breakwater.fairness import BucketLimits  # noqa: E402
 
 CASES = [  # (purpose, rate, burst, requests per second)
+    ("ingest", 50.0, 100.0, 45.0),  # cdk.json's standard tier just under its rate
+    ("ingest", 50.0, 100.0, 100.0),  # ... and at twice its rate
     ("ingest", 10.0, 20.0, 50.0),
     ("ingest", 10.0, 20.0, 11.0),
     ("ingest", 10.0, 20.0, 0.5),
@@ -77,17 +79,20 @@ def run(purpose: str, rate: float, burst: float, per_second: float, containers: 
     return (
         f"{purpose:8s} rate {rate:g} burst {burst:g} at {per_second:g}/s: requests {requests:.0f} "
         f"admitted {admitted:.0f} writes {counts['writes']} lost races {counts['lost']} "
-        f"writes per admitted {counts['writes'] / max(admitted, 1):.2f}"
+        f"writes per admitted {counts['writes'] / max(admitted, 1):.2f} "
+        f"admitted/s {admitted / seconds:.1f}"
     )
 
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__)
-    parser.add_argument("--containers", type=int, default=6)
+    parser.add_argument("--containers", type=int, nargs="+", default=[1, 10, 40, 100])
     parser.add_argument("--seconds", type=float, default=20.0)
     args = parser.parse_args()
-    for case in CASES:
-        print(run(*case, containers=args.containers, seconds=args.seconds))
+    for containers in args.containers:
+        print(f"-- {containers} containers")
+        for case in CASES:
+            print(run(*case, containers=containers, seconds=args.seconds))
 
 
 if __name__ == "__main__":

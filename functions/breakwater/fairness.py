@@ -73,6 +73,61 @@ def lease_size(limits: BucketLimits, lease_seconds: float, max_fraction: float) 
     return max(1, math.floor(min(wanted, cap)))
 
 
+DEMAND_SHARE = 0.5
+"""A lease holds this share of what the container expects to spend before it expires: arrivals are
+random, and a lease sized to the whole expectation often expires with tokens left, forfeited."""
+
+
+@dataclass
+class DemandMeter:
+    """Requests one container saw for one tenant: the last whole second and the current one.
+
+    Lambda spreads a tenant's requests over every warm container, so each container sees only its
+    share; the meter tells a container how much of the tenant's rate it actually needs.
+    """
+
+    second: int = -1
+    current: float = 0.0
+    previous: float = 0.0
+    first: int | None = None  # the first second this container saw the tenant
+
+    def observe(self, now: float, count: float = 1.0) -> None:
+        self._roll(now)
+        if self.first is None:
+            self.first = self.second
+        self.current += count
+
+    def rate(self, now: float) -> float | None:
+        """Requests per second over the last second (the previous second weighted by how much of it
+        is still inside the window, plus the current one); None until a whole second was seen, so a
+        container new to a tenant leases as usual instead of growing its lease one write at a time."""
+        self._roll(now)
+        if self.first is None or self.second <= self.first:
+            return None
+        into = now - math.floor(now)
+        return self.previous * (1.0 - into) + self.current
+
+    def _roll(self, now: float) -> None:
+        second = math.floor(now)
+        if second == self.second:
+            return
+        self.previous = self.current if second == self.second + 1 else 0.0
+        self.current = 0.0
+        self.second = second
+
+
+def demand_lease_size(usual: int, demand_per_second: float, lease_seconds: float) -> int:
+    """The tokens to lease: what the container will surely spend before the lease expires, at most ``usual``.
+
+    A lease's unspent tokens are forfeited when it expires; a container leasing the usual chunk for
+    a trickle of requests takes tokens the tenant's other containers then lack. Sizing each lease
+    to the container's own demand keeps admission at the tenant's rate however many containers
+    share it, at the cost of more, smaller leases where each container sees little traffic.
+    """
+    wanted = math.floor(demand_per_second * lease_seconds * DEMAND_SHARE)
+    return max(1, min(usual, wanted))
+
+
 @dataclass(frozen=True)
 class LeaseDecision:
     """Outcome of trying to take a lease from the shared bucket."""

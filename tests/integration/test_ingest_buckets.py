@@ -28,8 +28,15 @@ def counted_client():
     return client, counter
 
 
-def bucket(state_table, clock, client, purpose="ingest", lease_seconds=1.0, max_fraction=0.25):
-    return LeasedTokenBucket(state_table, purpose, clock, lease_seconds, max_fraction, client=client)
+def bucket(state_table, clock, client, purpose="ingest", lease_seconds=1.0, max_fraction=0.25, demand=True):
+    return LeasedTokenBucket(
+        state_table, purpose, clock, lease_seconds, max_fraction, client=client, size_to_demand=demand
+    )
+
+
+def fixed(state_table, clock, client):
+    """A gate that always leases the usual chunk: for tests of the writes, not of the lease's size."""
+    return bucket(state_table, clock, client, demand=False)
 
 
 def admitted(gate, tenant, count, limits=LIMITS):
@@ -126,7 +133,7 @@ def _item(client, state_table, purpose="ingest"):
 
 def test_a_full_bucket_is_leased_with_one_write_whatever_others_wrote(state_table, clock, counted_client):
     client, counter = counted_client
-    first, second = bucket(state_table, clock, client), bucket(state_table, clock, client)
+    first, second = fixed(state_table, clock, client), fixed(state_table, clock, client)
     assert first.try_acquire("acme", LIMITS)[0]  # a new bucket: one write, 20 - 5 left
     clock.advance(2.0)  # full again
     assert second.try_acquire("acme", LIMITS)[0]
@@ -145,7 +152,7 @@ def test_a_full_bucket_is_leased_with_one_write_whatever_others_wrote(state_tabl
 
 def test_the_full_bucket_write_is_refused_when_the_bucket_is_not_full(state_table, clock, counted_client):
     client, counter = counted_client
-    first, second = bucket(state_table, clock, client), bucket(state_table, clock, client)
+    first, second = fixed(state_table, clock, client), fixed(state_table, clock, client)
     assert first.try_acquire("acme", LIMITS)[0]
     clock.advance(2.0)
     assert admitted(second, "acme", 20) == 20  # drains the refilled bucket in four leases
@@ -161,7 +168,7 @@ def test_the_full_bucket_write_is_refused_when_the_bucket_is_not_full(state_tabl
 
 def test_the_full_bucket_write_respects_a_new_multiplier(state_table, clock, counted_client):
     client, counter = counted_client
-    gate = bucket(state_table, clock, client)
+    gate = fixed(state_table, clock, client)
     assert gate.try_acquire("acme", LIMITS)[0]  # multiplier 1 as far as this container knows
     client.update_item(  # the controller halves the rate (breakwater.aws.controller_ports.set_multiplier)
         TableName=state_table,
@@ -207,7 +214,7 @@ def test_a_bucket_written_before_full_at_takes_the_versioned_write(state_table, 
 
 def test_a_refusal_after_a_lost_race_backs_off_until_a_grant(state_table, clock, counted_client):
     client, _ = counted_client
-    first, second = bucket(state_table, clock, client), bucket(state_table, clock, client)
+    first, second = fixed(state_table, clock, client), fixed(state_table, clock, client)
     assert second.try_acquire("acme", LIMITS)[0]  # 15 left, second's copy says so
     assert admitted(first, "acme", 15) == 15  # first empties it; second does not know
     assert admitted(second, "acme", 4) == 4  # second's own lease
@@ -291,3 +298,38 @@ def test_requests_waiting_together_take_their_tokens_in_one_lease(state_table, c
     assert len(counter.calls) == 2  # refused from the copy the last write returned: no call
     clock.advance(10)
     assert gate.try_acquire_up_to("acme", limits, 9) == (5, 0.0)  # never more than the burst
+
+
+STANDARD = BucketLimits(rate=50, burst=100)  # cdk.json's standard tier
+
+
+def _admission(state_table, clock, client, *, containers, per_second, seconds=20.0, seed=7):
+    """A tenant's requests spread at random over ``containers`` gates sharing one table's bucket, as
+    Lambda spreads them over warm containers; the admitted rate over the last ``seconds - 2`` s."""
+    import random
+
+    rng = random.Random(seed)
+    gates = [bucket(state_table, clock, client) for _ in range(containers)]
+    start, admitted_late, interval = clock.now, 0, 1.0 / per_second
+    while clock.now - start < seconds:
+        clock.advance(rng.expovariate(1.0 / interval))
+        ok = rng.choice(gates).try_acquire("acme", STANDARD)[0]
+        if ok and clock.now - start >= 2.0:  # past the first lease of every container
+            admitted_late += 1
+    return admitted_late / (seconds - 2.0)
+
+
+@pytest.mark.parametrize("containers", [1, 10, 40, 100])
+def test_a_tenant_under_its_rate_is_admitted_whatever_the_container_count(
+    state_table, clock, counted_client, containers
+):
+    client, _ = counted_client
+    rate = _admission(state_table, clock, client, containers=containers, per_second=45)
+    assert rate == pytest.approx(45, rel=0.06)  # Poisson arrivals: the offered rate itself varies
+
+
+@pytest.mark.parametrize("containers", [1, 40, 100])
+def test_a_tenant_over_its_rate_gets_its_rate_and_no_more(state_table, clock, counted_client, containers):
+    client, _ = counted_client
+    rate = _admission(state_table, clock, client, containers=containers, per_second=100)
+    assert 0.9 * STANDARD.rate <= rate <= STANDARD.rate + STANDARD.burst / 18

@@ -141,3 +141,25 @@ def test_full_at_is_when_the_refill_reaches_the_burst():
     assert not is_full(state, LIMITS, 101.4)
     assert is_full(state, LIMITS, full_at(state, LIMITS))
     assert full_at(BucketState.full(LIMITS, 100.0), LIMITS) == 100.0
+
+
+def test_demand_is_the_last_second_of_requests_once_a_second_was_seen():
+    from breakwater.fairness import DemandMeter
+
+    meter = DemandMeter()
+    for i in range(10):
+        meter.observe(100.0 + i / 10)
+    assert meter.rate(100.95) is None  # a container new to the tenant: no whole second yet
+    assert meter.rate(101.0) == pytest.approx(10)
+    meter.observe(101.5, 4)
+    assert meter.rate(101.5) == pytest.approx(10 * 0.5 + 4)
+    assert meter.rate(103.2) == pytest.approx(0)  # quiet for a whole second
+
+
+def test_a_lease_is_half_what_the_container_will_spend_and_never_more_than_usual():
+    from breakwater.fairness import demand_lease_size
+
+    assert demand_lease_size(usual=25, demand_per_second=1.1, lease_seconds=1.0) == 1
+    assert demand_lease_size(usual=25, demand_per_second=9.0, lease_seconds=1.0) == 4
+    assert demand_lease_size(usual=25, demand_per_second=200.0, lease_seconds=1.0) == 25
+    assert demand_lease_size(usual=25, demand_per_second=0.0, lease_seconds=1.0) == 1

@@ -30,9 +30,11 @@ from botocore.exceptions import BotoCoreError, ClientError
 from breakwater.fairness import (
     BucketLimits,
     BucketState,
+    DemandMeter,
     LeaseDecision,
     LocalLease,
     contention_backoff,
+    demand_lease_size,
     full_at,
     is_full,
     lease_size,
@@ -98,6 +100,7 @@ class LeasedTokenBucket:
         *,
         client: DynamoDBClient | None = None,
         max_attempts: int = 3,
+        size_to_demand: bool = True,
     ) -> None:
         self.table_name = table_name
         self.purpose = purpose
@@ -108,6 +111,8 @@ class LeasedTokenBucket:
         self._client: DynamoDBClient = client or boto3.client("dynamodb")
         self._leases: dict[str, LocalLease] = {}
         self._known: dict[str, StoredBucket] = {}
+        self._demand: dict[str, DemandMeter] = {}
+        self.size_to_demand = size_to_demand  # False: always the usual lease (tests of the writes)
 
     def try_acquire(self, tenant: str, limits: BucketLimits) -> tuple[bool, float]:
         taken, retry_after = self.try_acquire_up_to(tenant, limits, 1)
@@ -118,9 +123,10 @@ class LeasedTokenBucket:
 
         A worker's batch asks for all the messages of a tenant at once: when its lease is short, it
         leases what the batch needs in one write (at least the usual lease, at most the burst), not
-        one lease per message; tokens it spends at once starve nobody (D-worker-15).
+        one lease per message; tokens it spends at once starve nobody.
         """
         now = self._clock()
+        self._demand.setdefault(tenant, DemandMeter()).observe(now, count)
         lease = self._leases.setdefault(tenant, LocalLease())
         taken = lease.spend_up_to(count, now)
         if taken == count:
@@ -163,7 +169,7 @@ class LeasedTokenBucket:
             else:
                 self._known[tenant] = parse_bucket_item(item)
                 return decision, False
-        decision = self._decide(known, limits, now, need)
+        decision = self._decide(tenant, known, limits, now, need)
         contended = False
         for _ in range(self.max_attempts):
             if not decision.ok:
@@ -182,7 +188,7 @@ class LeasedTokenBucket:
                 contended = True
                 known = parse_bucket_item(exc.response.get("Item"))  # type: ignore[arg-type]
                 self._known[tenant] = known
-                decision = self._decide(known, limits, now, need)
+                decision = self._decide(tenant, known, limits, now, need)
                 continue
             except BotoCoreError as exc:
                 return self._fail_open(tenant, known, limits, now, exc), contended
@@ -210,7 +216,8 @@ class LeasedTokenBucket:
         the bucket is not full, the multiplier differs, or the item predates ``full_at``.
         """
         effective = limits.scaled(known.multiplier)
-        decision = take_lease(BucketState.full(effective, now), effective, now, self._wanted(effective, need))
+        wanted = self._wanted(tenant, effective, now, need)
+        decision = take_lease(BucketState.full(effective, now), effective, now, wanted)
         multiplier, values = _multiplier_condition(known.multiplier)
         values |= {
             **_state_values(decision.state, effective),
@@ -270,17 +277,23 @@ class LeasedTokenBucket:
         )
         return dict(response.get("Attributes", {}))
 
-    def _decide(self, known: StoredBucket, limits: BucketLimits, now: float, need: int = 1) -> LeaseDecision:
+    def _decide(
+        self, tenant: str, known: StoredBucket, limits: BucketLimits, now: float, need: int = 1
+    ) -> LeaseDecision:
         effective = limits.scaled(known.multiplier)
         state = known.state if known.state is not None else BucketState.full(effective, now)
         # A lowered multiplier also caps what is already in the bucket.
         state = BucketState(tokens=min(state.tokens, effective.burst), updated_at=state.updated_at)
-        return take_lease(state, effective, now, self._wanted(effective, need))
+        return take_lease(state, effective, now, self._wanted(tenant, effective, now, need))
 
-    def _wanted(self, effective: BucketLimits, need: int) -> int:
-        """The usual lease, or what the requests waiting now need if more (never above the burst)."""
+    def _wanted(self, tenant: str, effective: BucketLimits, now: float, need: int) -> int:
+        """What this container will spend before the lease expires (at most the usual lease), or what
+        the requests waiting now need if more (never above the burst)."""
         usual = lease_size(effective, self.lease_seconds, self.max_fraction)
-        return max(usual, min(need, math.floor(effective.burst)))
+        meter = self._demand.get(tenant) if self.size_to_demand else None
+        demand = meter.rate(now) if meter else None
+        sized = usual if demand is None else demand_lease_size(usual, demand, self.lease_seconds)
+        return max(sized, min(need, math.floor(effective.burst)))
 
     def _write(
         self, tenant: str, known: StoredBucket, decision: LeaseDecision, limits: BucketLimits, now: float
@@ -309,7 +322,7 @@ class LeasedTokenBucket:
         Admission stays bounded (a local token bucket per container) and a later write, still
         conditional on the last version seen, carries the drawn-down view back to the table.
         """
-        decision = self._decide(known, limits, now)
+        decision = self._decide(tenant, known, limits, now)
         if decision.ok:
             self._known[tenant] = StoredBucket(decision.state, known.version, known.multiplier)
         logger.warning(
