@@ -204,6 +204,10 @@ class IngestService:
         self._sink = counters
         self._counts = CounterBuffer(counter_flush_seconds, clock)
 
+    @property
+    def counter_flush_seconds(self) -> float:
+        return self._counts.interval
+
     def accept(
         self,
         raw_body: bytes | None,

@@ -10,13 +10,14 @@ from aws_lambda_powertools.metrics import MetricUnit
 from aws_lambda_powertools.utilities.typing import LambdaContext
 
 from breakwater.api import error_response, json_response, not_found, request_body, tenant_of, trace_id
-from breakwater.aws.front_door import build_ingest
+from breakwater.aws.front_door import build_ingest, flush_tallies_in_the_background
 from breakwater.errors import ApiError
 from breakwater.observability import logger, metrics, tracer
 from breakwater.settings import IngestSettings
 
 app = APIGatewayRestResolver()
 SERVICE = build_ingest(IngestSettings.from_env())
+flush_tallies_in_the_background(SERVICE)
 
 
 @app.post("/v1/messages")

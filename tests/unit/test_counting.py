@@ -38,3 +38,86 @@ def test_restored_tallies_go_out_with_the_next_flush():
     buffer.restore(taken)
     buffer.add("acme", "accepted")
     assert buffer.take_all() == {"acme": {"accepted": 2}}
+
+
+class _Sink:
+    def __init__(self) -> None:
+        self.added: list[dict] = []
+
+    def add(self, deltas) -> None:
+        self.added.append({tenant: dict(counts) for tenant, counts in deltas.items()})
+
+
+class _NoQueues:
+    def __len__(self) -> int:
+        return 1
+
+    def depth(self, index: int) -> int:
+        return 0
+
+    def send(self, index: int, body: str, group_id: str) -> str:
+        return "m"
+
+
+def _service(sink: _Sink, interval: float):
+    import time
+
+    from breakwater.ingest import IngestService, Router
+
+    return IngestService(
+        router=Router(_NoQueues(), 1, 5.0, time.time),
+        gate=None,
+        clock=time.time,
+        max_payload_bytes=1024,
+        max_ttl_seconds=60,
+        counters=sink,
+        counter_flush_seconds=interval,
+    )
+
+
+def _wait_for(condition, limit: float = 10.0) -> bool:
+    import time
+
+    deadline = time.monotonic() + limit
+    while time.monotonic() < deadline:
+        if condition():
+            return True
+        time.sleep(0.01)
+    return condition()
+
+
+def test_tallies_are_flushed_by_the_timer_without_another_request():
+    from breakwater.aws.front_door import flush_tallies_in_the_background
+    from breakwater.ingest import TenantContext
+
+    sink = _Sink()
+    service = _service(sink, interval=0.05)
+    stop = flush_tallies_in_the_background(service, install_signal=False)
+    try:
+        tenant = TenantContext(tenant="acme", tier="standard", rate=5, burst=10)
+        service.accept(b'{"type": "t"}', tenant, request_id=None, trace_id=None)
+        assert _wait_for(lambda: sink.added == [{"acme": {"accepted": 1}}])
+    finally:
+        stop.set()
+
+
+def test_sigterm_flushes_every_tally_then_runs_the_previous_handler():
+    import signal
+
+    from breakwater.aws.front_door import flush_tallies_in_the_background
+    from breakwater.ingest import TenantContext
+
+    seen: list[int] = []
+    original = signal.signal(signal.SIGTERM, lambda signum, frame: seen.append(signum))
+    try:
+        sink = _Sink()
+        service = _service(sink, interval=3600)  # the timer would not flush for an hour
+        stop = flush_tallies_in_the_background(service)
+        tenant = TenantContext(tenant="acme", tier="standard", rate=5, burst=10)
+        service.accept(b'{"type": "t"}', tenant, request_id=None, trace_id=None)
+        assert sink.added == []
+        signal.raise_signal(signal.SIGTERM)
+        assert sink.added == [{"acme": {"accepted": 1}}]
+        assert seen == [signal.SIGTERM] and stop.is_set()
+    finally:
+        signal.signal(signal.SIGTERM, original)

@@ -2,8 +2,12 @@
 
 from __future__ import annotations
 
+import signal
+import threading
 import time
 from collections.abc import Callable
+from types import FrameType
+from typing import Any
 
 import boto3
 
@@ -41,6 +45,41 @@ def build_ingest(settings: IngestSettings, clock: Callable[[], float] = time.tim
         counters=TenantCounters(settings.state_table_name),
         counter_flush_seconds=settings.counter_flush_seconds,
     )
+
+
+def flush_tallies_in_the_background(
+    service: IngestService, *, install_signal: bool = True
+) -> threading.Event:
+    """Flush the service's tallies every interval from a daemon thread, and all of them at shutdown.
+
+    A request only flushes what is due when it arrives; without this, the tallies of a container
+    that gets no further request would wait for one (or be lost with the container). Lambda sends
+    SIGTERM before it shuts a container down when an extension is registered; the handler flushes,
+    then runs whatever handler was installed before. Returns the event that stops the thread.
+    """
+    stop = threading.Event()
+    interval = max(service.counter_flush_seconds, 0.1)
+
+    def loop() -> None:
+        while not stop.wait(interval):
+            service.flush_counters(force=False)
+
+    threading.Thread(target=loop, name="tally-flush", daemon=True).start()
+    if install_signal and threading.current_thread() is threading.main_thread():
+        previous = signal.getsignal(signal.SIGTERM)
+
+        def on_term(signum: int, frame: FrameType | None) -> Any:
+            stop.set()
+            service.flush_counters(force=True)
+            if callable(previous):
+                return previous(signum, frame)
+            if previous == signal.SIG_DFL:
+                signal.signal(signal.SIGTERM, signal.SIG_DFL)
+                signal.raise_signal(signal.SIGTERM)
+            return None
+
+        signal.signal(signal.SIGTERM, on_term)
+    return stop
 
 
 def build_ordered(
