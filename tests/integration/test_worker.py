@@ -253,3 +253,43 @@ def test_a_batch_takes_its_tenant_s_consumer_tokens_in_one_write(
     # the first three (record order) are processed, the other two are over the rate and spill
     assert world.item("tenant#slow", "counters")["processed"] == 3
     assert sorted(e.id for e in world.bodies("spillover")) == sorted(e.id for e in envelopes[3:])
+
+
+def values(blob: dict[str, Any], name: str) -> list[float]:
+    """A metric's values in an EMF blob (one value is written bare, several as a list)."""
+    value = blob.get(name, [])
+    return list(value) if isinstance(value, list) else [value]
+
+
+def test_replayed_work_leaves_the_live_age_metric_and_health_report_untouched(
+    world: WorkerWorld, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """A replay's ages run from the first enqueue: under the live dimension they fired the live p99
+    alarm, and in the live health report they turned the sideline drainers off."""
+    import json
+
+    three_days = 3 * 86_400_000
+    world.send("live-0", make_envelope("acme", age_ms=three_days, origin="replay", replay_run="run-1"))
+    handler = load(monkeypatch, "worker.handler", world.environment())
+    capsys.readouterr()
+
+    response, _ = world.deliver(handler, "live-0")
+
+    assert response == {"batchItemFailures": []}
+    assert world.item("queue#live", "health") == {}  # no live health report at all
+    blobs = [json.loads(line) for line in capsys.readouterr().out.splitlines() if '"_aws"' in line]
+    assert [blob["QueueRole"] for blob in blobs] == ["replay"]
+    assert min(values(blobs[0], "AgeOfFirstAttempt")) >= three_days
+    assert values(blobs[0], "Processed") == [1]
+
+    world.send("live-0", make_envelope("acme", age_ms=2_000))
+    world.send("live-0", make_envelope("acme", age_ms=three_days, origin="replay", replay_run="run-1"))
+    world.deliver(handler, "live-0")
+
+    health = world.item("queue#live", "health")
+    assert 2_000 <= health["oldest_age_ms"] < three_days  # the live message's age, not the replay's
+    blobs = [json.loads(line) for line in capsys.readouterr().out.splitlines() if '"_aws"' in line]
+    by_role = {blob["QueueRole"]: blob for blob in blobs}
+    assert set(by_role) == {"live", "replay"}
+    assert [age < three_days for age in values(by_role["live"], "AgeOfFirstAttempt")] == [True]
+    assert [age >= three_days for age in values(by_role["replay"], "AgeOfFirstAttempt")] == [True]

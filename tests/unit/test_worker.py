@@ -407,3 +407,54 @@ def test_a_redelivery_is_measured_as_a_later_attempt(world: World) -> None:
 
     assert world.metrics.values("AgeOfFirstAttempt", QueueRole="live") == []
     assert world.metrics.values("AgeOfAttempt", QueueRole="live") == [500]
+
+
+# -- replayed work is measured apart from the live signals ----------------------------------------------
+DAY_MS = 86_400_000
+
+
+def replayed(tenant: str = "acme", *, age_ms: int = 3 * DAY_MS, **fields: Any) -> Envelope:
+    """An envelope the replay brought back from the archive: its age runs from its first enqueue."""
+    return envelope(tenant, age_ms=age_ms, **{"origin": Origin.REPLAY, "replay_run": "run-1", **fields})
+
+
+def test_a_replayed_message_leaves_the_live_age_metric_and_health_report_untouched(world: World) -> None:
+    response = world.worker().handle(event(replayed()), context())
+
+    assert response == {"batchItemFailures": []}
+    assert len(world.idempotency.worked) == 1  # processed as any other
+    assert world.ages == []  # no health report: the live set is not judged by the replay's ages
+    assert world.metrics.values("AgeOfFirstAttempt", QueueRole="live") == []
+    assert world.metrics.values("Processed", QueueRole="live") == []
+    assert world.metrics.values("AgeOfFirstAttempt", QueueRole="replay") == [3 * DAY_MS]
+    assert world.metrics.values("Processed", QueueRole="replay") == [1]
+    assert world.counters() == {"acme": {"processed": 1, "replayed": 1}}
+
+
+def test_a_live_message_beside_a_replayed_one_moves_the_live_signals_by_its_own_age(world: World) -> None:
+    world.worker().handle(event(replayed(), envelope(age_ms=1_500)), context())
+
+    assert world.ages == [("live", 1_500, NOW)]
+    assert world.metrics.values("AgeOfFirstAttempt", QueueRole="live") == [1_500]
+    assert world.metrics.values("AgeOfFirstAttempt", QueueRole="replay") == [3 * DAY_MS]
+    blobs = {blob["dimensions"]["QueueRole"]: blob for blob in world.metrics.all_blobs()}
+    assert blobs["live"]["metadata"] == {"AgeOfFirstAttemptByTenant": {"acme": [1_500]}}
+    assert blobs["replay"]["metadata"] == {"AgeOfFirstAttemptByTenant": {"acme": [3 * DAY_MS]}}
+
+
+def test_replayed_work_deferred_to_surge_stays_replayed_work(world: World) -> None:
+    world.leases.full = {"busy"}
+
+    world.worker().handle(event(replayed("busy")), context())
+    (move,) = world.moves
+    again = Envelope.from_json(move.body)
+    assert (again.origin, again.replay_run) == (Origin.SURGE, "run-1")
+    assert world.metrics.values("Deferred", QueueRole="replay") == [1]
+    assert world.metrics.values("Deferred", QueueRole="live") == []
+
+    world.leases.full = set()
+    world.worker().handle(event(again), context())  # its delivery from the surge queue
+
+    assert world.ages == []  # neither a live nor a surge health report
+    assert world.metrics.values("AgeOfFirstAttempt", QueueRole="surge") == []
+    assert world.metrics.values("AgeOfFirstAttempt", QueueRole="replay") == [3 * DAY_MS, 3 * DAY_MS]

@@ -12,16 +12,26 @@ from breakwater.worker.batch import (
     concurrency_limits,
     consumer_bucket_limits,
 )
-from breakwater.worker.metrics import FIRST_ATTEMPT_PROPERTY, BatchMetrics, MetricsSink
+from breakwater.worker.metrics import (
+    FIRST_ATTEMPT_PROPERTY,
+    REPLAY,
+    BatchMetrics,
+    MetricRole,
+    MetricsSink,
+    is_replayed,
+    metric_role,
+)
 from breakwater.worker.ports import LeaseGate, RateGate, WorkerPorts
 from breakwater.worker.record import EnvelopeSqsRecord, SqsRecordAttributes, queue_url_from_arn
 
 __all__ = [
     "FIRST_ATTEMPT_PROPERTY",
     "LOG_KEYS",
+    "REPLAY",
     "BatchMetrics",
     "EnvelopeSqsRecord",
     "LeaseGate",
+    "MetricRole",
     "MetricsSink",
     "OutOfTimeError",
     "RateGate",
@@ -31,5 +41,7 @@ __all__ = [
     "WorkerPorts",
     "concurrency_limits",
     "consumer_bucket_limits",
+    "is_replayed",
+    "metric_role",
     "queue_url_from_arn",
 ]

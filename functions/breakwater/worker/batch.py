@@ -9,6 +9,8 @@ processed under a heartbeat, one after the other. After the batch: every buffere
 through ``SendMessageBatch`` and a failed entry turns its original into a batch item failure
 (nothing is acknowledged before its copy exists); the idempotency records, the lease releases
 with the per-tenant counters, the oldest age per queue role and the metrics go out once per batch.
+Replayed work is measured apart (``breakwater.worker.metrics.metric_role``) and never reported as a
+queue's oldest age.
 
 This module talks to AWS only through :class:`WorkerPorts`.
 """
@@ -41,7 +43,15 @@ from breakwater.sideline import (
     decide,
     queue_role,
 )
-from breakwater.worker.metrics import FAILED, OUTCOME_METRIC, BatchMetrics, MetricsSink
+from breakwater.worker.metrics import (
+    FAILED,
+    OUTCOME_METRIC,
+    BatchMetrics,
+    MetricRole,
+    MetricsSink,
+    is_replayed,
+    metric_role,
+)
 from breakwater.worker.ports import WorkerPorts
 from breakwater.worker.record import EnvelopeSqsRecord, queue_url_from_arn
 
@@ -99,7 +109,7 @@ class _Admitted:
 
     record: EnvelopeSqsRecord
     envelope: Envelope
-    role: QueueRole
+    role: MetricRole  # what its outcome is counted under
     now: int
     state: TenantState
 
@@ -111,17 +121,17 @@ class _Batch:
     context: LambdaContext
     admitted: list[_Admitted] = field(default_factory=list)
     moves: list[Move] = field(default_factory=list)
-    moved: dict[str, tuple[str, QueueRole, SidelineDecision]] = field(default_factory=dict)
+    moved: dict[str, tuple[str, MetricRole, SidelineDecision]] = field(default_factory=dict)
     grants: dict[str, Grant] = field(default_factory=dict)
     counters: dict[str, Counter[str]] = field(default_factory=lambda: defaultdict(Counter))
     metrics: BatchMetrics = field(default_factory=BatchMetrics)
     oldest: dict[QueueRole, int] = field(default_factory=dict)
 
-    def count(self, tenant: str, role: QueueRole, counter: str, metric: str) -> None:
+    def count(self, tenant: str, role: MetricRole, counter: str, metric: str) -> None:
         self.counters[tenant][counter] += 1
         self.metrics.outcome(role, metric)
 
-    def finished(self, envelope: Envelope, role: QueueRole, counter: str, metric: str) -> None:
+    def finished(self, envelope: Envelope, role: MetricRole, counter: str, metric: str) -> None:
         """Count a message that leaves the system (processed or dropped).
 
         A replayed one (``replay_run`` set) also counts ``replayed``: the archiver counted it
@@ -183,10 +193,14 @@ class Worker:
         envelope = record.body
         self._log_keys(envelope)
         now = self.ports.clock_ms()
-        role = queue_role(envelope.origin)
+        role = metric_role(envelope)
         age = envelope.age_ms(now)
         batch.metrics.age(role, envelope.tenant, age, first=record.first_attempt)
-        batch.oldest[role] = max(age, batch.oldest.get(role, 0))
+        if not is_replayed(envelope):
+            # A replayed message's age runs from its first enqueue: it tells nothing of how far behind
+            # this queue is, and in the live health report it would turn the sideline drainers off.
+            queue = queue_role(envelope.origin)
+            batch.oldest[queue] = max(age, batch.oldest.get(queue, 0))
         self._check_time(batch, envelope, role)
 
         config = self.config.decision
@@ -202,7 +216,7 @@ class Worker:
         else:
             batch.admitted.append(_Admitted(record, envelope, role, now, state))
 
-    def _check_time(self, batch: _Batch, envelope: Envelope, role: QueueRole) -> None:
+    def _check_time(self, batch: _Batch, envelope: Envelope, role: MetricRole) -> None:
         if batch.context.get_remaining_time_in_millis() < self.config.safety_margin_s * 1000:
             batch.count(envelope.tenant, role, "failed", FAILED)
             raise OutOfTimeError("too little time left to start this message")
@@ -284,7 +298,7 @@ class Worker:
         self,
         record: EnvelopeSqsRecord,
         envelope: Envelope,
-        role: QueueRole,
+        role: MetricRole,
         decision: Decision,
         batch: _Batch,
     ) -> None:

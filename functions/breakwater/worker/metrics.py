@@ -2,17 +2,22 @@
 
 CloudWatch takes one dimension set per EMF blob, so the batch's roles go out as one blob each:
 every role but the last is flushed here, the last by ``log_metrics`` around the handler.
+
+Replayed work is measured under a role of its own, ``replay`` (:func:`metric_role`): its age runs
+from its first enqueue, before it was archived, so counted as live it fed the live p99
+``AgeOfFirstAttempt`` alarm with ages that say nothing of how the live queues keep up.
 """
 
 from __future__ import annotations
 
 from collections import Counter, defaultdict
 from dataclasses import dataclass, field
-from typing import Any, Protocol
+from typing import Any, Literal, Protocol
 
 from aws_lambda_powertools.metrics import MetricUnit
 
-from breakwater.sideline import SidelineDecision
+from breakwater.envelope import Envelope, Origin
+from breakwater.sideline import QueueRole, SidelineDecision, queue_role
 
 DIMENSION = "QueueRole"
 FIRST_ATTEMPT = "AgeOfFirstAttempt"
@@ -31,6 +36,20 @@ OUTCOME_METRIC = {
     SidelineDecision.DEFER: "Deferred",
 }
 FAILED = "Failed"
+
+REPLAY: Literal["replay"] = "replay"
+MetricRole = QueueRole | Literal["replay"]
+
+
+def is_replayed(envelope: Envelope) -> bool:
+    """Work a replay brought back from the archive, in the queue it was put in or any it was moved to
+    since (a deferral re-homes it to surge, but ``replay_run`` stays)."""
+    return envelope.origin is Origin.REPLAY or envelope.replay_run is not None
+
+
+def metric_role(envelope: Envelope) -> MetricRole:
+    """The ``QueueRole`` dimension of the envelope's metrics: its queue role, or ``replay``."""
+    return REPLAY if is_replayed(envelope) else queue_role(envelope.origin)
 
 
 class MetricsSink(Protocol):
