@@ -15,6 +15,9 @@ from typing import Any
 
 import aws_cdk as cdk
 
+# The stack reads the runtime library's request models to generate the API's body schemas.
+sys.path.insert(0, str(Path(__file__).resolve().parent / "functions"))
+
 from stacks.breakwater_stack import BreakwaterStack
 from stacks.config import CONTEXT_KEY, ConfigError, load_config
 from stacks.nag import acknowledge_findings, apply_nag_packs
