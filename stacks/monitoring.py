@@ -124,7 +124,7 @@ class Monitoring(Construct):
                     self._service_metric(
                         "AgeOfFirstAttempt", statistic="p99", period=_MINUTE, dimensions={"QueueRole": role}
                     ).with_(label=role)
-                    for role in ("live", "surge", "spillover", "backlog")
+                    for role in ("live", "surge", "spillover", "backlog", "replay", "redrive")
                 ],
                 left_annotations=[alarm.to_annotation()],
                 width=12,
@@ -155,7 +155,7 @@ class Monitoring(Construct):
                     self._service_metric(
                         "AgeOfAttempt", statistic="p99", period=_MINUTE, dimensions={"QueueRole": role}
                     ).with_(label=role)
-                    for role in ("live", "surge", "spillover", "backlog")
+                    for role in ("live", "surge", "spillover", "backlog", "replay", "redrive")
                 ],
                 left_annotations=[alarm.to_annotation()],
                 width=12,

@@ -131,9 +131,10 @@ def run_config(
         ]
         first_attempts = emf_first_attempts(runtime, obs.started)
         if parked is not None and parked["replay_started_t"] is not None:
-            # Replayed envelopes are old by design: their first attempts are reported on their own.
+            # Replayed envelopes are old by design: the workers measure them under their own role, and
+            # the report gives them on their own; the live figures end where the replay starts.
             cut = parked["replay_started_t"]
-            replayed_ages = [age for (t, _, age, role) in first_attempts if t >= cut and role == "live"]
+            replayed_ages = [age for (_, _, age, role) in first_attempts if role == "replay"]
             parked["replayed_first_attempts"] = len(replayed_ages)
             parked["replayed_age_p50_ms"] = percentile(replayed_ages, 50)
             first_attempts = [row for row in first_attempts if row[0] < cut]
