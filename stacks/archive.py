@@ -17,7 +17,7 @@ import tempfile
 from collections.abc import Sequence
 from pathlib import Path
 
-from aws_cdk import Acknowledgment, Aws, CfnElement, Duration, Fn, RemovalPolicy, Stack, Validations
+from aws_cdk import Aws, CfnElement, Duration, Fn, RemovalPolicy, Stack
 from aws_cdk import aws_dynamodb as dynamodb
 from aws_cdk import aws_glue as glue
 from aws_cdk import aws_iam as iam
@@ -31,6 +31,7 @@ from constructs import Construct, IConstruct
 from stacks import environment
 from stacks.config import BlueprintConfig
 from stacks.functions import RETENTION, BreakwaterFunction, FunctionFactory
+from stacks.nag import acknowledge
 
 ROOT = Path(__file__).resolve().parent.parent
 ARCHIVE_PREFIX = "archive/"
@@ -42,11 +43,6 @@ _GRANT_WILDCARDS = (
     "s3:GetObject*", "s3:GetBucket*", "s3:List*", "s3:DeleteObject*", "s3:Abort*",
     "kms:GenerateDataKey*", "kms:ReEncrypt*",
 )  # fmt: skip
-
-
-def _acknowledge(construct: IConstruct, rule: str, reason: str) -> None:
-    pack = rule.split("-", 1)[0]
-    Validations.of(construct).acknowledge(Acknowledgment(id=f"{pack}::{rule}", reason=reason))
 
 
 def _logical_id(construct: IConstruct) -> str:
@@ -111,7 +107,7 @@ class ArchiveAndReplay(Construct):
             ],
             removal_policy=RemovalPolicy.RETAIN,
         )
-        _acknowledge(
+        acknowledge(
             bucket, "AwsSolutions-S1", "this is the access-log bucket of the archive; it does not log itself"
         )
         return bucket
@@ -185,13 +181,13 @@ class ArchiveAndReplay(Construct):
             "Action::kms:ReEncrypt*",
             f"Resource::<{self._bucket_id}.Arn>/archive/*",
         ):
-            _acknowledge(
+            acknowledge(
                 policy,
                 f"AwsSolutions-IAM5[{finding}]",
                 "CDK's grantPut on the archive bucket, limited to the archive/ prefix: new objects whose "
                 "keys are not known in advance, and the stack key's data keys for their encryption",
             )
-        _acknowledge(
+        acknowledge(
             archiver.function,
             "Serverless-LambdaDLQ",
             "the controller starts it again on its next run while the budget is still exceeded; a failed run "
@@ -299,7 +295,7 @@ class ArchiveAndReplay(Construct):
             "Resource::arn:<AWS::Partition>:logs:<AWS::Region>:<AWS::AccountId>:log-group:/aws-glue/*",
         ]
         for finding in findings:
-            _acknowledge(
+            acknowledge(
                 policy,
                 f"AwsSolutions-IAM5[{finding}]",
                 "CDK's bucket and key grants, limited to the archive bucket's archive/ (read) and replay/ "
@@ -337,7 +333,7 @@ class ArchiveAndReplay(Construct):
         """
         self.archiver.function.grant_invoke(grantee)  # the function and its versions (<arn>:*)
         if isinstance(grantee, iam.Role):
-            _acknowledge(
+            acknowledge(
                 grantee.node.find_child("DefaultPolicy"),
                 f"AwsSolutions-IAM5[Resource::<{self._archiver_id}.Arn>:*]",
                 "CDK's grantInvoke: the archiver function and its versions, nothing else",

@@ -9,12 +9,15 @@ CDK then lists the finding as acknowledged, with its reason, in ``validation-rep
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING
+
 from aws_cdk import Acknowledgment, App, Validations
 from cdk_nag import AwsSolutionsChecks, ServerlessChecks
 from constructs import IConstruct
 
-from stacks.breakwater_stack import BreakwaterStack
-from stacks.functions import BreakwaterFunction
+if TYPE_CHECKING:  # the constructs import acknowledge() from here
+    from stacks.breakwater_stack import BreakwaterStack
+    from stacks.functions import BreakwaterFunction
 
 # Why each function has no asynchronous-invocation DLQ (Serverless-LambdaDLQ).
 _NO_ASYNC_DLQ = {
@@ -44,7 +47,7 @@ _SQS_MAPPING_DESTINATION = (
 )
 
 _RUNTIME_PINNED = (
-    "the runtime is chosen by functions.runtime in cdk.json (docs/decisions.md D2/D3): it must match a "
+    "the runtime is chosen by functions.runtime in cdk.json: it must match a "
     "published Powertools layer, pinned by functions.powertools_layer_version; upgrade the two together"
 )
 
@@ -128,7 +131,7 @@ def _acknowledge_ingress(stack: BreakwaterStack) -> None:
             method,
             "AwsSolutions-COG4",
             "machine-to-machine API authenticated by per-tenant API keys: the REQUEST authorizer checks the "
-            "key's SHA-256 against the tenants table (docs/decisions.md D1); no end users for a Cognito pool",
+            "key's SHA-256 against the tenants table; no end users for a Cognito pool",
         )
     acknowledge(
         api.deployment_stage,
