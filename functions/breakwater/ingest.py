@@ -100,7 +100,7 @@ def admit_up_to(gate: TokenGate | None, tenant: str, limits: BucketLimits, count
     return count, 0.0
 
 
-class QueueSet(Protocol):
+class RoutedQueues(Protocol):
     """The live queues (``breakwater.aws.queues.LiveQueues``)."""
 
     def __len__(self) -> int: ...
@@ -115,7 +115,7 @@ class Router:
 
     def __init__(
         self,
-        queues: QueueSet,
+        queues: RoutedQueues,
         shard_size: int,
         depth_refresh_seconds: float,
         clock: Callable[[], float],
