@@ -69,6 +69,31 @@ def from_lambda_record(record: Mapping[str, Any]) -> StreamRecord:
 
 
 @dataclass(frozen=True)
+class NotAStreamEvent:
+    """A record of the batch that could not be decoded: reported as a failure, with the reason."""
+
+    sequence_number: str
+    event_id: str | None
+    error: str
+
+
+def decode_lambda_records(
+    records: Iterable[Mapping[str, Any]],
+) -> tuple[list[StreamRecord], list[NotAStreamEvent]]:
+    """The batch's stream events, and the records that are not stream events (with the reason)."""
+    decoded: list[StreamRecord] = []
+    malformed: list[NotAStreamEvent] = []
+    for record in records:
+        try:
+            decoded.append(from_lambda_record(record))
+        except (ValueError, KeyError) as exc:
+            malformed.append(
+                NotAStreamEvent(str(record["kinesis"]["sequenceNumber"]), record.get("eventID"), str(exc))
+            )
+    return decoded, malformed
+
+
+@dataclass(frozen=True)
 class AggregateKey:
     shard_id: str
     partition_key: str

@@ -10,20 +10,19 @@ from __future__ import annotations
 
 from typing import Any
 
-import boto3
 from aws_lambda_powertools.metrics import MetricUnit
 from aws_lambda_powertools.utilities.batch import BatchProcessor, EventType, process_partial_response
 from aws_lambda_powertools.utilities.batch.types import PartialItemFailureResponse
 from aws_lambda_powertools.utilities.data_classes.kinesis_stream_event import KinesisStreamRecord
 from aws_lambda_powertools.utilities.typing import LambdaContext
 
-from breakwater.aws.aggregates import DynamoAggregateStore
+from breakwater.aws.aggregates import build_aggregate_store
 from breakwater.observability import logger, metrics, tracer
-from breakwater.sequencing import StreamRecord, from_lambda_record, write_aggregates
+from breakwater.sequencing import decode_lambda_records, write_aggregates
 from breakwater.settings import StreamConsumerSettings
 
 SETTINGS = StreamConsumerSettings.from_env()
-STORE = DynamoAggregateStore(boto3.client("dynamodb"), SETTINGS.aggregates_table_name)
+STORE = build_aggregate_store(SETTINGS)
 processor = BatchProcessor(event_type=EventType.KinesisDataStreams)
 
 
@@ -31,31 +30,21 @@ class RecordNotAppliedError(RuntimeError):
     """The record's aggregate was not written (or the record is not a stream event): Lambda retries it."""
 
 
-def _decode(raw_records: list[dict[str, Any]]) -> tuple[list[StreamRecord], set[str]]:
-    decoded, malformed = [], set()
-    for raw in raw_records:
-        try:
-            decoded.append(from_lambda_record(raw))
-        except (ValueError, KeyError) as exc:
-            malformed.add(str(raw["kinesis"]["sequenceNumber"]))
-            logger.error("not a stream event", extra={"event_id": raw.get("eventID"), "error": str(exc)})
-    return decoded, malformed
-
-
 @tracer.capture_method
 def apply_batch(raw_records: list[dict[str, Any]]) -> set[str]:
     """Write the batch's aggregates; the sequence numbers that must be reported as failures."""
-    decoded, malformed = _decode(raw_records)
+    decoded, not_events = decode_lambda_records(raw_records)
+    for bad in not_events:
+        logger.error("not a stream event", extra={"event_id": bad.event_id, "error": bad.error})
     report = write_aggregates(decoded, STORE, SETTINGS.max_cas_attempts)
+    failed = report.failed_sequences | {bad.sequence_number for bad in not_events}
     for error in report.errors:
         logger.warning("aggregate write failed", extra={"error": error})
     metrics.add_metric(name="RecordsApplied", unit=MetricUnit.Count, value=report.applied_records)
     metrics.add_metric(name="RecordsSkipped", unit=MetricUnit.Count, value=report.skipped_records)
     metrics.add_metric(name="AggregateWrites", unit=MetricUnit.Count, value=report.writes)
-    metrics.add_metric(
-        name="RecordsFailed", unit=MetricUnit.Count, value=len(report.failed_sequences | malformed)
-    )
-    return report.failed_sequences | malformed
+    metrics.add_metric(name="RecordsFailed", unit=MetricUnit.Count, value=len(failed))
+    return failed
 
 
 @logger.inject_lambda_context(clear_state=True)

@@ -218,6 +218,23 @@ def test_a_failed_key_is_reported_by_sequence_number_and_the_retry_counts_once(
     assert _store().read("beta", "click")["count"] == 1
 
 
+def test_a_record_that_is_not_a_stream_event_is_reported_and_the_others_are_written(
+    consumer: ModuleType, stream_arn: str
+) -> None:
+    _put(stream_arn, "acme", [1])
+    kinesis = boto3.client("kinesis", region_name=REGION)
+    bad = kinesis.put_record(StreamARN=stream_arn, Data=b"not an event", PartitionKey="acme")
+    _put(stream_arn, "acme", [2])
+    stream = StreamConsumer(stream_arn, consumer.handler)
+    records = read_shard(stream_arn, "shardId-000000000000")
+    event = {"Records": [kinesis_record("shardId-000000000000", r, stream_arn, stream.role) for r in records]}
+
+    response = consumer.handler(event, FakeLambdaContext())
+
+    assert response == {"batchItemFailures": [{"itemIdentifier": bad["SequenceNumber"]}]}
+    assert _store().read("acme", "click")["count"] == 2
+
+
 def _tenant_in_half(upper: bool, prefix: str) -> str:
     """A tenant whose partition key hashes into the upper (or lower) half of the key space."""
     for i in range(1000):

@@ -11,12 +11,15 @@ from __future__ import annotations
 import time
 from typing import TYPE_CHECKING, Any
 
+import boto3
 from botocore.exceptions import ClientError
 
 from breakwater.sequencing import Aggregate, sortable_sequence
 
 if TYPE_CHECKING:
     from mypy_boto3_dynamodb import DynamoDBClient
+
+    from breakwater.settings import StreamConsumerSettings
 
 SEQUENCE_ATTRIBUTE_PREFIX = "seq#"
 _UPDATE = "SET #seq = :last, last_value = :lv, updated_at = :now ADD #count :n, #total :t"
@@ -101,3 +104,8 @@ class DynamoAggregateStore:
                     _unsortable(value["S"]) if name.startswith(SEQUENCE_ATTRIBUTE_PREFIX) else value["S"]
                 )
         return plain
+
+
+def build_aggregate_store(settings: StreamConsumerSettings) -> DynamoAggregateStore:
+    """The stream consumer's store: the only place its DynamoDB client is made."""
+    return DynamoAggregateStore(boto3.client("dynamodb"), settings.aggregates_table_name)
