@@ -6,38 +6,17 @@ Event: ``{"queue_url": "<one of SOURCE_QUEUE_URLS>", "max_messages": 10000}`` (b
 
 from __future__ import annotations
 
-from collections.abc import Mapping
 from dataclasses import asdict
 from typing import Any
 
-import boto3
 from aws_lambda_powertools.utilities.typing import LambdaContext
 
-from breakwater.aws.archive import SidelineArchiver
-from breakwater.aws.counters import add_counters
+from breakwater.aws.archive import build_archiver
 from breakwater.observability import logger, metrics, tracer
 from breakwater.settings import ArchiverSettings
 
 settings = ArchiverSettings.from_env()
-dynamodb = boto3.client("dynamodb")
-
-
-def count_archived(per_tenant: Mapping[str, int]) -> None:
-    """The archived envelopes leave their tenants' backlog estimates (one ADD per tenant)."""
-    for tenant, archived in per_tenant.items():
-        add_counters(dynamodb, settings.state_table_name, tenant, {"archived": archived})
-
-
-archiver = SidelineArchiver(
-    sqs=boto3.client("sqs"),
-    s3=boto3.client("s3"),
-    count_archived=count_archived,
-    bucket=settings.archive_bucket_name,
-    prefix=settings.archive_prefix,
-    max_messages_per_object=settings.max_messages_per_object,
-    visibility_seconds=settings.receive_visibility_seconds,
-    wait_for_delayed_seconds=settings.wait_for_delayed_seconds,
-)
+archiver = build_archiver(settings)
 
 
 @logger.inject_lambda_context

@@ -237,5 +237,6 @@ def test_archived_envelopes_leave_their_tenants_backlog_estimates(world: dict[st
 
     assert result["results"][0]["archived"] == 6
     assert result["results"][0]["counted"] == {"acme": 3, "zeta": 1}
-    assert _counters(world["state_table"], "acme") == {"archived": 3}
-    assert _counters(world["state_table"], "zeta") == {"archived": 1}
+    # Only ``archived`` is asserted: the counters item also carries the controller's bookkeeping.
+    assert _counters(world["state_table"], "acme")["archived"] == 3
+    assert _counters(world["state_table"], "zeta")["archived"] == 1

@@ -13,6 +13,8 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
+import boto3
+
 from breakwater.archive import (
     ArchivedMessage,
     encode_ndjson_gz,
@@ -20,12 +22,15 @@ from breakwater.archive import (
     group_by_partition,
     object_key,
 )
+from breakwater.aws.counters import add_counters
 from breakwater.aws.health import waiting_messages
 from breakwater.observability import logger
 
 if TYPE_CHECKING:
     from mypy_boto3_s3 import S3Client
     from mypy_boto3_sqs import SQSClient
+
+    from breakwater.settings import ArchiverSettings
 
 _RECEIVE_BATCH = 10  # SQS maximum per ReceiveMessage / DeleteMessageBatch
 
@@ -142,3 +147,24 @@ class SidelineArchiver:
                 # Archived but still queued: the message is archived again later, the replay dedups it.
                 logger.warning("archived messages not deleted", extra={"failed": response["Failed"]})
         return deleted
+
+
+def build_archiver(settings: ArchiverSettings) -> SidelineArchiver:
+    """The archiver of the settings' bucket: the only place its SQS, S3 and DynamoDB clients are made."""
+    dynamodb = boto3.client("dynamodb")
+
+    def count_archived(per_tenant: Mapping[str, int]) -> None:
+        """The archived envelopes leave their tenants' backlog estimates (one ADD per tenant)."""
+        for tenant, archived in per_tenant.items():
+            add_counters(dynamodb, settings.state_table_name, tenant, {"archived": archived})
+
+    return SidelineArchiver(
+        sqs=boto3.client("sqs"),
+        s3=boto3.client("s3"),
+        count_archived=count_archived,
+        bucket=settings.archive_bucket_name,
+        prefix=settings.archive_prefix,
+        max_messages_per_object=settings.max_messages_per_object,
+        visibility_seconds=settings.receive_visibility_seconds,
+        wait_for_delayed_seconds=settings.wait_for_delayed_seconds,
+    )
