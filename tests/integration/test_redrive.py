@@ -2,7 +2,10 @@
 
 from __future__ import annotations
 
+import importlib.machinery
+import importlib.util
 import json
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -84,4 +87,28 @@ def test_a_lost_delete_does_not_send_the_message_twice(world: WorkerWorld) -> No
 
     assert (result.moved, result.already_moved) == (0, 1)
     assert world.depth("live-0", dlq=True)["Visible"] == 0
+    assert [e.id for e in world.bodies("live-0")] == [envelope.id]
+
+
+def _bin_redrive() -> Any:
+    path = Path(__file__).resolve().parents[2] / "bin" / "redrive"
+    loader = importlib.machinery.SourceFileLoader("bin_redrive", str(path))
+    spec = importlib.util.spec_from_loader("bin_redrive", loader)
+    assert spec is not None
+    module = importlib.util.module_from_spec(spec)
+    loader.exec_module(module)
+    return module
+
+
+def test_bin_redrive_moves_one_pair_from_this_machine(
+    world: WorkerWorld, capsys: pytest.CaptureFixture[str]
+) -> None:
+    dlq, source = world.dlqs["live-0"], world.urls["live-0"]
+    envelope = make_envelope("acme")
+    world.sqs.send_message(QueueUrl=dlq, MessageBody=envelope.to_json())
+
+    code = _bin_redrive().main(["--dlq-url", dlq, "--source-url", source, "--state-table", STATE_TABLE])
+
+    assert code == 0
+    assert json.loads(capsys.readouterr().out)["moved"] == 1
     assert [e.id for e in world.bodies("live-0")] == [envelope.id]

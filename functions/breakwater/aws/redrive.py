@@ -16,10 +16,11 @@ ten by receive -> send -> mark -> delete:
 from __future__ import annotations
 
 import time
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
+import boto3
 from botocore.exceptions import ClientError
 
 from breakwater.aws.counters import batch_get
@@ -28,6 +29,8 @@ if TYPE_CHECKING:
     from mypy_boto3_dynamodb import DynamoDBClient
     from mypy_boto3_sqs import SQSClient
     from mypy_boto3_sqs.type_defs import MessageTypeDef
+
+    from breakwater.settings import RedriveSettings
 
 MARKER_TTL_SECONDS = 15 * 86_400  # longer than the longest SQS retention (14 days)
 _UNSUPPORTED = {"UnsupportedOperation", "InvalidAction", "AWS.SimpleQueueService.UnsupportedOperation"}
@@ -185,3 +188,55 @@ def redrive(
                 dlq_url=dlq_url, source_url=source_url, method="move_task", task_handle=handle
             )
     return move_by_hand(sqs, dlq_url, source_url, markers=markers, max_messages=max_messages)
+
+
+class Redrive:
+    """The DLQ -> source pairs an operator may redrive, and the clients that move them."""
+
+    def __init__(
+        self,
+        sqs: SQSClient,
+        pairs: Mapping[str, str],
+        *,
+        dynamodb: DynamoDBClient | None = None,
+        state_table_name: str | None = None,
+    ) -> None:
+        self._sqs = sqs
+        self.pairs = dict(pairs)
+        self._dynamodb = dynamodb
+        self._state_table = state_table_name
+
+    def pairs_for(self, dlq_url: str | None) -> dict[str, str]:
+        """Every pair, or only ``dlq_url``'s; a DLQ that is not one of the pairs is refused."""
+        if dlq_url is None:
+            return dict(self.pairs)
+        if dlq_url not in self.pairs:
+            raise ValueError(f"unknown DLQ {dlq_url!r}; known: {sorted(self.pairs)}")
+        return {dlq_url: self.pairs[dlq_url]}
+
+    def markers(self, dlq_url: str) -> RedriveMarkers | None:
+        if self._dynamodb is None or not self._state_table:
+            return None
+        return RedriveMarkers(self._dynamodb, self._state_table, dlq_url)
+
+    def redrive(
+        self, dlq_url: str, source_url: str, *, max_messages: int | None = None, use_move_task: bool = True
+    ) -> RedriveResult:
+        return redrive(
+            self._sqs,
+            dlq_url,
+            source_url,
+            markers=self.markers(dlq_url),
+            max_messages=max_messages,
+            use_move_task=use_move_task,
+        )
+
+
+def build_redrive(settings: RedriveSettings) -> Redrive:
+    """The redrive of the settings' pairs: the only place its SQS and DynamoDB clients are made."""
+    return Redrive(
+        boto3.client("sqs"),
+        settings.redrive_pairs,
+        dynamodb=boto3.client("dynamodb") if settings.state_table_name else None,
+        state_table_name=settings.state_table_name,
+    )
