@@ -8,7 +8,7 @@ The Powertools ``Tracer`` is created only where it would trace: it imports the X
 builds its own botocore client) even when tracing is disabled, a large share of every cold start.
 Where Powertools would disable it (``POWERTOOLS_TRACE_DISABLED``, set by CDK when
 ``functions.tracing`` is off, or outside Lambda) a stand-in with the same decorators returns the
-decorated function unchanged (docs/decisions.md, D-worker-9).
+decorated function unchanged.
 """
 
 from __future__ import annotations

@@ -5,13 +5,15 @@ two functions, share one record per envelope: a message processed by either is n
 again by the other.
 
 Powertools writes two records per call (put INPROGRESS, update COMPLETED). :class:`BatchedPersistenceLayer`
-keeps its ``idempotent_function`` and record layout but moves both writes to the batch
-(docs/decisions.md, D-worker-8): before the batch's admitted messages run, one TransactWriteItems
-takes the INPROGRESS lock of all of them with Powertools' own condition (so two copies of an envelope
-are never worked on in parallel, and a completed one is never run again); the COMPLETED records are
-buffered and written with BatchWriteItem after the batch. A lock the batch could not take (the record
-exists: a duplicate) falls back to Powertools' per-call path, which reads the record and answers
-"already done" or "in progress". A failure deletes its lock at once, so the retry can run.
+keeps its ``idempotent_function`` and record layout but moves both writes to the batch, two writes
+per message being most of the worker's AWS cost: before the batch's admitted messages run, one
+TransactWriteItems takes the INPROGRESS lock of all of them with Powertools' own condition (so two
+copies of an envelope are never worked on in parallel, and a completed one is never run again); the
+COMPLETED records are buffered and handed to the batch's settle (:meth:`take_completed`), which
+writes them with the batch's other items, or written with BatchWriteItem (:meth:`flush`). A lock
+the batch could not take (the record exists: a duplicate) falls back to Powertools' per-call path,
+which reads the record and answers "already done" or "in progress". A failure deletes its lock at
+once, so the retry can run.
 """
 
 from __future__ import annotations

@@ -1,4 +1,4 @@
-"""The edge throttle: each tenant's API Gateway API key, in its tier's usage plan (D-ingest-5).
+"""The edge throttle: each tenant's API Gateway API key, in its tier's usage plan.
 
 The REST API takes its API keys from the authorizer (``ApiKeySourceType.AUTHORIZER``): the
 authorizer names the tenant's key (``breakwater.auth.usage_identifier_key``), and the key's usage
