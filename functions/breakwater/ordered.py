@@ -8,8 +8,11 @@
 - Beyond those 5 minutes, the consumer's write-ahead record (keyed by group and deduplication id)
   makes a duplicate, or a redelivery after a lost delete, have no second effect
   (``docs/ordering-and-streams.md`` states exactly when that holds).
+- A group's backlog is bounded (:class:`GroupBound`): SQS finds deliverable groups only among the
+  oldest messages of a FIFO queue, so a group deep enough to fill that scan window would starve
+  every group behind it.
 
-Everything here is pure: the write-ahead store and the side effect are injected.
+Everything here is pure: the write-ahead store, the group counters and the side effect are injected.
 """
 
 from __future__ import annotations
@@ -176,3 +179,123 @@ def process_exactly_once(
         raise
     store.complete(message.group_id, message.dedup_id, message.owner, now_ms)
     return Outcome.PROCESSED
+
+
+# -- the group backlog bound: what keeps one group from filling FIFO's scan window ---------------
+#
+# SQS looks for groups it can deliver from only among the oldest messages of a FIFO queue (its
+# scan window, the size of the queue's in-flight quota). A group whose backlog filled that window
+# would hide every group behind it. So ingest admits a message only while its group has fewer than
+# ``limit`` messages accepted and not yet released, and the consumer releases each message it is
+# done with. The count lives in one item per group, split by generation: a message can stay in its
+# queue at most one window (the queue's retention period, plus the ingest request that stamped it)
+# after ``enqueued_at``, so what was admitted two generations ago has left the queue, whether its
+# release ever came (a message moved to the DLQ, one that expired in the queue) or not.
+
+
+@dataclass(frozen=True)
+class BacklogWindow:
+    """One generation of the group counters: at least the longest a message can stay in its queue
+    after ingest stamped its ``enqueued_at`` (the stack sets the queue's retention period plus a
+    margin for the ingest request). Ingest and consumer must use the same one."""
+
+    window_ms: int
+
+    def __post_init__(self) -> None:
+        if self.window_ms < 1:
+            raise ValueError(f"a backlog window must be at least 1 ms, got {self.window_ms}")
+
+    def generation(self, enqueued_at_ms: int) -> int:
+        """The generation a message is counted in: ingest and consumer derive it from the same stamp."""
+        return enqueued_at_ms // self.window_ms
+
+    def expires_at_s(self, generation: int) -> int:
+        """When a counter item of ``generation`` counts nothing any more (its TTL, epoch seconds)."""
+        return (generation + 2) * self.window_ms // 1000
+
+
+@dataclass(frozen=True)
+class GroupBound:
+    """At most ``limit`` messages per group accepted and not yet released, counted per ``window``."""
+
+    limit: int
+    window: BacklogWindow
+
+    def __post_init__(self) -> None:
+        if self.limit < 1:
+            raise ValueError(f"a group bound needs limit >= 1, got {self.limit}")
+
+
+@dataclass(frozen=True)
+class GroupBacklog:
+    """A group's counter item: ``backlog`` messages not yet released, ``previous`` of them admitted in
+    the generation before ``generation`` (the rest in ``generation`` itself)."""
+
+    generation: int
+    backlog: int
+    previous: int
+
+    @property
+    def current(self) -> int:
+        return self.backlog - self.previous
+
+
+def backlog_at(stored: GroupBacklog | None, generation: int) -> GroupBacklog:
+    """The stored counts as they stand in ``generation``.
+
+    Counts of two generations back or more are gone (those messages have left the queue); last
+    generation's current count becomes this one's ``previous``. An item already in a later
+    generation (another container's clock is ahead) is taken as it is.
+    """
+    if stored is None or stored.generation < generation - 1:
+        return GroupBacklog(generation=generation, backlog=0, previous=0)
+    if stored.generation == generation - 1:
+        current = max(0, stored.current)
+        return GroupBacklog(generation=generation, backlog=current, previous=current)
+    return stored
+
+
+@dataclass(frozen=True)
+class GroupAdmission:
+    """``admitted``, and the group's backlog: after the admission, or the one that refused it."""
+
+    admitted: bool
+    backlog: int
+
+
+def plan_admission(stored: GroupBacklog | None, generation: int, limit: int) -> tuple[bool, GroupBacklog]:
+    """Whether one more message of the group is admitted, and the counts to write if it is."""
+    seen = backlog_at(stored, generation)
+    if seen.backlog >= limit:
+        return False, seen
+    return True, GroupBacklog(generation=seen.generation, backlog=seen.backlog + 1, previous=seen.previous)
+
+
+class Slot(StrEnum):
+    """Which count a released message comes off."""
+
+    CURRENT = "current"  # admitted in the item's generation
+    PREVIOUS = "previous"  # admitted in the generation before it
+
+
+def release_slot(stored: GroupBacklog | None, generation: int) -> Slot | None:
+    """The count a message of ``generation`` comes off, or None when nothing counts it any more.
+
+    None: no item, a count already at zero (a second release, or a message admitted before the
+    bound existed), or a generation the item has moved past (its count aged out).
+    """
+    if stored is None:
+        return None
+    if stored.generation == generation:
+        return Slot.CURRENT if stored.current > 0 else None
+    if stored.generation == generation + 1:
+        return Slot.PREVIOUS if stored.previous > 0 else None
+    return None
+
+
+class GroupBacklogs(Protocol):
+    """The per-group counters (``breakwater.aws.group_backlogs.DynamoGroupBacklogs``)."""
+
+    def admit(self, group_id: str, generation: int, limit: int, now_ms: int) -> GroupAdmission: ...
+
+    def release(self, group_id: str, generation: int, now_ms: int) -> bool: ...

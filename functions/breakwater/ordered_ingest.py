@@ -1,7 +1,11 @@
-"""The ordered ingest path: validate, admit fairly, stamp the envelope, send it to its group's FIFO queue.
+"""The ordered ingest path: validate, admit fairly, bound the group, stamp the envelope, send it to its
+group's FIFO queue.
 
 The same steps as :class:`breakwater.ingest.IngestService` with the ordered request model, and a
-FIFO sender in place of the shuffle-sharded router (a group must always land on one queue).
+FIFO sender in place of the shuffle-sharded router (a group must always land on one queue). Between
+the tenant's rate and the send, the group's backlog bound (:class:`breakwater.ordered.GroupBound`):
+past it the answer is a 429 naming the group and the limit, so no group can grow deep enough to
+fill the FIFO queue's scan window (docs/ordering-and-streams.md).
 """
 
 from __future__ import annotations
@@ -11,9 +15,14 @@ from dataclasses import dataclass
 from typing import Any, Protocol
 
 from breakwater.envelope import Envelope
+from breakwater.errors import ThrottledError
 from breakwater.ingest import TenantContext, TokenGate, admit, build_envelope
-from breakwater.ordered import deduplication_id
+from breakwater.ordered import GroupBacklogs, GroupBound, deduplication_id, message_group_id
 from breakwater.requests import OrderedMessageRequest, RequestLimits, parse_message
+
+GROUP_FULL_RETRY_AFTER_SECONDS = 5.0
+"""A full group gains room only as its consumer finishes messages, one at a time in order; asking the
+client to wait a few seconds lets it drain instead of spending the tenant's tokens on refusals."""
 
 
 class OrderedSender(Protocol):
@@ -23,6 +32,27 @@ class OrderedSender(Protocol):
     """
 
     def send(self, envelope: Envelope) -> str: ...
+
+
+class GroupBacklogFullError(ThrottledError):
+    """429: the message's group holds ``limit`` messages accepted and not yet processed."""
+
+    code = "group_backlog_full"
+
+    def __init__(self, group_id: str, limit: int, backlog: int) -> None:
+        super().__init__(
+            f"message group '{group_id}' has {backlog} messages accepted and not yet processed, "
+            f"its limit is {limit}; retry after the Retry-After header's seconds",
+            retry_after=GROUP_FULL_RETRY_AFTER_SECONDS,
+        )
+        self.group_id = group_id
+        self.limit = limit
+        self.backlog = backlog
+
+    def body(self) -> dict[str, Any]:
+        body = super().body()
+        body["error"] |= {"group": self.group_id, "limit": self.limit, "backlog": self.backlog}
+        return body
 
 
 @dataclass(frozen=True)
@@ -38,6 +68,8 @@ class AcceptedOrdered:
 
 
 class OrderedIngestService:
+    """``backlogs`` and ``bound`` together turn the group bound on; without them only the rate applies."""
+
     def __init__(
         self,
         *,
@@ -45,10 +77,16 @@ class OrderedIngestService:
         gate: TokenGate | None,
         clock: Callable[[], float],
         limits: RequestLimits,
+        backlogs: GroupBacklogs | None = None,
+        bound: GroupBound | None = None,
     ) -> None:
+        if (backlogs is None) != (bound is None):
+            raise ValueError("the group bound needs both its counters (backlogs) and its bound")
         self.sender = sender
         self.gate = gate
         self.limits = limits
+        self.backlogs = backlogs
+        self.bound = bound
         self._clock = clock
 
     def accept(
@@ -56,12 +94,26 @@ class OrderedIngestService:
     ) -> AcceptedOrdered:
         request = parse_message(OrderedMessageRequest, raw_body, self.limits)
         admit(self.gate, tenant)
+        now_ms = int(self._clock() * 1000)
         envelope = build_envelope(
             request,
             tenant=tenant.tenant,
-            now_ms=int(self._clock() * 1000),
+            now_ms=now_ms,
             request_id=request_id,
             trace_id=trace_id,
         )
-        self.sender.send(envelope)
+        if self.backlogs is None or self.bound is None:
+            self.sender.send(envelope)
+            return AcceptedOrdered(envelope)
+        group = message_group_id(envelope.tenant, request.ordering_key)
+        generation = self.bound.window.generation(envelope.enqueued_at)
+        admission = self.backlogs.admit(group, generation, self.bound.limit, now_ms)
+        if not admission.admitted:
+            raise GroupBacklogFullError(group, self.bound.limit, admission.backlog)
+        try:
+            self.sender.send(envelope)
+        except BaseException:
+            # Not stored: give the slot back, or the group would count a message it never had.
+            self.backlogs.release(group, generation, now_ms)
+            raise
         return AcceptedOrdered(envelope)

@@ -1,27 +1,43 @@
-"""The ordered workload's pure policy: group and dedup ids, the FIFO release rules, the write-ahead claim."""
+"""The ordered workload's pure policy: group and dedup ids, the FIFO release rules, the write-ahead claim,
+and the group backlog bound (counters by generation, the ingest's admission, the consumer's release)."""
 
 from __future__ import annotations
+
+import json
+from dataclasses import dataclass, field
 
 import pytest
 from pydantic import ValidationError
 
 from breakwater.envelope import Envelope, new_envelope_id
+from breakwater.errors import UnavailableError
+from breakwater.fifo_consumer import FifoConsumer
+from breakwater.ingest import TenantContext
 from breakwater.ordered import (
+    BacklogWindow,
     Claim,
+    GroupAdmission,
+    GroupBacklog,
+    GroupBound,
     GroupBusyError,
     OrderedMessage,
     Outcome,
     QueuedMessage,
+    Slot,
     WriteAheadRecord,
     WriteAheadState,
+    backlog_at,
     deduplication_id,
     fifo_queue_index,
     judge_existing,
     message_group_id,
+    plan_admission,
     process_exactly_once,
     release_order,
+    release_slot,
 )
-from breakwater.requests import MAX_ORDERING_KEY_LENGTH, OrderedMessageRequest
+from breakwater.ordered_ingest import GroupBacklogFullError, OrderedIngestService
+from breakwater.requests import MAX_ORDERING_KEY_LENGTH, OrderedMessageRequest, RequestLimits
 
 
 def _envelope(**fields: object) -> Envelope:
@@ -162,3 +178,194 @@ def test_an_expired_message_is_dropped_without_a_claim() -> None:
     envelope = _envelope(expires_at=1_500)
     assert process_exactly_once(_message(envelope), store, effects.append, 2_000) is Outcome.EXPIRED
     assert effects == [] and store.records == {}
+
+
+# -- the group backlog bound --------------------------------------------------------------------
+
+WINDOW = BacklogWindow(window_ms=100_000)
+
+
+def test_a_message_is_counted_in_the_generation_of_its_enqueued_at() -> None:
+    assert [WINDOW.generation(ms) for ms in (0, 99_999, 100_000, 250_000)] == [0, 0, 1, 2]
+    # The item outlives the generation after its own: that one still reads its count as "previous".
+    assert WINDOW.expires_at_s(3) == 500
+    with pytest.raises(ValueError):
+        BacklogWindow(0)
+    with pytest.raises(ValueError):
+        GroupBound(limit=0, window=WINDOW)
+
+
+def test_counts_move_to_previous_for_one_generation_then_age_out() -> None:
+    stored = GroupBacklog(generation=5, backlog=7, previous=3)  # 4 admitted in 5, 3 in 4
+    assert backlog_at(stored, 5) == stored
+    # In 6, what 4 admitted has left the queue; what 5 admitted may still be there.
+    assert backlog_at(stored, 6) == GroupBacklog(generation=6, backlog=4, previous=4)
+    assert backlog_at(stored, 7) == GroupBacklog(generation=7, backlog=0, previous=0)
+    assert backlog_at(None, 7) == GroupBacklog(generation=7, backlog=0, previous=0)
+    # An item a container with a faster clock already moved on is taken as it stands.
+    assert backlog_at(stored, 4) == stored
+
+
+def test_admission_stops_at_the_limit_counting_both_generations() -> None:
+    assert plan_admission(None, 1, 2) == (True, GroupBacklog(1, 1, 0))
+    assert plan_admission(GroupBacklog(1, 1, 0), 1, 2) == (True, GroupBacklog(1, 2, 0))
+    assert plan_admission(GroupBacklog(1, 2, 0), 1, 2) == (False, GroupBacklog(1, 2, 0))
+    # Last generation's two may still be queued: still full one generation on, admitted two on.
+    assert plan_admission(GroupBacklog(1, 2, 0), 2, 2) == (False, GroupBacklog(2, 2, 2))
+    assert plan_admission(GroupBacklog(1, 2, 0), 3, 2) == (True, GroupBacklog(3, 1, 0))
+
+
+def test_a_release_comes_off_its_own_generation_or_nothing() -> None:
+    stored = GroupBacklog(generation=5, backlog=3, previous=1)
+    assert release_slot(stored, 5) is Slot.CURRENT
+    assert release_slot(stored, 4) is Slot.PREVIOUS
+    assert release_slot(stored, 3) is None  # aged out already
+    assert release_slot(stored, 6) is None  # never counted in the item's generations
+    assert release_slot(GroupBacklog(5, 1, 1), 5) is None  # nothing of generation 5 left to release
+    assert release_slot(GroupBacklog(5, 2, 0), 4) is None
+    assert release_slot(None, 5) is None
+
+
+class FakeBacklogs:
+    """In-memory counters with the adapter's semantics (the same pure rules decide)."""
+
+    def __init__(self) -> None:
+        self.items: dict[str, GroupBacklog] = {}
+        self.released: list[tuple[str, int]] = []
+
+    def admit(self, group_id: str, generation: int, limit: int, now_ms: int) -> GroupAdmission:
+        admitted, counts = plan_admission(self.items.get(group_id), generation, limit)
+        if admitted:
+            self.items[group_id] = counts
+        return GroupAdmission(admitted=admitted, backlog=counts.backlog)
+
+    def release(self, group_id: str, generation: int, now_ms: int) -> bool:
+        self.released.append((group_id, generation))
+        stored = self.items.get(group_id)
+        slot = release_slot(stored, generation)
+        if stored is None or slot is None:
+            return False
+        previous = stored.previous - 1 if slot is Slot.PREVIOUS else stored.previous
+        self.items[group_id] = GroupBacklog(stored.generation, stored.backlog - 1, previous)
+        return True
+
+    def backlog(self, group_id: str) -> int:
+        stored = self.items.get(group_id)
+        return stored.backlog if stored else 0
+
+
+@dataclass
+class FakeSender:
+    sent: list[Envelope] = field(default_factory=list)
+    failing: bool = False
+
+    def send(self, envelope: Envelope) -> str:
+        if self.failing:
+            raise UnavailableError("the message was not stored, please retry")
+        self.sent.append(envelope)
+        return f"m-{len(self.sent)}"
+
+
+def _service(sender: FakeSender, backlogs: FakeBacklogs, limit: int = 2) -> OrderedIngestService:
+    return OrderedIngestService(
+        sender=sender,
+        gate=None,
+        clock=lambda: 1_000.0,
+        limits=RequestLimits(max_payload_bytes=1024, max_ttl_seconds=3600),
+        backlogs=backlogs,
+        bound=GroupBound(limit=limit, window=WINDOW),
+    )
+
+
+def _post(service: OrderedIngestService, key: str, tenant: str = "acme") -> None:
+    body = json.dumps({"type": "t", "ordering_key": key}).encode()
+    service.accept(
+        body, TenantContext(tenant=tenant, tier="standard", rate=10, burst=10), request_id=None, trace_id=None
+    )
+
+
+def test_ingest_refuses_a_full_group_naming_it_and_its_limit_and_admits_other_groups() -> None:
+    sender, backlogs = FakeSender(), FakeBacklogs()
+    service = _service(sender, backlogs, limit=2)
+    _post(service, "A")
+    _post(service, "A")
+    with pytest.raises(GroupBacklogFullError) as refused:
+        _post(service, "A")
+    error = refused.value
+    assert error.status == 429 and error.headers["Retry-After"] == "5"
+    assert error.body()["error"] | {"message": ""} == {
+        "code": "group_backlog_full",
+        "message": "",
+        "group": "acme:A",
+        "limit": 2,
+        "backlog": 2,
+    }
+    _post(service, "B")  # another group of the same tenant
+    _post(service, "A", tenant="globex")  # the same ordering key of another tenant is another group
+    assert [(e.tenant, e.ordering_key) for e in sender.sent] == [
+        ("acme", "A"),
+        ("acme", "A"),
+        ("acme", "B"),
+        ("globex", "A"),
+    ]
+
+
+def test_ingest_gives_the_slot_back_when_the_send_fails() -> None:
+    sender, backlogs = FakeSender(failing=True), FakeBacklogs()
+    service = _service(sender, backlogs, limit=1)
+    for _ in range(3):  # never 429: each failed send released what it held
+        with pytest.raises(UnavailableError):
+            _post(service, "A")
+    assert backlogs.backlog("acme:A") == 0 and len(backlogs.released) == 3
+
+
+def test_ingest_without_counters_applies_no_group_bound() -> None:
+    sender = FakeSender()
+    service = OrderedIngestService(
+        sender=sender,
+        gate=None,
+        clock=lambda: 1_000.0,
+        limits=RequestLimits(max_payload_bytes=1024, max_ttl_seconds=3600),
+    )
+    for _ in range(5):
+        _post(service, "A")
+    assert len(sender.sent) == 5
+    with pytest.raises(ValueError, match="both"):
+        OrderedIngestService(
+            sender=sender,
+            gate=None,
+            clock=lambda: 1_000.0,
+            limits=RequestLimits(max_payload_bytes=1024, max_ttl_seconds=3600),
+            backlogs=FakeBacklogs(),
+        )
+
+
+def test_the_consumer_releases_on_every_outcome_and_never_on_a_failure() -> None:
+    backlogs, store = FakeBacklogs(), FakeStore()
+    generation = WINDOW.generation(1_000)
+    for _ in range(4):
+        backlogs.admit("acme:k", generation, 10, 1_000)
+    failing = {"on": True}
+
+    def effect(_: Envelope) -> None:
+        if failing["on"]:
+            raise RuntimeError("downstream down")
+
+    consumer = FifoConsumer(store, effect, backlogs=backlogs, window=WINDOW)
+    first, expired = _envelope(dedup_key="d1"), _envelope(expires_at=1_500)
+    with pytest.raises(RuntimeError):
+        consumer.consume(_message(first), 2_000)
+    assert backlogs.backlog("acme:k") == 4  # still in the queue: it still counts
+    failing["on"] = False
+    assert consumer.consume(_message(first, "m:2"), 2_000) is Outcome.PROCESSED
+    assert consumer.consume(_message(first, "m:3"), 2_000) is Outcome.DUPLICATE  # a later copy, queued too
+    assert consumer.consume(_message(expired), 2_000) is Outcome.EXPIRED
+    assert backlogs.backlog("acme:k") == 1
+    assert {g for _, g in backlogs.released} == {generation}
+
+
+def test_the_consumer_without_counters_releases_nothing() -> None:
+    consumer = FifoConsumer(FakeStore(), lambda _: None)
+    assert consumer.consume(_message(_envelope()), 2_000) is Outcome.PROCESSED
+    with pytest.raises(ValueError, match="both"):
+        FifoConsumer(FakeStore(), lambda _: None, backlogs=FakeBacklogs())

@@ -1,0 +1,67 @@
+"""The FIFO worker's consumer: one record in, exactly-once processing, then its group's slot released.
+
+Ports only (the write-ahead store, the group counters, the side effect); the AWS adapters are wired
+in :func:`breakwater.aws.fifo_worker_ports.build_fifo_consumer`.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+
+from aws_lambda_powertools.utilities.data_classes.sqs_event import SQSRecord
+
+from breakwater.envelope import Envelope
+from breakwater.ordered import (
+    BacklogWindow,
+    GroupBacklogs,
+    OrderedMessage,
+    Outcome,
+    WriteAheadStore,
+    deduplication_id,
+    process_exactly_once,
+)
+
+
+def ordered_message(record: SQSRecord) -> OrderedMessage:
+    """The record's envelope with the ids SQS delivered it under; the owner is unique per delivery."""
+    envelope = Envelope.from_json(record.body)
+    attributes = record.attributes
+    return OrderedMessage(
+        envelope=envelope,
+        group_id=attributes.message_group_id or envelope.tenant,
+        dedup_id=attributes.message_deduplication_id or deduplication_id(envelope),
+        owner=f"{record.message_id}:{attributes.approximate_receive_count}",
+    )
+
+
+class FifoConsumer:
+    """``backlogs`` and ``window`` (the same :class:`BacklogWindow` as the ingest's) turn the release
+    on; without them the group bound is off and nothing is released."""
+
+    def __init__(
+        self,
+        store: WriteAheadStore,
+        side_effect: Callable[[Envelope], None],
+        *,
+        backlogs: GroupBacklogs | None = None,
+        window: BacklogWindow | None = None,
+    ) -> None:
+        if (backlogs is None) != (window is None):
+            raise ValueError("the group release needs both its counters (backlogs) and the window")
+        self.store = store
+        self.side_effect = side_effect
+        self.backlogs = backlogs
+        self.window = window
+
+    def consume(self, message: OrderedMessage, now_ms: int) -> Outcome:
+        """Process once; every outcome means the message leaves the queue, so each releases its slot.
+
+        A processed message, a duplicate (a later copy that was admitted and queued too) and an
+        expired drop all free their group's slot. A failure raises before the release: the message
+        stays in the queue and still counts.
+        """
+        outcome = process_exactly_once(message, self.store, self.side_effect, now_ms)
+        if self.backlogs is not None and self.window is not None:
+            generation = self.window.generation(message.envelope.enqueued_at)
+            self.backlogs.release(message.group_id, generation, now_ms)
+        return outcome
