@@ -169,7 +169,8 @@ class OrderedIngestSettings(_EnvModel):
     """POST /v1/ordered: the FIFO queue set (a group always hashes to the same queue).
 
     With ``STATE_TABLE_NAME`` set, an ordered message spends a token of the tenant's ingest bucket,
-    the same one ``POST /v1/messages`` spends.
+    the same one ``POST /v1/messages`` spends, and, with the two ``GROUP`` settings too, a slot of its
+    message group's backlog bound.
     """
 
     fifo_queue_urls: list[str] = Field(min_length=1)
@@ -183,7 +184,11 @@ class OrderedIngestSettings(_EnvModel):
 
 
 class FifoWorkerSettings(_EnvModel):
-    """The ordered workload's consumer: write-ahead table, claim lease and how long done records are kept."""
+    """The ordered workload's consumer: write-ahead table, claim lease and how long done records are kept.
+
+    With ``STATE_TABLE_NAME`` and ``GROUP_BACKLOG_WINDOW_SECONDS`` set, it releases each message's
+    slot of its group's backlog bound (the window must equal the ordered ingest's).
+    """
 
     write_ahead_table_name: str
     write_ahead_lease_seconds: int = Field(ge=1)
@@ -203,9 +208,25 @@ class EventsSettings(_EnvModel):
     event_rate_multiplier: float = Field(default=10.0, gt=0, description="events/s per message/s of the tier")
     lease_seconds: float = Field(default=1.0, gt=0)
     lease_max_fraction: float = Field(default=0.25, gt=0, le=1)
+    max_group_backlog: int | None = Field(
+        default=None, ge=1, description="messages per group accepted and not yet processed"
+    )
+    group_backlog_window_seconds: int | None = Field(
+        default=None,
+        ge=1,
+        validate_default=True,
+        description="one generation of the group counters (the FIFO worker's too)",
+    )
 
 
 class StreamConsumerSettings(_EnvModel):
+    @field_validator("group_backlog_window_seconds")
+    @classmethod
+    def _group_bound_whole(cls, window: int | None, info: Any) -> int | None:
+        if (info.data.get("max_group_backlog") is None) != (window is None):
+            raise ValueError("MAX_GROUP_BACKLOG and GROUP_BACKLOG_WINDOW_SECONDS are set together")
+        return window
+
     """The Kinesis consumer: where aggregates go, and how many compare-and-swap attempts one key gets."""
 
     aggregates_table_name: str
@@ -214,6 +235,8 @@ class StreamConsumerSettings(_EnvModel):
 
 class ArchiverSettings(_EnvModel):
     """The archiver: moves sideline queues' messages into the S3 archive (``breakwater.archive``)."""
+    state_table_name: str | None = Field(default=None, description="the group backlog counters")
+    group_backlog_window_seconds: int | None = Field(default=None, ge=1)
 
     archive_bucket_name: str
     state_table_name: str = Field(description="the tenants' counters: it ADDs what it archived")

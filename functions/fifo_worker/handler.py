@@ -3,7 +3,8 @@
 ``SqsFifoPartialProcessor(skip_group_on_error=True)``: when a record fails, the rest of its group in
 the batch is returned unprocessed (order kept) while other groups go on. Each record claims its
 write-ahead record before the side effect, so a duplicate published after SQS's 5-minute window,
-or a redelivery after a lost delete, has no second effect (docs/ordering-and-streams.md).
+or a redelivery after a lost delete, has no second effect; every message that leaves the queue
+gives back its slot of its group's backlog bound (docs/ordering-and-streams.md).
 """
 
 from __future__ import annotations
@@ -12,7 +13,6 @@ import time
 from collections.abc import Callable
 from typing import Any
 
-import boto3
 from aws_lambda_powertools.metrics import MetricUnit
 from aws_lambda_powertools.utilities.batch import SqsFifoPartialProcessor, process_partial_response
 from aws_lambda_powertools.utilities.batch.types import PartialItemFailureResponse
@@ -20,19 +20,14 @@ from aws_lambda_powertools.utilities.data_classes.sqs_event import SQSRecord
 from aws_lambda_powertools.utilities.typing import LambdaContext
 
 from breakwater import processor as user_processor
-from breakwater.aws.write_ahead import DynamoWriteAheadStore
+from breakwater.aws.fifo_worker_ports import build_fifo_consumer
 from breakwater.envelope import Envelope
+from breakwater.fifo_consumer import ordered_message
 from breakwater.observability import logger, metrics, tracer
-from breakwater.ordered import OrderedMessage, Outcome, deduplication_id, process_exactly_once
+from breakwater.ordered import Outcome
 from breakwater.settings import FifoWorkerSettings
 
 SETTINGS = FifoWorkerSettings.from_env()
-STORE = DynamoWriteAheadStore(
-    boto3.client("dynamodb"),
-    SETTINGS.write_ahead_table_name,
-    lease_seconds=SETTINGS.write_ahead_lease_seconds,
-    retention_seconds=SETTINGS.write_ahead_retention_seconds,
-)
 processor = SqsFifoPartialProcessor(skip_group_on_error=True)
 _OUTCOME_METRIC = {
     Outcome.PROCESSED: "Processed",
@@ -48,26 +43,16 @@ def run_user_processor(envelope: Envelope) -> None:
 
 # Tests and forks may swap the side effect; it receives envelopes of one group in order.
 SIDE_EFFECT: Callable[[Envelope], None] = run_user_processor
-
-
-def _ordered_message(record: SQSRecord) -> OrderedMessage:
-    envelope = Envelope.from_json(record.body)
-    attributes = record.attributes
-    group_id = attributes.message_group_id or envelope.tenant
-    return OrderedMessage(
-        envelope=envelope,
-        group_id=group_id,
-        dedup_id=attributes.message_deduplication_id or deduplication_id(envelope),
-        owner=f"{record.message_id}:{attributes.approximate_receive_count}",
-    )
+# Looked up at call time, so a SIDE_EFFECT replaced after import is the one that runs.
+CONSUMER = build_fifo_consumer(SETTINGS, lambda envelope: SIDE_EFFECT(envelope))
 
 
 def record_handler(record: SQSRecord) -> None:
-    message = _ordered_message(record)
+    message = ordered_message(record)
     logger.append_keys(
         tenant=message.envelope.tenant, envelope_id=message.envelope.id, group_id=message.group_id
     )
-    outcome = process_exactly_once(message, STORE, SIDE_EFFECT, int(time.time() * 1000))
+    outcome = CONSUMER.consume(message, int(time.time() * 1000))
     metrics.add_metric(name=_OUTCOME_METRIC[outcome], unit=MetricUnit.Count, value=1)
     if outcome is not Outcome.PROCESSED:
         logger.info(outcome.value, extra={"dedup_id": message.dedup_id})

@@ -1,4 +1,5 @@
-"""The ordered workload on moto: FIFO group blocking, order under retries, exactly-once beyond the window.
+"""The ordered workload on moto: FIFO group blocking, order under retries, exactly-once beyond the window,
+and the group backlog bound (admitted at ingest, released by the worker, aged out when nobody releases).
 
 moto enforces FIFO group blocking (a group with a message in flight delivers nothing more) and
 deduplicates a MessageDeduplicationId only against messages still in the queue, so "delete, then
@@ -8,6 +9,7 @@ send again" is how these tests stand in for a duplicate published after the 5-mi
 from __future__ import annotations
 
 import json
+import time
 from collections.abc import Iterator
 from types import ModuleType
 from typing import Any
@@ -16,8 +18,21 @@ import boto3
 import pytest
 from moto import mock_aws
 
+from breakwater.aws.front_door import build_ordered
+from breakwater.aws.group_backlogs import DynamoGroupBacklogs
 from breakwater.envelope import Envelope, new_envelope_id
-from breakwater.ordered import QueuedMessage, message_group_id, release_order
+from breakwater.errors import UnavailableError
+from breakwater.ingest import TenantContext
+from breakwater.ordered import (
+    BacklogWindow,
+    GroupAdmission,
+    GroupBacklog,
+    QueuedMessage,
+    message_group_id,
+    release_order,
+)
+from breakwater.ordered_ingest import GroupBacklogFullError
+from breakwater.settings import OrderedIngestSettings
 from tests.integration.conftest import create_table
 from tests.integration.streaming_fixtures import (
     REGION,
@@ -230,3 +245,187 @@ def test_post_ordered_sends_to_the_fifo_queue_with_group_and_dedup_ids(
     assert missing_key["statusCode"] == 400
     with_tenant = module.handler(api_event("/v1/ordered", {**body, "tenant": "evil"}), FakeLambdaContext())
     assert with_tenant["statusCode"] == 400
+
+
+# -- the group backlog bound -----------------------------------------------------------------------
+
+STATE_TABLE = "breakwater-state"
+LIMIT = 3
+WINDOW_SECONDS = 4 * 86_400 + 60  # the stack's: 4 days of retention plus a minute for the request
+
+
+def _bound_environment(queue_url: str) -> dict[str, str]:
+    return {
+        "FIFO_QUEUE_URLS": queue_url,
+        "MAX_PAYLOAD_BYTES": "1024",
+        "MAX_TTL_SECONDS": "3600",
+        "STATE_TABLE_NAME": STATE_TABLE,
+        "MAX_GROUP_BACKLOG": str(LIMIT),
+        "GROUP_BACKLOG_WINDOW_SECONDS": str(WINDOW_SECONDS),
+    }
+
+
+@pytest.fixture
+def bounded(fifo: tuple[str, str], monkeypatch: pytest.MonkeyPatch) -> tuple[ModuleType, ModuleType, Effects]:
+    """POST /v1/ordered and the FIFO worker, both on the state table's group counters."""
+    create_table(STATE_TABLE, ttl_attribute="ttl")
+    create_table(WRITE_AHEAD_TABLE)
+    ingest = load_handler(monkeypatch, "ordered_ingest.handler", _bound_environment(fifo[0]))
+    worker = load_handler(
+        monkeypatch,
+        "fifo_worker.handler",
+        {
+            "WRITE_AHEAD_TABLE_NAME": WRITE_AHEAD_TABLE,
+            "WRITE_AHEAD_LEASE_SECONDS": "90",
+            "WRITE_AHEAD_RETENTION_SECONDS": str(14 * 86_400),
+            "STATE_TABLE_NAME": STATE_TABLE,
+            "GROUP_BACKLOG_WINDOW_SECONDS": str(WINDOW_SECONDS),
+        },
+    )
+    effects = Effects()
+    monkeypatch.setattr(worker, "SIDE_EFFECT", effects)
+    return ingest, worker, effects
+
+
+def _post(ingest: ModuleType, key: str, seq: int, tenant: str = "acme", **extra: Any) -> dict[str, Any]:
+    body = {"type": "t", "payload": {"seq": seq}, "ordering_key": key, **extra}
+    response: dict[str, Any] = ingest.handler(
+        api_event("/v1/ordered", body, tenant=tenant), FakeLambdaContext()
+    )
+    return response
+
+
+def _counters() -> DynamoGroupBacklogs:
+    return DynamoGroupBacklogs(
+        boto3.client("dynamodb", region_name=REGION), STATE_TABLE, BacklogWindow(WINDOW_SECONDS * 1000)
+    )
+
+
+def _backlog(group_id: str) -> int:
+    stored = _counters().read(group_id)
+    return stored.backlog if stored else 0
+
+
+def _queued(queue_url: str) -> int:
+    sqs = boto3.client("sqs", region_name=REGION)
+    attributes = sqs.get_queue_attributes(QueueUrl=queue_url, AttributeNames=["ApproximateNumberOfMessages"])
+    return int(attributes["Attributes"]["ApproximateNumberOfMessages"])
+
+
+def test_a_group_past_its_bound_is_refused_while_other_groups_are_admitted(
+    fifo: tuple[str, str], bounded: tuple[ModuleType, ModuleType, Effects]
+) -> None:
+    ingest, _, _ = bounded
+    assert [_post(ingest, "A", seq)["statusCode"] for seq in range(1, LIMIT + 1)] == [202] * LIMIT
+    refused = _post(ingest, "A", LIMIT + 1)
+    assert refused["statusCode"] == 429
+    assert refused["multiValueHeaders"]["Retry-After"] == ["5"]
+    error = json.loads(refused["body"])["error"]
+    assert error["code"] == "group_backlog_full"
+    assert (error["group"], error["limit"], error["backlog"]) == ("acme:A", LIMIT, LIMIT)
+    assert "acme:A" in error["message"] and str(LIMIT) in error["message"]
+    # The same tenant's other groups, and another tenant's group of the same ordering key, go on.
+    assert _post(ingest, "B", 1)["statusCode"] == 202
+    assert _post(ingest, "A", 1, tenant="globex")["statusCode"] == 202
+    assert (_backlog("acme:A"), _backlog("acme:B"), _backlog("globex:A")) == (LIMIT, 1, 1)
+    assert _queued(fifo[0]) == LIMIT + 2  # the refused message was never sent
+
+
+def test_processing_releases_the_group(
+    fifo: tuple[str, str], bounded: tuple[ModuleType, ModuleType, Effects]
+) -> None:
+    ingest, worker, effects = bounded
+    for seq in range(1, LIMIT + 1):
+        _post(ingest, "A", seq)
+    assert _post(ingest, "A", LIMIT + 1)["statusCode"] == 429
+    FifoMapping(fifo[0], worker.handler).drain()
+    assert effects.of("A") == [1, 2, 3] and _backlog("acme:A") == 0
+    assert [_post(ingest, "A", seq)["statusCode"] for seq in range(4, 4 + LIMIT)] == [202] * LIMIT
+
+
+def test_a_duplicate_and_an_expired_message_release_their_slots_too(
+    fifo: tuple[str, str], bounded: tuple[ModuleType, ModuleType, Effects]
+) -> None:
+    ingest, worker, effects = bounded
+    mapping = FifoMapping(fifo[0], worker.handler)
+    assert _post(ingest, "A", 1, dedup_key="order-1")["statusCode"] == 202
+    mapping.drain()
+    # Published again after SQS's window (moto: once the original is deleted): admitted and queued,
+    # so it counts; the write-ahead record makes it a duplicate, and that outcome releases it.
+    assert _post(ingest, "A", 1, dedup_key="order-1")["statusCode"] == 202
+    assert _backlog("acme:A") == 1
+    mapping.drain()
+    assert effects.of("A") == [1] and _backlog("acme:A") == 0
+
+
+def test_a_failed_send_releases_its_slot(aws: None, monkeypatch: pytest.MonkeyPatch) -> None:
+    create_table(STATE_TABLE, ttl_attribute="ttl")
+    gone, _ = create_fifo_queue("breakwater-ordered-gone")
+    ingest = load_handler(monkeypatch, "ordered_ingest.handler", _bound_environment(gone))
+    boto3.client("sqs", region_name=REGION).delete_queue(QueueUrl=gone)
+    # Each send fails (503, retry) and gives back the slot it held: never a 429 from messages never stored.
+    assert [_post(ingest, "A", seq)["statusCode"] for seq in range(LIMIT + 2)] == [503] * (LIMIT + 2)
+    assert _backlog("acme:A") == 0
+
+
+def test_a_count_nobody_releases_ages_out_two_windows_later(
+    fifo: tuple[str, str], bounded: tuple[ModuleType, ModuleType, Effects]
+) -> None:
+    """Messages that go to the DLQ are never released; their count stops mattering once they cannot
+    be in the queue any more (one window after their generation ended)."""
+    _, worker, effects = bounded
+    now = {"s": time.time()}
+    service = build_ordered(
+        OrderedIngestSettings.from_env(_bound_environment(fifo[0])), clock=lambda: now["s"]
+    )
+    tenant = TenantContext(tenant="acme", tier="standard", rate=100, burst=100)
+
+    def post(seq: int) -> None:
+        body = json.dumps({"type": "t", "payload": {"seq": seq}, "ordering_key": "A"}).encode()
+        service.accept(body, tenant, request_id=None, trace_id=None)
+
+    for seq in range(1, LIMIT + 1):
+        post(seq)
+    effects.fail[("A", 1)] = 99  # a poison head: the whole run of A goes to the DLQ, unreleased
+    FifoMapping(fifo[0], worker.handler).drain()
+    assert effects.of("A") == [] and _backlog("acme:A") == LIMIT
+    with pytest.raises(GroupBacklogFullError):
+        post(LIMIT + 1)
+    now["s"] += WINDOW_SECONDS  # next generation: those messages could still be in the queue
+    with pytest.raises(GroupBacklogFullError):
+        post(LIMIT + 1)
+    now["s"] += WINDOW_SECONDS  # two on: none of them can be, counted or not
+    post(LIMIT + 1)
+    assert _backlog("acme:A") == 1
+
+
+def test_counters_roll_over_generations_and_releases_come_off_their_own(aws: None) -> None:
+    create_table(STATE_TABLE, ttl_attribute="ttl")
+    counters = _counters()
+    assert counters.admit("acme:A", 10, 3, 1).admitted
+    assert counters.admit("acme:A", 10, 3, 2).admitted
+    # The first admission of generation 11 moves generation 10's count to "previous".
+    assert counters.admit("acme:A", 11, 3, 3) == GroupAdmission(admitted=True, backlog=3)
+    assert counters.read("acme:A") == GroupBacklog(generation=11, backlog=3, previous=2)
+    assert not counters.admit("acme:A", 11, 3, 4).admitted
+    assert counters.release("acme:A", 10, 5)  # a message of generation 10 comes off "previous"
+    assert counters.read("acme:A") == GroupBacklog(generation=11, backlog=2, previous=1)
+    assert counters.release("acme:A", 11, 6)
+    assert not counters.release("acme:A", 11, 7)  # nothing of generation 11 is left to release
+    assert not counters.release("acme:A", 9, 8)  # aged out
+    assert not counters.release("acme:B", 11, 9)  # never admitted: no item is created
+    assert counters.read("acme:A") == GroupBacklog(generation=11, backlog=1, previous=1)
+    assert counters.read("acme:B") is None
+    item = boto3.client("dynamodb", region_name=REGION).get_item(
+        TableName=STATE_TABLE, Key={"pk": {"S": "group#acme:A"}, "sk": {"S": "backlog"}}
+    )["Item"]
+    assert int(item["ttl"]["N"]) == BacklogWindow(WINDOW_SECONDS * 1000).expires_at_s(11)
+
+
+def test_admission_fails_closed_and_a_release_never_fails_the_record(aws: None) -> None:
+    """No state table: the message is not admitted uncounted (503, retry), and a release that cannot be
+    written leaves the count to age out rather than failing its record (which would stop its group)."""
+    counters = _counters()
+    with pytest.raises(UnavailableError):
+        counters.admit("acme:A", 11, 3, 1)
+    assert counters.release("acme:A", 11, 2) is False

@@ -14,11 +14,13 @@ import boto3
 from breakwater.aws.buckets import LeasedTokenBucket
 from breakwater.aws.counters import TenantCounters
 from breakwater.aws.fifo_queues import FifoQueues
+from breakwater.aws.group_backlogs import DynamoGroupBacklogs
 from breakwater.aws.kinesis import StreamWriter
 from breakwater.aws.queues import EnqueueError, LiveQueues
 from breakwater.events import PartitionKeyMode
 from breakwater.events_ingest import EventsService
 from breakwater.ingest import IngestService, Router
+from breakwater.ordered import BacklogWindow, GroupBound
 from breakwater.ordered_ingest import OrderedIngestService
 from breakwater.requests import RequestLimits
 from breakwater.settings import EventsSettings, IngestSettings, OrderedIngestSettings
@@ -85,12 +87,23 @@ def flush_tallies_in_the_background(
 def build_ordered(
     settings: OrderedIngestSettings, clock: Callable[[], float] = time.time
 ) -> OrderedIngestService:
-    """``POST /v1/ordered``: spends a token of the same per-tenant bucket as ``/v1/messages``."""
+    """``POST /v1/ordered``: spends a token of the same per-tenant bucket as ``/v1/messages``, then a
+    slot of the message group's backlog bound (both in the state table, when it is set)."""
     gate = (
         LeasedTokenBucket(
             settings.state_table_name, "ingest", clock, settings.lease_seconds, settings.lease_max_fraction
         )
         if settings.state_table_name
+        else None
+    )
+    bound = (
+        GroupBound(settings.max_group_backlog, BacklogWindow(settings.group_backlog_window_seconds * 1000))
+        if settings.max_group_backlog is not None and settings.group_backlog_window_seconds is not None
+        else None
+    )
+    backlogs = (
+        DynamoGroupBacklogs(boto3.client("dynamodb"), settings.state_table_name, bound.window)
+        if settings.state_table_name and bound is not None
         else None
     )
     return OrderedIngestService(
@@ -100,6 +113,8 @@ def build_ordered(
         limits=RequestLimits(
             max_payload_bytes=settings.max_payload_bytes, max_ttl_seconds=settings.max_ttl_seconds
         ),
+        backlogs=backlogs,
+        bound=bound if backlogs is not None else None,
     )
 
 
