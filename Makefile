@@ -74,8 +74,12 @@ deploy: install  ## deploy the stack to the account/region of your AWS credentia
 demo: install  ## run the main job on the embedded AWS (moto): a noisy neighbour against quiet tenants
 	$(PY) -m local demo
 
+serve: install  ## keep the embedded AWS up for your own traffic (URL and keys in out/endpoint.json)
+	$(PY) -m local serve
+
 bench: install  ## run the benchmarks in bench/ (figures go to docs/performance.md by hand)
 	$(PY) bench/ingest.py
+	$(PY) bench/ingest_buckets.py
 	$(PY) bench/worker.py
 	$(PY) bench/stream.py
 	$(PY) bench/moto_send.py
