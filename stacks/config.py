@@ -232,12 +232,39 @@ class StreamingConfig(_Strict):
 
     enabled: bool = Field(default=True, description="build the stream, POST /v1/events and the consumer")
     capacity_mode: Literal["on_demand", "provisioned"] = "provisioned"
+    max_group_backlog: int = Field(
+        default=1000,
+        ge=1,
+        description="messages of one group (tenant:ordering_key) accepted and not yet processed; past it "
+        "POST /v1/ordered answers 429, so no group fills a FIFO queue's scan window",
+    )
+
+    @model_validator(mode="after")
+    def _group_backlog_fits_the_scan_window(self) -> Self:
+        # SQS looks for deliverable groups only among the oldest messages of a FIFO queue, as many as
+        # its in-flight quota. A group bound that lets a handful of groups fill that window would let
+        # them hide every group behind them, so it must leave room for at least this many full groups.
+        scan_window, full_groups = 120_000, 10
+        if self.max_group_backlog * full_groups > scan_window:
+            raise ValueError(
+                f"max_group_backlog ({self.max_group_backlog}) must be at most {scan_window // full_groups}: "
+                f"a FIFO queue scans its oldest {scan_window:,} messages for groups to deliver, and that "
+                f"window must hold at least {full_groups} groups at their bound"
+            )
+        return self
     shard_count: int = Field(default=1, ge=1, le=500, description="provisioned mode only")
     retention_hours: int = Field(default=24, ge=24, le=8760)
     partition_key: Literal["tenant", "tenant_and_key"] = Field(
         default="tenant", description="tenant_and_key spreads a hot tenant over shards by the event's key"
     )
     max_events_per_request: int = Field(default=500, ge=1, le=500)
+    @property
+    def group_backlog_window_seconds(self) -> int:
+        """One generation of the group counters: the longest a message can stay in its FIFO queue after
+        ingest stamped it, i.e. the queue's retention period plus a minute for the ingest request that
+        stamps and sends it (API Gateway ends every request well before)."""
+        return self.retention_days * 86_400 + 60
+
     max_event_bytes: int = Field(default=64 * 1024, ge=256, le=1_000_000)
     put_attempts: int = Field(default=3, ge=1, le=10, description="PutRecords attempts for the failed subset")
     event_rate_multiplier: float = Field(

@@ -140,14 +140,16 @@ def ordered_ingest_environment(
         "LEASE_SECONDS": str(ingest.lease_seconds),
         "LEASE_MAX_FRACTION": str(ingest.lease_max_fraction),
     }
-    if state is not None:  # an ordered message spends the tenant's ingest tokens
+    if state is not None:  # an ordered message spends the tenant's ingest tokens and a slot of its group
         values["STATE_TABLE_NAME"] = state.table_name
     return values
 
 
-def fifo_worker_environment(config: BlueprintConfig, *, write_ahead: dynamodb.ITable) -> dict[str, str]:
+def fifo_worker_environment(
+    config: BlueprintConfig, *, write_ahead: dynamodb.ITable, state: dynamodb.ITable | None = None
+) -> dict[str, str]:
     ordered = config.ordered
-    return {
+    values = {
         "WRITE_AHEAD_TABLE_NAME": write_ahead.table_name,
         "WRITE_AHEAD_LEASE_SECONDS": str(ordered.lease_seconds),
         "WRITE_AHEAD_RETENTION_SECONDS": str(ordered.write_ahead_retention_days * 86_400),
@@ -159,6 +161,8 @@ def events_environment(
     config: BlueprintConfig, *, stream_arn: str, state: dynamodb.ITable | None
 ) -> dict[str, str]:
     streaming = config.streaming
+        values["MAX_GROUP_BACKLOG"] = str(config.ordered.max_group_backlog)
+        values["GROUP_BACKLOG_WINDOW_SECONDS"] = str(config.ordered.group_backlog_window_seconds)
     values = {
         "STREAM_ARN": stream_arn,
         "PARTITION_KEY_MODE": streaming.partition_key,
@@ -170,6 +174,10 @@ def events_environment(
         "LEASE_MAX_FRACTION": str(config.ingest.lease_max_fraction),
     }
     if state is not None and config.mode != "naive":  # per-tenant admission of events
+    if state is not None:  # it gives each message's group slot back (the same window as the ingest's)
+        values["STATE_TABLE_NAME"] = state.table_name
+        values["GROUP_BACKLOG_WINDOW_SECONDS"] = str(ordered.group_backlog_window_seconds)
+    return values
         values["STATE_TABLE_NAME"] = state.table_name
     return values
 

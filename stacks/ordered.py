@@ -5,6 +5,10 @@ High-throughput FIFO = deduplication per message group + throughput limit per gr
 DLQ, SQS-managed encryption and a TLS-only policy. The worker's mapping reports batch item failures
 (Powertools ``SqsFifoPartialProcessor`` with ``skip_group_on_error``), and claims a write-ahead
 record per message in its own table before the side effect (docs/ordering-and-streams.md).
+
+With the state table, each group's backlog is bounded (``ordered.max_group_backlog``): the ingest
+admits a message into its group's counter before sending it, the worker releases it when done, so no
+group can grow deep enough to fill a FIFO queue's scan window and hide the groups behind it.
 """
 
 from __future__ import annotations
@@ -21,12 +25,17 @@ from stacks.functions import BreakwaterFunction, FunctionFactory
 from stacks.queue_set import QueueWithDlq, dead_letter_queue
 from stacks.tables import BUCKET_ITEMS, build_table, grant_items
 
+# The group backlog counters (breakwater.aws.group_backlogs): conditional UpdateItem calls only, which
+# return the stored item when refused, so neither function needs to read the state table.
+GROUP_BACKLOG_ITEMS = ("dynamodb:UpdateItem",)
+
 
 class OrderedWorkload(Construct):
     """``queues`` (FIFO, each with its DLQ), ``write_ahead_table``, ``worker`` and ``ingest`` functions.
 
     ``state_table``: when given, POST /v1/ordered spends the tenant's ingest tokens (the same bucket
-    as POST /v1/messages), so ordered traffic cannot bypass a tenant's rate.
+    as POST /v1/messages), so ordered traffic cannot bypass a tenant's rate, and a slot of the
+    message group's backlog bound, which the worker gives back.
     """
 
     def __init__(
@@ -43,7 +52,7 @@ class OrderedWorkload(Construct):
         self._functions = functions
         self.queues = [self._build_queue(i) for i in range(config.ordered.queue_count)]
         self.write_ahead_table = self._build_write_ahead_table()
-        self.worker = self._build_worker()
+        self.worker = self._build_worker(state_table)
         self.ingest = self._build_ingest(state_table)
 
     def _build_queue(self, index: int) -> QueueWithDlq:
@@ -70,17 +79,21 @@ class OrderedWorkload(Construct):
     def _build_write_ahead_table(self) -> dynamodb.Table:
         return build_table(self, "WriteAhead", partition_key="pk", sort_key="sk", ttl_attribute="ttl")
 
-    def _build_worker(self) -> BreakwaterFunction:
+    def _build_worker(self, state_table: dynamodb.ITable | None) -> BreakwaterFunction:
         ordered = self._config.ordered
         worker = self._functions.build(
             "FifoWorker",
             handler="fifo_worker/handler.handler",
             description="FIFO queues: in order per group, exactly once per dedup id (write-ahead record)",
-            environment=environment.fifo_worker_environment(self._config, write_ahead=self.write_ahead_table),
+            environment=environment.fifo_worker_environment(
+                self._config, write_ahead=self.write_ahead_table, state=state_table
+            ),
             memory_mb=ordered.memory_mb,
             timeout_seconds=ordered.timeout_seconds,
         )
         self.write_ahead_table.grant_read_write_data(worker.role)
+        if state_table is not None:
+            grant_items(state_table, worker.role, GROUP_BACKLOG_ITEMS)
         for pair in self.queues:
             worker.function.add_event_source(
                 sources.SqsEventSource(
@@ -106,5 +119,5 @@ class OrderedWorkload(Construct):
         for pair in self.queues:
             pair.queue.grant_send_messages(ingest.role)
         if state_table is not None:
-            grant_items(state_table, ingest.role, BUCKET_ITEMS)
+            grant_items(state_table, ingest.role, tuple(dict.fromkeys((*BUCKET_ITEMS, *GROUP_BACKLOG_ITEMS))))
         return ingest

@@ -10,10 +10,11 @@ from aws_cdk import aws_kms as kms
 from aws_cdk import aws_sns as sns
 from aws_cdk.assertions import Match, Template
 
-from stacks.config import BlueprintConfig
+from stacks.config import BlueprintConfig, ConfigError, load_config
 from stacks.functions import FunctionFactory
 from stacks.ordered import OrderedWorkload
 from stacks.streaming import StreamingWorkload
+from stacks.tables import build_table
 
 TIERS = {"standard": {"rate": 5, "burst": 10, "consumer_rate": 5, "concurrency": 2, "concurrency_floor": 1}}
 
@@ -197,3 +198,85 @@ def test_alarms_on_iterator_age_and_throughput_exceeded(templates: tuple[Templat
     } <= names
     for alarm in template.find_resources("AWS::CloudWatch::Alarm").values():
         assert alarm["Properties"]["AlarmActions"] and alarm["Properties"]["OKActions"]
+
+
+# -- the group backlog bound ---------------------------------------------------------------------
+
+
+@pytest.fixture(scope="module")
+def with_state() -> Template:
+    """The ordered workload given the state table, as the stack builds it."""
+    config = _config(ordered={"enabled": True, "max_group_backlog": 500})
+    stack = Stack(App(), "WithState")
+    key = kms.Key(stack, "Key", enable_key_rotation=True)
+    functions = FunctionFactory(stack, "Functions", config=config, key=key)
+    state = build_table(stack, "State", partition_key="pk", sort_key="sk", ttl_attribute="ttl")
+    OrderedWorkload(stack, "Ordered", config=config, functions=functions, state_table=state)
+    return Template.from_stack(stack)
+
+
+def _function_env(template: Template, handler: str) -> dict[str, Any]:
+    (function,) = [
+        f["Properties"]
+        for f in template.find_resources("AWS::Lambda::Function").values()
+        if f["Properties"]["Handler"] == handler
+    ]
+    variables: dict[str, Any] = function["Environment"]["Variables"]
+    return variables
+
+
+def _state_actions(template: Template, role_prefix: str) -> set[str]:
+    """What the role's policies allow on the state table's ARN."""
+    (state_id,) = [k for k in template.find_resources("AWS::DynamoDB::Table") if k.startswith("State")]
+    actions: set[str] = set()
+    for policy in template.find_resources("AWS::IAM::Policy").values():
+        roles = [r["Ref"] for r in policy["Properties"]["Roles"]]
+        if not any(r.startswith(role_prefix) for r in roles):
+            continue
+        for statement in policy["Properties"]["PolicyDocument"]["Statement"]:
+            resources = (
+                statement["Resource"] if isinstance(statement["Resource"], list) else [statement["Resource"]]
+            )
+            if {"Fn::GetAtt": [state_id, "Arn"]} in resources:
+                listed = statement["Action"]
+                actions |= set(listed if isinstance(listed, list) else [listed])
+    return actions
+
+
+def test_ingest_and_worker_share_the_group_bound_window(with_state: Template) -> None:
+    window = str(4 * 86_400 + 60)  # the queues' retention (4 days by default) and a minute for the request
+    ingest = _function_env(with_state, "ordered_ingest/handler.handler")
+    worker = _function_env(with_state, "fifo_worker/handler.handler")
+    assert ingest["MAX_GROUP_BACKLOG"] == "500"
+    assert ingest["GROUP_BACKLOG_WINDOW_SECONDS"] == worker["GROUP_BACKLOG_WINDOW_SECONDS"] == window
+    assert ingest["STATE_TABLE_NAME"] == worker["STATE_TABLE_NAME"]
+
+
+def test_the_group_counters_are_written_with_update_item_only(with_state: Template) -> None:
+    assert _state_actions(with_state, "FunctionsFifoWorker") == {"dynamodb:UpdateItem"}
+    assert _state_actions(with_state, "FunctionsOrderedIngest") == {"dynamodb:UpdateItem"}
+
+
+def test_without_the_state_table_there_is_no_group_bound(templates: tuple[Template, Template]) -> None:
+    ingest = _function_env(templates[0], "ordered_ingest/handler.handler")
+    worker = _function_env(templates[0], "fifo_worker/handler.handler")
+    assert not {"MAX_GROUP_BACKLOG", "GROUP_BACKLOG_WINDOW_SECONDS", "STATE_TABLE_NAME"} & (
+        set(ingest) | set(worker)
+    )
+
+
+@pytest.mark.parametrize("backlog", [12_001, 120_000, 500_000])
+def test_a_group_bound_that_would_fill_the_scan_window_stops_the_synth(backlog: int) -> None:
+    with pytest.raises(ConfigError) as error:
+        load_config({"tiers": TIERS, "default_tier": "standard", "ordered": {"max_group_backlog": backlog}})
+    message = str(error.value)
+    assert "breakwater.ordered" in message and f"max_group_backlog ({backlog})" in message
+    assert "120,000" in message and "at most 12000" in message
+
+
+def test_the_largest_group_bound_leaves_ten_full_groups_in_the_window() -> None:
+    config = load_config(
+        {"tiers": TIERS, "default_tier": "standard", "ordered": {"max_group_backlog": 12_000}}
+    )
+    assert config.ordered.max_group_backlog * 10 <= 120_000
+    assert _config().ordered.max_group_backlog == 1000
