@@ -194,10 +194,10 @@ def run(requests: int, tenant_count: int, seconds: float, seed: int) -> list[str
         clock = SimulatedClock()
         authorizer: Any = importlib.import_module("authorizer.handler")
         ingest: Any = importlib.import_module("ingest.handler")
-        from breakwater.aws.front_door import build_ingest
-        from breakwater.settings import IngestSettings
+        from breakwater.aws.front_door import build_authorizer, build_ingest
+        from breakwater.settings import AuthorizerSettings, IngestSettings
 
-        authorizer.AUTHORIZER = authorizer.build_authorizer(authorizer.SETTINGS, clock)
+        authorizer.AUTHORIZER = build_authorizer(AuthorizerSettings.from_env(), clock)
         ingest.SERVICE = build_ingest(IngestSettings.from_env(), clock)
         counter.reset()
 

@@ -8,8 +8,6 @@ authorizer cache applies to every route. An Allow also names the tenant's API Ga
 
 from __future__ import annotations
 
-import time
-from collections.abc import Callable
 from typing import Any
 
 from aws_lambda_powertools.utilities.data_classes import event_source
@@ -19,29 +17,12 @@ from aws_lambda_powertools.utilities.data_classes.api_gateway_authorizer_event i
 )
 from aws_lambda_powertools.utilities.typing import LambdaContext
 
-from breakwater.auth import Authorizer, TenantCache, Verdict, rest_api_id_of, usage_identifier_key
-from breakwater.aws.tenants import TenantTable
+from breakwater.auth import Verdict, rest_api_id_of, usage_identifier_key
+from breakwater.aws.front_door import build_authorizer
 from breakwater.observability import logger
 from breakwater.settings import AuthorizerSettings
 
-NEGATIVE_CACHE_SECONDS = 5.0
-
-
-def build_authorizer(settings: AuthorizerSettings, clock: Callable[[], float] = time.time) -> Authorizer:
-    """Wires the tenants table to the policy; tests pass their own clock."""
-    table = TenantTable(settings.tenants_table_name)
-    cache = TenantCache(
-        table.get,
-        clock,
-        ttl_seconds=settings.cache_seconds,
-        negative_ttl_seconds=NEGATIVE_CACHE_SECONDS,
-        recheck_seconds=NEGATIVE_CACHE_SECONDS,
-    )
-    return Authorizer(cache, settings, clock)
-
-
-SETTINGS = AuthorizerSettings.from_env()
-AUTHORIZER = build_authorizer(SETTINGS)
+AUTHORIZER = build_authorizer(AuthorizerSettings.from_env())
 
 
 @logger.inject_lambda_context(clear_state=True)

@@ -17,8 +17,8 @@ import boto3
 import pytest
 from moto import mock_aws
 
-from breakwater.aws.front_door import build_ingest
-from breakwater.settings import IngestSettings
+from breakwater.aws.front_door import build_authorizer, build_ingest
+from breakwater.settings import AuthorizerSettings, IngestSettings
 from tests.integration.apigateway import ApiGateway
 
 TENANTS_TABLE = "breakwater-tenants"
@@ -169,7 +169,7 @@ def load_handler(module_name: str) -> Any:
 @pytest.fixture
 def authorizer_handler(authorizer_env: dict[str, str], clock: FakeClock) -> Any:
     module = load_handler("authorizer.handler")
-    module.AUTHORIZER = module.build_authorizer(module.SETTINGS, clock)
+    module.AUTHORIZER = build_authorizer(AuthorizerSettings.from_env(), clock)
     return module
 
 

@@ -11,19 +11,36 @@ from typing import Any
 
 import boto3
 
+from breakwater.auth import Authorizer, TenantCache
 from breakwater.aws.buckets import LeasedTokenBucket
 from breakwater.aws.counters import TenantCounters
 from breakwater.aws.fifo_queues import FifoQueues
 from breakwater.aws.group_backlogs import DynamoGroupBacklogs
 from breakwater.aws.kinesis import StreamWriter
 from breakwater.aws.queues import EnqueueError, LiveQueues
+from breakwater.aws.tenants import TenantTable
 from breakwater.events import PartitionKeyMode
 from breakwater.events_ingest import EventsService
 from breakwater.ingest import IngestService, Router
 from breakwater.ordered import BacklogWindow, GroupBound
 from breakwater.ordered_ingest import OrderedIngestService
 from breakwater.requests import RequestLimits
-from breakwater.settings import EventsSettings, IngestSettings, OrderedIngestSettings
+from breakwater.settings import AuthorizerSettings, EventsSettings, IngestSettings, OrderedIngestSettings
+
+NEGATIVE_CACHE_SECONDS = 5.0  # an unknown key is looked up again after this, not on every request
+
+
+def build_authorizer(settings: AuthorizerSettings, clock: Callable[[], float] = time.time) -> Authorizer:
+    """The REST authorizer's policy over the tenants table; tests pass their own clock."""
+    table = TenantTable(settings.tenants_table_name)
+    cache = TenantCache(
+        table.get,
+        clock,
+        ttl_seconds=settings.cache_seconds,
+        negative_ttl_seconds=NEGATIVE_CACHE_SECONDS,
+        recheck_seconds=NEGATIVE_CACHE_SECONDS,
+    )
+    return Authorizer(cache, settings, clock)
 
 
 def build_ingest(settings: IngestSettings, clock: Callable[[], float] = time.time) -> IngestService:
