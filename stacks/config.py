@@ -220,18 +220,6 @@ class OrderedConfig(_QueueConsumer):
     write_ahead_retention_days: int = Field(
         default=14, ge=1, le=365, description="how long a processed dedup id is remembered (exactly-once)"
     )
-
-    @property
-    def lease_seconds(self) -> int:
-        """A write-ahead claim outlives the attempt that holds it (Lambda stops it at the timeout)."""
-        return self.timeout_seconds + 30
-
-
-class StreamingConfig(_Strict):
-    """The streaming workload (Kinesis, POST /v1/events): aggregatable, high-volume events."""
-
-    enabled: bool = Field(default=True, description="build the stream, POST /v1/events and the consumer")
-    capacity_mode: Literal["on_demand", "provisioned"] = "provisioned"
     max_group_backlog: int = Field(
         default=1000,
         ge=1,
@@ -252,12 +240,12 @@ class StreamingConfig(_Strict):
                 f"window must hold at least {full_groups} groups at their bound"
             )
         return self
-    shard_count: int = Field(default=1, ge=1, le=500, description="provisioned mode only")
-    retention_hours: int = Field(default=24, ge=24, le=8760)
-    partition_key: Literal["tenant", "tenant_and_key"] = Field(
-        default="tenant", description="tenant_and_key spreads a hot tenant over shards by the event's key"
-    )
-    max_events_per_request: int = Field(default=500, ge=1, le=500)
+
+    @property
+    def lease_seconds(self) -> int:
+        """A write-ahead claim outlives the attempt that holds it (Lambda stops it at the timeout)."""
+        return self.timeout_seconds + 30
+
     @property
     def group_backlog_window_seconds(self) -> int:
         """One generation of the group counters: the longest a message can stay in its FIFO queue after
@@ -265,6 +253,18 @@ class StreamingConfig(_Strict):
         stamps and sends it (API Gateway ends every request well before)."""
         return self.retention_days * 86_400 + 60
 
+
+class StreamingConfig(_Strict):
+    """The streaming workload (Kinesis, POST /v1/events): aggregatable, high-volume events."""
+
+    enabled: bool = Field(default=True, description="build the stream, POST /v1/events and the consumer")
+    capacity_mode: Literal["on_demand", "provisioned"] = "provisioned"
+    shard_count: int = Field(default=1, ge=1, le=500, description="provisioned mode only")
+    retention_hours: int = Field(default=24, ge=24, le=8760)
+    partition_key: Literal["tenant", "tenant_and_key"] = Field(
+        default="tenant", description="tenant_and_key spreads a hot tenant over shards by the event's key"
+    )
+    max_events_per_request: int = Field(default=500, ge=1, le=500)
     max_event_bytes: int = Field(default=64 * 1024, ge=256, le=1_000_000)
     put_attempts: int = Field(default=3, ge=1, le=10, description="PutRecords attempts for the failed subset")
     event_rate_multiplier: float = Field(

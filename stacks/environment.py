@@ -142,6 +142,8 @@ def ordered_ingest_environment(
     }
     if state is not None:  # an ordered message spends the tenant's ingest tokens and a slot of its group
         values["STATE_TABLE_NAME"] = state.table_name
+        values["MAX_GROUP_BACKLOG"] = str(config.ordered.max_group_backlog)
+        values["GROUP_BACKLOG_WINDOW_SECONDS"] = str(config.ordered.group_backlog_window_seconds)
     return values
 
 
@@ -155,14 +157,16 @@ def fifo_worker_environment(
         "WRITE_AHEAD_RETENTION_SECONDS": str(ordered.write_ahead_retention_days * 86_400),
         "SIMULATED_WORK_MS": str(config.worker.simulated_work_ms),
     }
+    if state is not None:  # it gives each message's group slot back (the same window as the ingest's)
+        values["STATE_TABLE_NAME"] = state.table_name
+        values["GROUP_BACKLOG_WINDOW_SECONDS"] = str(ordered.group_backlog_window_seconds)
+    return values
 
 
 def events_environment(
     config: BlueprintConfig, *, stream_arn: str, state: dynamodb.ITable | None
 ) -> dict[str, str]:
     streaming = config.streaming
-        values["MAX_GROUP_BACKLOG"] = str(config.ordered.max_group_backlog)
-        values["GROUP_BACKLOG_WINDOW_SECONDS"] = str(config.ordered.group_backlog_window_seconds)
     values = {
         "STREAM_ARN": stream_arn,
         "PARTITION_KEY_MODE": streaming.partition_key,
@@ -174,10 +178,6 @@ def events_environment(
         "LEASE_MAX_FRACTION": str(config.ingest.lease_max_fraction),
     }
     if state is not None and config.mode != "naive":  # per-tenant admission of events
-    if state is not None:  # it gives each message's group slot back (the same window as the ingest's)
-        values["STATE_TABLE_NAME"] = state.table_name
-        values["GROUP_BACKLOG_WINDOW_SECONDS"] = str(ordered.group_backlog_window_seconds)
-    return values
         values["STATE_TABLE_NAME"] = state.table_name
     return values
 

@@ -179,8 +179,24 @@ class OrderedIngestSettings(_EnvModel):
     state_table_name: str | None = None
     lease_seconds: float = Field(default=1.0, gt=0)
     lease_max_fraction: float = Field(default=0.25, gt=0, le=1)
+    max_group_backlog: int | None = Field(
+        default=None, ge=1, description="messages per group accepted and not yet processed"
+    )
+    group_backlog_window_seconds: int | None = Field(
+        default=None,
+        ge=1,
+        validate_default=True,
+        description="one generation of the group counters (the FIFO worker's too)",
+    )
 
     _parse_urls = field_validator("fifo_queue_urls", mode="before")(_split_csv)
+
+    @field_validator("group_backlog_window_seconds")
+    @classmethod
+    def _group_bound_whole(cls, window: int | None, info: Any) -> int | None:
+        if (info.data.get("max_group_backlog") is None) != (window is None):
+            raise ValueError("MAX_GROUP_BACKLOG and GROUP_BACKLOG_WINDOW_SECONDS are set together")
+        return window
 
 
 class FifoWorkerSettings(_EnvModel):
@@ -194,6 +210,8 @@ class FifoWorkerSettings(_EnvModel):
     write_ahead_lease_seconds: int = Field(ge=1)
     write_ahead_retention_seconds: int = Field(ge=1)
     simulated_work_ms: int = Field(default=0, ge=0)
+    state_table_name: str | None = Field(default=None, description="the group backlog counters")
+    group_backlog_window_seconds: int | None = Field(default=None, ge=1)
 
 
 class EventsSettings(_EnvModel):
@@ -208,25 +226,9 @@ class EventsSettings(_EnvModel):
     event_rate_multiplier: float = Field(default=10.0, gt=0, description="events/s per message/s of the tier")
     lease_seconds: float = Field(default=1.0, gt=0)
     lease_max_fraction: float = Field(default=0.25, gt=0, le=1)
-    max_group_backlog: int | None = Field(
-        default=None, ge=1, description="messages per group accepted and not yet processed"
-    )
-    group_backlog_window_seconds: int | None = Field(
-        default=None,
-        ge=1,
-        validate_default=True,
-        description="one generation of the group counters (the FIFO worker's too)",
-    )
 
 
 class StreamConsumerSettings(_EnvModel):
-    @field_validator("group_backlog_window_seconds")
-    @classmethod
-    def _group_bound_whole(cls, window: int | None, info: Any) -> int | None:
-        if (info.data.get("max_group_backlog") is None) != (window is None):
-            raise ValueError("MAX_GROUP_BACKLOG and GROUP_BACKLOG_WINDOW_SECONDS are set together")
-        return window
-
     """The Kinesis consumer: where aggregates go, and how many compare-and-swap attempts one key gets."""
 
     aggregates_table_name: str
@@ -235,8 +237,6 @@ class StreamConsumerSettings(_EnvModel):
 
 class ArchiverSettings(_EnvModel):
     """The archiver: moves sideline queues' messages into the S3 archive (``breakwater.archive``)."""
-    state_table_name: str | None = Field(default=None, description="the group backlog counters")
-    group_backlog_window_seconds: int | None = Field(default=None, ge=1)
 
     archive_bucket_name: str
     state_table_name: str = Field(description="the tenants' counters: it ADDs what it archived")
