@@ -343,7 +343,7 @@ def test_processing_releases_the_group(
     assert [_post(ingest, "A", seq)["statusCode"] for seq in range(4, 4 + LIMIT)] == [202] * LIMIT
 
 
-def test_a_duplicate_and_an_expired_message_release_their_slots_too(
+def test_a_duplicate_published_again_releases_its_slot_too(
     fifo: tuple[str, str], bounded: tuple[ModuleType, ModuleType, Effects]
 ) -> None:
     ingest, worker, effects = bounded
