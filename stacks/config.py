@@ -189,6 +189,18 @@ class BackpressureConfig(_Strict):
     max_multiplier: float = Field(
         default=2.0, ge=1, le=10, description="organic ceiling as a multiple of the tier"
     )
+    drift_tolerance: float = Field(
+        default=10, ge=0, description="messages the estimates may exceed the queues' depth by"
+    )
+    drift_tolerance_fraction: float = Field(
+        default=0.05, ge=0, le=1, description="... or this share of the depth, whichever is larger"
+    )
+    controller_invocations: int = Field(
+        default=1,
+        ge=1,
+        le=32,
+        description="invocations one controller run splits the changed tenants over (8 for 100,000 tenants)",
+    )
 
 
 class AlarmConfig(_Strict):

@@ -26,6 +26,9 @@ from stacks.tables import CONTROLLER_STATE, REDRIVE_STATE, Tables, grant_items
 CONTROLLER_TIMEOUT_SECONDS = 50
 REDRIVE_TIMEOUT_SECONDS = 300
 CONTROL_MEMORY_MB = 512
+# A whole vCPU (Lambda gives CPU in proportion to memory): a run that finds many changed tenants is
+# bound by its Python as much as by its round trips (bench/controller.py).
+CONTROLLER_MEMORY_MB = 1769
 
 
 class ControlPlane(Construct):
@@ -60,13 +63,17 @@ class ControlPlane(Construct):
                 queues=self._queues,
                 sideline_mapping_ids=[m.event_source_mapping_id for m in sideline_mappings],
             ),
-            memory_mb=CONTROL_MEMORY_MB,
+            memory_mb=CONTROLLER_MEMORY_MB,
             timeout_seconds=CONTROLLER_TIMEOUT_SECONDS,
         )
-        grant_items(self._tables.state, controller.role, CONTROLLER_STATE)
+        grant_items(
+            self._tables.state, controller.role, CONTROLLER_STATE, indexes=[self._tables.dirty_index_name]
+        )
         self._tables.tenants.grant_read_data(controller.role)
-        for pair in [*self._queues.live, *self._queues.sideline]:
+        for pair in [*self._queues.live, *self._queues.sideline, self._queues.surge]:
             pair.queue.grant(controller.role, "sqs:GetQueueAttributes")  # depth only: no receive, no delete
+        if self._config.backpressure.controller_invocations > 1:
+            self._allow_split_runs(controller)
         controller.role.add_to_principal_policy(
             iam.PolicyStatement(
                 sid="ToggleSidelineDrainers",
@@ -75,6 +82,25 @@ class ControlPlane(Construct):
             )
         )
         return controller
+
+    def _allow_split_runs(self, controller: BreakwaterFunction) -> None:
+        """A run hands groups of shards to invocations of the same function and waits for them.
+
+        A policy of its own, not the role's default one: the function waits for its default policy,
+        and a default policy naming the function's ARN would wait for the function.
+        """
+        iam.Policy(
+            self,
+            "ControllerSplitRuns",
+            roles=[controller.role],
+            statements=[
+                iam.PolicyStatement(
+                    sid="InvokeItsOwnShards",
+                    actions=["lambda:InvokeFunction"],
+                    resources=[controller.function.function_arn],
+                )
+            ],
+        )
 
     def _build_schedule(self) -> events.Rule:
         return events.Rule(

@@ -118,6 +118,12 @@ def controller_environment(
         "MAX_MULTIPLIER": str(backpressure.max_multiplier),
         # Healthy = the live queues' oldest message is younger than the age that would alarm.
         "HEALTHY_AGE_SECONDS": str(config.alarms.oldest_message_age_seconds),
+        # The estimates are reconciled with every queue a message can wait in, the surge queue too.
+        "SURGE_QUEUE_URL": queues.surge.queue.queue_url,
+        "DIRTY_INDEX_NAME": tables.dirty_index_name,
+        "DRIFT_TOLERANCE": str(backpressure.drift_tolerance),
+        "DRIFT_TOLERANCE_FRACTION": str(backpressure.drift_tolerance_fraction),
+        "CONTROLLER_INVOCATIONS": str(backpressure.controller_invocations),
     }
 
 

@@ -26,14 +26,24 @@ WORKER_STATE = (
     "dynamodb:UpdateItem",
     "dynamodb:ConditionCheckItem",
 )
-CONTROLLER_STATE = ("dynamodb:Scan", "dynamodb:GetItem", "dynamodb:BatchGetItem", "dynamodb:UpdateItem")
+CONTROLLER_STATE = (
+    "dynamodb:Scan",
+    "dynamodb:GetItem",
+    "dynamodb:BatchGetItem",
+    "dynamodb:UpdateItem",
+    "dynamodb:Query",  # the changed tenants' index
+)
+DIRTY_INDEX_NAME = "dirty"  # the state table's index of changed tenants (breakwater.backlog)
 REDRIVE_STATE = ("dynamodb:BatchGetItem", "dynamodb:BatchWriteItem", "dynamodb:PutItem")
 ARCHIVER_STATE = ("dynamodb:UpdateItem",)
 
 
-def grant_items(table: dynamodb.ITable, grantee: iam.IGrantable, actions: Sequence[str]) -> iam.Grant:
-    """Exactly ``actions`` on the table's items (the table ARN, no indexes, no streams)."""
-    return iam.Grant.add_to_principal(grantee=grantee, actions=list(actions), resource_arns=[table.table_arn])
+def grant_items(
+    table: dynamodb.ITable, grantee: iam.IGrantable, actions: Sequence[str], *, indexes: Sequence[str] = ()
+) -> iam.Grant:
+    """Exactly ``actions`` on the table's items (the table ARN, and only the named indexes; no streams)."""
+    arns = [table.table_arn, *(f"{table.table_arn}/index/{name}" for name in indexes)]
+    return iam.Grant.add_to_principal(grantee=grantee, actions=list(actions), resource_arns=arns)
 
 
 def tls_only_policy() -> iam.PolicyDocument:
@@ -68,6 +78,16 @@ class Tables(Construct):
             sort_key="sk",
             ttl_attribute="ttl",
             keep=False,
+        )
+        # Sparse: only counters items of tenants that changed since the controller last looked carry
+        # ``dirty_shard``, so the controller reads those and no other. Keys only: a counter write that
+        # finds its tenant already marked changes nothing the index holds, so it costs the index nothing.
+        self.dirty_index_name = DIRTY_INDEX_NAME
+        self.state.add_global_secondary_index(
+            index_name=DIRTY_INDEX_NAME,
+            partition_key=dynamodb.Attribute(name="dirty_shard", type=dynamodb.AttributeType.STRING),
+            sort_key=dynamodb.Attribute(name="pk", type=dynamodb.AttributeType.STRING),
+            projection_type=dynamodb.ProjectionType.KEYS_ONLY,
         )
         # Powertools idempotency layout: key "id", TTL "expiration".
         self.idempotency = build_table(

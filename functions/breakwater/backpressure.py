@@ -5,28 +5,14 @@ A tenant whose backlog grows past ``backlog_target`` gets its inbound rate scale
 the harder ingest pushes back, so the backlog cannot become insurmountable. As it drains the factor
 rises again on its own, back to 1 once the backlog is under the target. A tenant that keeps running
 near its limit with no backlog to speak of earns ``growth_step`` more per run, up to
-``max_multiplier`` (organic growth within the tier ceiling). Everything here is pure.
+``max_multiplier`` (organic growth within the tier ceiling). The backlog itself is estimated in
+:mod:`breakwater.backlog`. Everything here is pure.
 """
 
 from __future__ import annotations
 
-from collections.abc import Mapping
 from dataclasses import dataclass
 from enum import StrEnum
-
-COUNTER_NAMES = (
-    "accepted",
-    "throttled",
-    "processed",
-    "dropped",
-    "sidelined",
-    "spilled",
-    "deferred",
-    "failed",
-    "archived",
-    "replayed",
-)
-"""Attributes of the ``tenant#<id>``/``counters`` item, each a monotonically increasing ADD counter."""
 
 
 class MultiplierChange(StrEnum):
@@ -44,20 +30,6 @@ class BackpressureConfig:
     max_multiplier: float
     near_limit: float = 0.8  # utilisation (share of the current limit) that counts as "near the limit"
     quiet_backlog_fraction: float = 0.1  # backlog under this share of the target counts as "no backlog"
-
-
-def backlog_estimate(counters: Mapping[str, float]) -> int:
-    """Messages accepted but not yet finished (processed, dropped or archived).
-
-    Moves (sideline, spill, defer) keep a message in the system and do not count; failures are
-    retried, so they do not either. An archived message has left the system; when a replay brings
-    it back and it finishes, the worker counts it ``processed`` (or ``dropped``) and ``replayed``,
-    which gives back what ``archived`` took, so it is not taken twice. Counters are flushed in
-    aggregate, so this lags by a batch.
-    """
-    done = sum(float(counters.get(name, 0)) for name in ("processed", "dropped", "archived"))
-    done -= float(counters.get("replayed", 0))
-    return max(0, int(float(counters.get("accepted", 0)) - done))
 
 
 def pressure_factor(backlog: int, config: BackpressureConfig) -> float:

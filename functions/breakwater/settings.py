@@ -146,6 +146,14 @@ class ControllerSettings(TierSettings):
     archiver_function_name: str | None = Field(default=None, description="started past the archive budget")
     archive_age_seconds: int = Field(default=3600, ge=1, description="oldest sideline age that archives")
     archive_depth: int = Field(default=100_000, ge=1, description="sideline depth that archives")
+    surge_queue_url: str | None = Field(default=None, description="its depth counts in the reconciliation")
+    dirty_index_name: str = Field(description="the state table's index of tenants whose counters changed")
+    drift_tolerance: float = Field(default=10, ge=0, description="estimates may exceed the depth by this")
+    drift_tolerance_fraction: float = Field(default=0.05, ge=0, le=1, description="... or this share of it")
+    controller_invocations: int = Field(
+        default=1, ge=1, le=32, description="invocations the tenants' shards are split over in one run"
+    )
+    parallel_shards: int = Field(default=4, ge=1, le=32, description="shards one invocation works at once")
 
     _parse_urls = field_validator(
         "live_queue_urls",

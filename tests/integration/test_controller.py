@@ -1,4 +1,5 @@
-"""The controller throttles a tenant whose backlog grows, releases it as it drains, and gates the drainers."""
+"""The controller throttles a tenant whose backlog grows, releases it as it drains, and gates the drainers;
+it reads only the tenants whose counters changed and corrects an estimate the queues contradict."""
 
 from __future__ import annotations
 
@@ -56,7 +57,41 @@ def sideline_mapping(world: WorkerWorld) -> str:
     return str(mapping["UUID"])
 
 
+def add_dirty_index(world: WorkerWorld) -> None:
+    """The state table's index of changed tenants, as stacks/tables.py declares it."""
+    world.dynamodb.update_table(
+        TableName=STATE_TABLE,
+        AttributeDefinitions=[
+            {"AttributeName": "pk", "AttributeType": "S"},
+            {"AttributeName": "sk", "AttributeType": "S"},
+            {"AttributeName": "dirty_shard", "AttributeType": "S"},
+        ],
+        GlobalSecondaryIndexUpdates=[
+            {
+                "Create": {
+                    "IndexName": "dirty",
+                    "KeySchema": [
+                        {"AttributeName": "dirty_shard", "KeyType": "HASH"},
+                        {"AttributeName": "pk", "KeyType": "RANGE"},
+                    ],
+                    "Projection": {"ProjectionType": "KEYS_ONLY"},
+                }
+            }
+        ],
+    )
+
+
+def enqueue(world: WorkerWorld, count: int, queue: str = "live-0") -> None:
+    """Messages that really wait in a queue: the depth the estimates are reconciled with."""
+    for start in range(0, count, 10):
+        world.sqs.send_message_batch(
+            QueueUrl=world.urls[queue],
+            Entries=[{"Id": str(i), "MessageBody": "{}"} for i in range(min(10, count - start))],
+        )
+
+
 def environment(world: WorkerWorld, mapping: str) -> dict[str, str]:
+    add_dirty_index(world)
     return {
         "TIERS": json.dumps(TIERS),
         "DEFAULT_TIER": "standard",
@@ -70,6 +105,8 @@ def environment(world: WorkerWorld, mapping: str) -> dict[str, str]:
         "GROWTH_STEP": "0.1",
         "MAX_MULTIPLIER": "2",
         "HEALTHY_AGE_SECONDS": "60",
+        "SURGE_QUEUE_URL": world.urls["surge"],
+        "DIRTY_INDEX_NAME": "dirty",
     }
 
 
@@ -104,23 +141,54 @@ def test_controller_throttles_a_growing_backlog_and_releases_it_after(
 
     add_counters(dynamodb, STATE_TABLE, "noisy", {"accepted": 400, "processed": 100})  # backlog 300
     add_counters(dynamodb, STATE_TABLE, "quiet", {"accepted": 10, "processed": 10})
+    enqueue(world, 300)
     report_live_age(world, 120_000)  # live queues are behind: the drainers must stay off
     first = controller.handler({}, context)
     assert multiplier(world, "noisy") == pytest.approx(100 / 300, abs=1e-3)
     assert multiplier(world, "quiet") == 1.0
     assert first["sideline_enabled"] is False and mapping_state(mapping) == "Disabled"
+    assert first["backlogs"] == {"noisy": 300, "quiet": 0}
 
     add_counters(dynamodb, STATE_TABLE, "noisy", {"accepted": 600})  # backlog 900: push back harder
-    controller.handler({}, context)
+    enqueue(world, 600, queue="spillover")  # part of it sidelined: still in the system
+    second = controller.handler({}, context)
     assert multiplier(world, "noisy") == pytest.approx(100 / 900, abs=1e-3)
+    assert set(second["backlogs"]) == {"noisy"}  # quiet did not change: not read
 
-    add_counters(dynamodb, STATE_TABLE, "noisy", {"processed": 950})  # drained: backlog 50
+    add_counters(dynamodb, STATE_TABLE, "noisy", {"processed": 850})  # drained: backlog 50
+    for queue in ("live-0", "spillover"):
+        world.sqs.purge_queue(QueueUrl=world.urls[queue])
+    enqueue(world, 50)
     report_live_age(world, 1_000)  # live queues are healthy again
     last = controller.handler({}, context)
     assert multiplier(world, "noisy") == 1.0
     assert last["sideline_enabled"] is True and mapping_state(mapping) == "Enabled"
     # ingest's own attributes are never touched: the controller SETs only the multiplier
     assert set(world.item("tenant#noisy", "bucket#ingest")) == {"pk", "sk", "multiplier"}
+    # Released: nothing left to look at until the next counter write.
+    assert controller.handler({}, context)["backlogs"] == {}
+
+
+def test_a_drifted_estimate_is_corrected_by_the_queues_depth(
+    world: WorkerWorld, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Counters say 5,000 waiting (a lost ``processed`` write); the queues hold 40: the tenant is not
+    throttled for it, and its later traffic counts again from the corrected estimate."""
+    add_tenant("victim", "standard")
+    add_tenant("other", "standard")
+    controller = load(monkeypatch, "controller.handler", environment(world, sideline_mapping(world)))
+    context: Any = worker_fixtures.FakeLambdaContext()
+    add_counters(world.dynamodb, STATE_TABLE, "victim", {"accepted": 5010})
+    add_counters(world.dynamodb, STATE_TABLE, "other", {"accepted": 30})
+    enqueue(world, 40)
+    report = controller.handler({}, context)
+    assert report["backlogs"]["victim"] <= 40 + 10 and multiplier(world, "victim") == 1.0
+    counters = world.item("tenant#victim", "counters")
+    assert float(counters["backlog_offset"]) < -4900 and "dirty_shard" not in counters
+    add_counters(world.dynamodb, STATE_TABLE, "victim", {"accepted": 500})
+    enqueue(world, 500)
+    assert controller.handler({}, context)["backlogs"]["victim"] == pytest.approx(550, abs=10)
+    assert multiplier(world, "victim") == pytest.approx(100 / 550, abs=0.02)
 
 
 @pytest.fixture

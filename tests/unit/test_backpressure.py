@@ -1,13 +1,28 @@
-"""The controller's multiplier: inverse-proportional backpressure, release, organic growth; live health."""
+"""The controller's multiplier: inverse-proportional backpressure, release, organic growth; live health;
+the backlog estimate and its corrections."""
 
 from __future__ import annotations
 
+import math
+
 import pytest
 
+from breakwater.backlog import (
+    DIRTY_SHARDS,
+    DriftLimits,
+    Ledger,
+    RunState,
+    StoredEstimate,
+    backlog_estimate,
+    evaluate,
+    reconcile,
+    shard_groups,
+    shard_of,
+    will_dead_letter,
+)
 from breakwater.backpressure import (
     BackpressureConfig,
     MultiplierChange,
-    backlog_estimate,
     live_health,
     next_multiplier,
     pressure_factor,
@@ -68,6 +83,72 @@ def test_a_replayed_message_leaves_the_backlog_estimate_once() -> None:
     assert backlog_estimate(parked) == 0
     assert backlog_estimate(parked | {"processed": 9, "replayed": 3}) == 0
     assert backlog_estimate({"accepted": 12, "processed": 6, "archived": 4}) == 2
+
+
+def test_dead_lettered_messages_leave_the_estimate_and_redriven_ones_come_back() -> None:
+    counters = {"accepted": 50, "processed": 20, "dead_lettered": 10}
+    assert backlog_estimate(counters) == 20
+    assert backlog_estimate(counters | {"redriven": 4}) == 24
+    assert will_dead_letter(5, 5) and not will_dead_letter(4, 5)
+
+
+LIMITS = DriftLimits(minimum=10, fraction=0.05)
+
+
+def test_the_floor_takes_a_negative_estimate_into_the_offset() -> None:
+    first = evaluate({"accepted": 10, "processed": 30}, None, depth=0, scale_log=0.0, limits=LIMITS)
+    assert (first.backlog, first.correction.value, first.stored.offset) == (0, "floor", 20)
+    later = evaluate({"accepted": 50, "processed": 30}, first.stored, depth=40, scale_log=0.0, limits=LIMITS)
+    assert (later.backlog, later.correction.value, later.ledger_delta) == (40, "none", 40)
+
+
+def test_the_ceiling_is_everything_the_queues_hold() -> None:
+    phantom = evaluate({"accepted": 1020}, None, depth=100, scale_log=0.0, limits=LIMITS)
+    assert (phantom.backlog, phantom.correction.value) == (110, "ceiling")
+    assert phantom.stored.offset == -910
+    # The offset stays: 50 more accepted (and in the queues) count as 50 more.
+    later = evaluate({"accepted": 1070}, phantom.stored, depth=150, scale_log=0.0, limits=LIMITS)
+    assert later.backlog == 160 and later.correction.value == "none"
+
+
+def test_a_reconciliation_reaches_a_tenant_the_next_time_it_is_evaluated() -> None:
+    stored = StoredEstimate(estimate=400, mark=0.0, offset=0)
+    scaled = evaluate({"accepted": 400}, stored, depth=10_000, scale_log=math.log(0.25), limits=LIMITS)
+    assert scaled.backlog == 100
+    assert scaled.ledger_delta == pytest.approx(0)  # the ledger was scaled already
+    assert scaled.stored.offset == pytest.approx(-300)
+
+
+def test_reconciliation_needs_the_excess_twice_and_takes_the_smaller() -> None:
+    ledgers = [Ledger(total=700), Ledger(total=500)]
+    seen = reconcile(ledgers, 1000, RunState(), LIMITS)
+    assert seen.scale == 1.0 and seen.state.excess == 200
+    corrected = reconcile(ledgers, 1000, seen.state, LIMITS)
+    assert corrected.scale == pytest.approx(1000 / 1200)
+    assert corrected.state.excess == 0
+    after = [Ledger(total=700), Ledger(total=500)]  # as stored, carried by the new scale
+    assert sum(ledger.at(corrected.state.scale_log) for ledger in after) == pytest.approx(1000)
+
+
+def test_an_excess_within_tolerance_or_seen_once_is_left_alone() -> None:
+    assert reconcile([Ledger(total=1040)], 1000, RunState(excess=500), LIMITS).scale == 1.0
+    spike = reconcile([Ledger(total=2000)], 1000, RunState(), LIMITS)
+    assert spike.scale == 1.0
+    assert reconcile([Ledger(total=1000)], 1000, spike.state, LIMITS).state.excess == 0
+
+
+def test_empty_queues_scale_every_estimate_to_nothing() -> None:
+    first = reconcile([Ledger(total=500)], 0, RunState(), LIMITS)
+    second = reconcile([Ledger(total=500)], 0, first.state, LIMITS)
+    assert Ledger(total=500).at(second.state.scale_log) < 1
+
+
+def test_shards_are_stable_and_groups_cover_each_shard_once() -> None:
+    assert shard_of("tenant-a") == shard_of("tenant-a") < DIRTY_SHARDS
+    for invocations in (1, 3, 4, 32, 100):
+        groups = shard_groups(invocations)
+        assert sorted(s for g in groups for s in g) == list(range(DIRTY_SHARDS))
+        assert len(groups) == min(invocations, DIRTY_SHARDS)
 
 
 def test_utilisation() -> None:

@@ -1,8 +1,11 @@
 """Per-tenant aggregate counters (``tenant#<id>``/``counters``), flushed by ingest and workers.
 
 Every counter is a monotonically increasing DynamoDB ``ADD``, so concurrent writers never conflict
-and a flush is one UpdateItem per tenant per batch, never one per message. The controller keeps its
-own bookmarks (``seen_*``) on the same item with ``SET``.
+and a flush is one UpdateItem per tenant per batch, never one per message. The same update marks the
+tenant changed for the controller: ``dirty_shard`` (its shard, the key of the state table's sparse
+index of changed tenants) and ``writes`` (one more per flush, so the controller clears the mark only
+if nothing was written since it read the counters). The controller keeps its own attributes
+(bookmarks ``seen_*``, its estimate and offset) on the same item with ``SET``.
 """
 
 from __future__ import annotations
@@ -14,7 +17,7 @@ from typing import TYPE_CHECKING, Any
 import boto3
 from boto3.dynamodb.types import TypeDeserializer
 
-from breakwater.backpressure import COUNTER_NAMES
+from breakwater.backlog import COUNTER_NAMES, shard_key, shard_of
 
 if TYPE_CHECKING:
     from mypy_boto3_dynamodb import DynamoDBClient
@@ -42,12 +45,15 @@ def counters_update(table_name: str, tenant: str, deltas: Mapping[str, int]) -> 
         return None
     names = {f"#c{i}": name for i, name in enumerate(nonzero)}
     values = {f":c{i}": {"N": str(value)} for i, value in enumerate(nonzero.values())}
+    adds = ", ".join(f"{n} {v}" for n, v in zip(names, values, strict=True))
+    # Index key writes happen only when the item enters the index: re-marking a marked tenant is free.
     return {
         "TableName": table_name,
         "Key": {"pk": {"S": tenant_pk(tenant)}, "sk": {"S": COUNTERS_SK}},
-        "UpdateExpression": "ADD " + ", ".join(f"{n} {v}" for n, v in zip(names, values, strict=True)),
+        "UpdateExpression": f"SET dirty_shard = :shard ADD {adds}, writes :one",
         "ExpressionAttributeNames": names,
-        "ExpressionAttributeValues": values,
+        "ExpressionAttributeValues": values
+        | {":shard": {"S": shard_key(shard_of(tenant))}, ":one": {"N": "1"}},
     }
 
 
