@@ -9,7 +9,7 @@ count every AWS call the real ports would make. Each invocation's time is what i
 took here plus the AWS round trips it would wait for, at the per-call latencies of :data:`LATENCY_MS`
 (stated, not measured: there is no AWS here), with the parallelism the real ports use (shards of an
 invocation side by side, a page's tenant writes ``WRITE_THREADS`` at a time) and the Python time
-stretched to the share of a CPU a 512 MB Lambda gets. The scheduled run also
+stretched to the share of a CPU the controller's Lambda gets. The scheduled run also
 holds the sideline gate, the reconciliation and one Lambda invoke per other group, and waits for the
 slowest group. Prints one figure per line; the latest are recorded in docs/performance.md.
 """
@@ -70,7 +70,7 @@ LATENCY_MS = {
     "UpdateEventSourceMapping": 50.0,
     "Invoke": 100.0,  # a synchronous invocation's own overhead (warm), on top of its run
 }
-MEMORY_MB = 512  # stacks/control.py CONTROL_MEMORY_MB
+MEMORY_MB = 1769  # stacks/control.py CONTROLLER_MEMORY_MB
 # Lambda gives a function CPU in proportion to its memory, one vCPU at 1,769 MB: Python time measured
 # here on a whole core is stretched by this much (an upper bound: this machine's core may be slower).
 CPU_FACTOR = 1769 / MEMORY_MB

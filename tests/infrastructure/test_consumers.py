@@ -4,6 +4,7 @@ every queue, the controller's schedule and rights, redrive, the alarms and the d
 from __future__ import annotations
 
 import json
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -240,3 +241,54 @@ def test_naive_workers_do_not_sideline(naive_synth: Synth) -> None:
         assert _env(naive_synth, worker)["SIDELINING_ENABLED"] == "false"
     live = _mappings(naive_synth, naive_synth.stack.consumers.live_worker)
     assert len(live) == 2  # the single live queue and surge
+
+
+def test_controller_reads_only_the_changed_tenants_index_and_every_queue_depth(synth: Synth) -> None:
+    controller = synth.stack.control.controller
+    state_id = synth.logical_id(synth.stack.tables.state)
+    (table,) = [t for key, t in synth.of_type("AWS::DynamoDB::Table").items() if key == state_id]
+    (index,) = table["Properties"]["GlobalSecondaryIndexes"]
+    assert index["IndexName"] == _env(synth, controller)["DIRTY_INDEX_NAME"] == "dirty"
+    assert [k["AttributeName"] for k in index["KeySchema"]] == ["dirty_shard", "pk"]
+    assert index["Projection"] == {"ProjectionType": "KEYS_ONLY"}
+    queries = [s for s in _statements_of(synth, controller.role) if "dynamodb:Query" in _as_list(s["Action"])]
+    resources = json.dumps([s["Resource"] for s in queries])
+    assert "/index/dirty" in resources and "/index/*" not in resources
+    # The surge queue holds deferred messages: its depth is part of what the estimates must add up to.
+    assert _env(synth, controller)["SURGE_QUEUE_URL"] == {
+        "Ref": synth.logical_id(synth.stack.queues.surge.queue)
+    }
+    depth_readers = json.dumps(
+        [
+            s["Resource"]
+            for s in _statements_of(synth, controller.role)
+            if "sqs:GetQueueAttributes" in _as_list(s["Action"])
+        ]
+    )
+    assert synth.logical_id(synth.stack.queues.surge.queue) in depth_readers
+    # One invocation by default: no right to invoke itself (only the archiver).
+    invokes = json.dumps(
+        [
+            s["Resource"]
+            for s in _statements_of(synth, controller.role)
+            if "lambda:InvokeFunction" in _as_list(s["Action"])
+        ]
+    )
+    assert synth.logical_id(controller.function) not in invokes
+
+
+def test_a_split_controller_may_invoke_itself_and_nothing_else_more(tmp_path: Any) -> None:
+    from tests.infrastructure.conftest import synthesize
+
+    base = json.loads((Path(__file__).resolve().parents[2] / "cdk.json").read_text())["context"]["breakwater"]
+    split = synthesize(tmp_path, {"breakwater": base | {"backpressure": {"controller_invocations": 8}}})
+    controller = split.stack.control.controller
+    assert _env(split, controller)["CONTROLLER_INVOCATIONS"] == "8"
+    invokes = json.dumps(
+        [
+            s["Resource"]
+            for s in _statements_of(split, controller.role)
+            if "lambda:InvokeFunction" in _as_list(s["Action"])
+        ]
+    )
+    assert split.logical_id(controller.function) in invokes
