@@ -92,6 +92,9 @@ def worker_environment(
         "LEASE_MAX_FRACTION": str(ingest.lease_max_fraction),
         "SIMULATED_WORK_MS": str(worker.simulated_work_ms),
         "FAIR_QUEUES": flag(config.queue_set.fair_queues),
+        # Every queue a worker reads dead-letters after this many receives: a message that fails on
+        # its last one is counted dead_lettered, so it leaves the tenant's backlog estimate.
+        "MAX_RECEIVE_COUNT": str(config.queue_set.max_receive_count),
         # The naive baseline processes everything in arrival order: no sidelining, no per-tenant gates.
         "SIDELINING_ENABLED": flag(config.mode != "naive"),
     }

@@ -125,6 +125,11 @@ class WorkerSettings(TierSettings):
     idempotency_ttl_seconds: int = Field(
         default=86_400, ge=60, description="how long a processed id is remembered"
     )
+    max_receive_count: int | None = Field(
+        default=None,
+        ge=1,
+        description="receives before SQS dead-letters a message (None: dead letters are not counted)",
+    )
 
 
 class ControllerSettings(TierSettings):

@@ -11,10 +11,18 @@ from typing import Any
 import pytest
 
 from breakwater import processor
+from breakwater.backlog import COUNTER_NAMES
 from breakwater.envelope import Origin
 from breakwater.processor import WorkContext
 from tests.integration import worker_fixtures
-from tests.integration.worker_fixtures import WorkerWorld, add_tenant, load, make_envelope, now_ms
+from tests.integration.worker_fixtures import (
+    MAX_RECEIVE_COUNT,
+    WorkerWorld,
+    add_tenant,
+    load,
+    make_envelope,
+    now_ms,
+)
 
 world = worker_fixtures.world  # the fixture
 
@@ -31,6 +39,12 @@ def hold_concurrency(world: WorkerWorld, tenant: str) -> None:
             "version": {"N": "1"},
         }
     )
+
+
+def counts(world: WorkerWorld, tenant: str) -> dict[str, int]:
+    """The tenant's counters (the other attributes of its counters item are the controller's)."""
+    item = world.item(f"tenant#{tenant}", "counters")
+    return {name: int(value) for name, value in item.items() if name in COUNTER_NAMES}
 
 
 def empty_consumer_bucket(world: WorkerWorld, tenant: str) -> None:
@@ -73,13 +87,7 @@ def test_a_batch_with_one_message_of_each_kind_ends_in_the_right_queues(
     assert [(e.id, e.origin) for e in backlog] == [(old.id, Origin.BACKLOG)]
     assert [(e.id, e.origin) for e in spillover] == [(spilled.id, Origin.SPILLOVER)]
     assert [(e.id, e.origin, e.attempt) for e in surge] == [(deferred.id, Origin.SURGE, 1)]
-    assert world.item("tenant#acme", "counters") == {
-        "pk": "tenant#acme",
-        "sk": "counters",
-        "processed": 1,
-        "dropped": 1,
-        "sidelined": 1,
-    }
+    assert counts(world, "acme") == {"processed": 1, "dropped": 1, "sidelined": 1}
     assert world.item("tenant#swept", "counters")["dropped"] == 1
     assert world.item("tenant#busy", "counters")["deferred"] == 1
     assert world.item("tenant#spilly", "counters")["spilled"] == 1
@@ -293,3 +301,25 @@ def test_replayed_work_leaves_the_live_age_metric_and_health_report_untouched(
     assert set(by_role) == {"live", "replay"}
     assert [age < three_days for age in values(by_role["live"], "AgeOfFirstAttempt")] == [True]
     assert [age >= three_days for age in values(by_role["replay"], "AgeOfFirstAttempt")] == [True]
+
+
+def test_a_message_that_fails_on_its_last_receive_leaves_the_estimate_with_it(
+    world: WorkerWorld, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    def broken(envelope: Any, work: WorkContext) -> dict[str, Any]:
+        raise RuntimeError("bug")
+
+    monkeypatch.setattr(processor, "process", broken)
+    world.send("live-0", make_envelope("acme"))
+    handler = load(monkeypatch, "worker.handler", world.environment())
+
+    for receive in range(1, MAX_RECEIVE_COUNT + 1):
+        response, received = world.deliver(handler, "live-0", requeue_failures=True)
+        assert received[0]["Attributes"]["ApproximateReceiveCount"] == str(receive)
+        assert len(response["batchItemFailures"]) == 1
+        dead_lettered = counts(world, "acme").get("dead_lettered", 0)
+        assert dead_lettered == (1 if receive == MAX_RECEIVE_COUNT else 0)
+
+    assert world.deliver(handler, "live-0")[1] == []  # SQS moved it on this receive
+    assert world.depth("live-0", dlq=True)["Visible"] == 1
+    assert counts(world, "acme") == {"failed": MAX_RECEIVE_COUNT, "dead_lettered": 1}

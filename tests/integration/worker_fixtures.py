@@ -33,6 +33,7 @@ TIERS = {
     "slow": {"rate": 50, "burst": 100, "consumer_rate": 3, "concurrency": 4, "concurrency_floor": 1},
 }
 QUEUE_ROLES = ("live-0", "surge", "spillover", "backlog")
+MAX_RECEIVE_COUNT = 2  # every queue's redrive policy, and the workers' MAX_RECEIVE_COUNT
 
 
 @dataclass
@@ -98,6 +99,7 @@ class WorkerWorld:
             "LEASE_MAX_FRACTION": "0.25",
             "SIMULATED_WORK_MS": "0",
             "SIDELINING_ENABLED": "true",
+            "MAX_RECEIVE_COUNT": str(MAX_RECEIVE_COUNT),
         }
         env.update({name.upper(): str(value) for name, value in overrides.items()})
         return env
@@ -238,7 +240,9 @@ def world(monkeypatch: pytest.MonkeyPatch) -> Iterator[WorkerWorld]:
                 QueueName=f"bw-{role}",
                 Attributes={
                     "VisibilityTimeout": "60",
-                    "RedrivePolicy": json.dumps({"deadLetterTargetArn": w.arn(dlq), "maxReceiveCount": "2"}),
+                    "RedrivePolicy": json.dumps(
+                        {"deadLetterTargetArn": w.arn(dlq), "maxReceiveCount": str(MAX_RECEIVE_COUNT)}
+                    ),
                 },
             )["QueueUrl"]
         yield w

@@ -31,6 +31,7 @@ QUEUE_URLS = {
     Origin.SURGE: "https://sqs/surge",
 }
 LIMITS = TierLimits(rate=50, burst=100, consumer_rate=1000, concurrency=4, concurrency_floor=1)
+MAX_RECEIVE_COUNT = 3  # the queues' redrive policy
 
 
 @dataclass
@@ -150,7 +151,13 @@ class World:
     ages: list[tuple[str, int, int]] = field(default_factory=list)
     visibility: list[tuple[str, str, int]] = field(default_factory=list)
 
-    def worker(self, mode: str = "live", *, sidelining_enabled: bool = True) -> Worker:
+    def worker(
+        self,
+        mode: str = "live",
+        *,
+        sidelining_enabled: bool = True,
+        max_receive_count: int | None = MAX_RECEIVE_COUNT,
+    ) -> Worker:
         config = WorkerConfig(
             decision=DecisionConfig(
                 mode="sideline" if mode == "sideline" else "live",
@@ -160,6 +167,7 @@ class World:
             queue_urls=QUEUE_URLS,
             visibility_timeout_s=60,
             heartbeat_s=30,
+            max_receive_count=max_receive_count,
         )
 
         def send_moves(moves: list[Move]) -> set[str]:
@@ -458,3 +466,72 @@ def test_replayed_work_deferred_to_surge_stays_replayed_work(world: World) -> No
     assert world.ages == []  # neither a live nor a surge health report
     assert world.metrics.values("AgeOfFirstAttempt", QueueRole="surge") == []
     assert world.metrics.values("AgeOfFirstAttempt", QueueRole="replay") == [3 * DAY_MS, 3 * DAY_MS]
+
+
+# -- a message that fails on its last receive leaves for the dead-letter queue ----------------------------
+def test_a_message_that_fails_on_its_last_receive_is_counted_dead_lettered(world: World) -> None:
+    bad = envelope()
+    world.idempotency.failing = {bad.id}
+
+    before = world.worker().handle(event(bad, receive_count=MAX_RECEIVE_COUNT - 1), context())
+    last = world.worker().handle(event(bad, receive_count=MAX_RECEIVE_COUNT), context())
+
+    assert failed_ids(before) == failed_ids(last) == {"m0"}
+    # only the last failure takes it out of the backlog estimate: SQS moves it on its next receive
+    assert [counters for _, counters in world.settled] == [
+        {"acme": {"failed": 1}},
+        {"acme": {"failed": 1, "dead_lettered": 1}},
+    ]
+
+
+def test_on_the_last_receive_only_what_stays_unacknowledged_is_dead_lettered(world: World) -> None:
+    world.failing_moves = {"m1"}
+    world.leases.full = {"busy"}
+    bad, unmovable, deferred, fine = envelope(), envelope(age_ms=301_000), envelope("busy"), envelope()
+    world.idempotency.failing = {bad.id}
+
+    response = world.worker().handle(event(bad, unmovable, deferred, fine, receive_count=5), context())
+
+    assert failed_ids(response) == {"m0", "m1"}
+    assert world.counters() == {
+        "acme": {"failed": 2, "processed": 1, "dead_lettered": 2},
+        "busy": {"deferred": 1},  # its copy waits in the surge queue: still in the estimate
+    }
+
+
+def test_a_message_without_time_left_on_its_last_receive_is_dead_lettered(world: World) -> None:
+    response = world.worker().handle(
+        event(envelope(), receive_count=MAX_RECEIVE_COUNT), context(remaining_ms=1_000)
+    )
+
+    assert failed_ids(response) == {"m0"}
+    assert world.counters() == {"acme": {"failed": 1, "dead_lettered": 1}}
+
+
+def test_when_the_invocation_fails_every_unsettled_message_on_its_last_receive_is_dead_lettered(
+    world: World,
+) -> None:
+    class Unavailable(FakeLeases):
+        def acquire_many(
+            self, requests: Mapping[str, ConcurrencyLimits], expires_at_ms: int, lock: Sequence[Envelope] = ()
+        ) -> dict[str, Grant]:
+            raise ConnectionError("state table unavailable")
+
+    world.leases = Unavailable()
+    batch = event(envelope(), envelope(expires_at=NOW - 1), envelope(), receive_count=MAX_RECEIVE_COUNT)
+    batch["Records"][2]["attributes"]["ApproximateReceiveCount"] = "1"
+
+    with pytest.raises(ConnectionError):
+        world.worker().handle(batch, context())
+
+    # the whole batch goes back: the dropped one left already, the first one leaves for the DLQ
+    assert world.counters() == {"acme": {"dropped": 1, "dead_lettered": 1}}
+
+
+def test_without_the_queues_max_receive_count_nothing_is_counted_dead_lettered(world: World) -> None:
+    bad = envelope()
+    world.idempotency.failing = {bad.id}
+
+    world.worker(max_receive_count=None).handle(event(bad, receive_count=100), context())
+
+    assert world.counters() == {"acme": {"failed": 1}}

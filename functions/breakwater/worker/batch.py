@@ -10,7 +10,9 @@ through ``SendMessageBatch`` and a failed entry turns its original into a batch 
 (nothing is acknowledged before its copy exists); the idempotency records, the lease releases
 with the per-tenant counters, the oldest age per queue role and the metrics go out once per batch.
 Replayed work is measured apart (``breakwater.worker.metrics.metric_role``) and never reported as a
-queue's oldest age.
+queue's oldest age. A message left unacknowledged on its queue's last receive is counted
+``dead_lettered``: SQS moves it to the dead-letter queue without telling anyone, and the tenant's
+backlog estimate must let it go.
 
 This module talks to AWS only through :class:`WorkerPorts`.
 """
@@ -25,6 +27,7 @@ from typing import Any
 from aws_lambda_powertools.utilities.batch import BatchProcessor, EventType, process_partial_response
 from aws_lambda_powertools.utilities.typing import LambdaContext
 
+from breakwater.backlog import will_dead_letter
 from breakwater.concurrency import ConcurrencyLimits, Grant
 from breakwater.envelope import Envelope, Origin
 from breakwater.fairness import BucketLimits
@@ -80,6 +83,7 @@ class WorkerConfig:
     simulated_work_ms: int = 0
     fair_queues: bool = True
     safety_margin_s: float = 2.0
+    max_receive_count: int | None = None  # the queues' redrive policy; None: dead letters are not counted
 
     @classmethod
     def from_settings(cls, settings: WorkerSettings) -> WorkerConfig:
@@ -100,6 +104,7 @@ class WorkerConfig:
             heartbeat_s=settings.heartbeat_seconds,
             simulated_work_ms=settings.simulated_work_ms,
             fair_queues=settings.fair_queues,
+            max_receive_count=settings.max_receive_count,
         )
 
 
@@ -126,20 +131,43 @@ class _Batch:
     counters: dict[str, Counter[str]] = field(default_factory=lambda: defaultdict(Counter))
     metrics: BatchMetrics = field(default_factory=BatchMetrics)
     oldest: dict[QueueRole, int] = field(default_factory=dict)
+    # message id -> (tenant, receive count) of every record read as an envelope
+    received: dict[str, tuple[str, int]] = field(default_factory=dict)
+    # the message ids that may be acknowledged: finished, or their copy sent elsewhere
+    settled: set[str] = field(default_factory=set)
 
     def count(self, tenant: str, role: MetricRole, counter: str, metric: str) -> None:
         self.counters[tenant][counter] += 1
         self.metrics.outcome(role, metric)
 
-    def finished(self, envelope: Envelope, role: MetricRole, counter: str, metric: str) -> None:
-        """Count a message that leaves the system (processed or dropped).
+    def finished(self, key: str, envelope: Envelope, role: MetricRole, counter: str, metric: str) -> None:
+        """Count a message that leaves the system (processed or dropped); ``key`` is its message id.
 
         A replayed one (``replay_run`` set) also counts ``replayed``: the archiver counted it
         ``archived`` when it parked it, and the backlog estimate must not take it off twice.
         """
         self.count(envelope.tenant, role, counter, metric)
+        self.settled.add(key)
         if envelope.replay_run is not None:
             self.counters[envelope.tenant]["replayed"] += 1
+
+    def dead_letters(self, max_receive_count: int | None) -> list[str]:
+        """Count ``dead_lettered`` for every message SQS will move to the dead-letter queue; their ids.
+
+        A message not settled goes back to its queue (a batch item failure, or the whole batch when
+        the invocation fails); on its last receive that means the dead-letter queue. One settled is
+        acknowledged, or its copy elsewhere is already counted in the estimate.
+        """
+        if max_receive_count is None:
+            return []
+        leaving = [
+            key
+            for key, (_, receive_count) in self.received.items()
+            if key not in self.settled and will_dead_letter(receive_count, max_receive_count)
+        ]
+        for key in leaving:
+            self.counters[self.received[key][0]]["dead_lettered"] += 1
+        return leaving
 
 
 class Worker:
@@ -173,11 +201,12 @@ class Worker:
             )
             failures = self._process_admitted(batch)
         finally:
+            logger.remove_keys(list(LOG_KEYS))  # what follows is about the batch, not its last record
             failures |= self._flush_moves(batch)
+            self._count_dead_letters(batch)
             self._flush_aggregates(batch)  # settles the batch, its COMPLETED records included
             self._flush_processed()  # whatever the settle did not write (a port without it)
             self._batch = None
-            logger.remove_keys(list(LOG_KEYS))
         reported = {item["itemIdentifier"] for item in response.get("batchItemFailures", [])}
         response["batchItemFailures"] = [
             *response.get("batchItemFailures", []),
@@ -191,6 +220,7 @@ class Worker:
         batch = self._batch
         assert batch is not None
         envelope = record.body
+        batch.received[record.messageId] = (envelope.tenant, record.receive_count)
         self._log_keys(envelope)
         now = self.ports.clock_ms()
         role = metric_role(envelope)
@@ -212,7 +242,9 @@ class Worker:
             self._buffer_move(record, envelope, role, decision, batch)
         elif decision.action is SidelineDecision.DROP:
             logger.info("dropped", extra={"reason": decision.reason.value})
-            batch.finished(envelope, role, _COUNTER[decision.action], OUTCOME_METRIC[decision.action])
+            batch.finished(
+                record.messageId, envelope, role, _COUNTER[decision.action], OUTCOME_METRIC[decision.action]
+            )
         else:
             batch.admitted.append(_Admitted(record, envelope, role, now, state))
 
@@ -252,7 +284,9 @@ class Worker:
                 logger.exception("processing failed")
                 failures.add(each.record.messageId)
                 continue
-            batch.finished(envelope, role, "processed", OUTCOME_METRIC[SidelineDecision.PROCESS])
+            batch.finished(
+                each.record.messageId, envelope, role, "processed", OUTCOME_METRIC[SidelineDecision.PROCESS]
+            )
         return failures
 
     def _gate(self, batch: _Batch) -> list[_Admitted]:
@@ -362,9 +396,17 @@ class Worker:
                 batch.count(tenant, role, "failed", FAILED)
             else:
                 batch.count(tenant, role, _COUNTER[action], OUTCOME_METRIC[action])
+                batch.settled.add(key)
         if failed:
             logger.error("moves failed; originals stay unacknowledged", extra={"message_ids": sorted(failed)})
         return failed
+
+    def _count_dead_letters(self, batch: _Batch) -> None:
+        leaving = batch.dead_letters(self.config.max_receive_count)
+        if leaving:
+            logger.warning(
+                "failed on the last receive: bound for the dead-letter queue", extra={"message_ids": leaving}
+            )
 
     def _flush_processed(self) -> None:
         try:

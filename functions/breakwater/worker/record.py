@@ -35,6 +35,11 @@ class EnvelopeSqsRecord(BaseModel):
         """Whether this is the message's first delivery from its queue."""
         return self.attributes.ApproximateReceiveCount == "1"
 
+    @property
+    def receive_count(self) -> int:
+        """How many times the queue has delivered the message, this delivery included."""
+        return int(self.attributes.ApproximateReceiveCount)
+
 
 def queue_url_from_arn(arn: str) -> str:
     """``arn:aws:sqs:<region>:<account>:<name>`` -> the queue URL (what ChangeMessageVisibility takes)."""
