@@ -111,7 +111,21 @@ class BreakwaterStack(Stack):
             title="Ordered queues",
         )
         self.monitoring.watch_ordered()
+        self._redrive_ordered(ordered)
         return ordered
+
+    def _redrive_ordered(self, ordered: OrderedWorkload) -> None:
+        """The redrive function moves the FIFO DLQs back too; the control plane is built before them."""
+        redrive = self.control.redrive
+        pairs = [(pair.dlq, pair.queue) for pair in ordered.queues]
+        values = environment.redrive_environment(
+            self, tables=self.tables, queues=self.queues, extra_pairs=pairs
+        )
+        redrive.function.add_environment("REDRIVE_PAIRS", values["REDRIVE_PAIRS"])
+        for dlq, queue in pairs:
+            dlq.grant_consume_messages(redrive.role)
+            dlq.grant(redrive.role, "sqs:StartMessageMoveTask", "sqs:ListMessageMoveTasks")
+            queue.grant_send_messages(redrive.role)
 
     def _build_streaming(self) -> StreamingWorkload:
         streaming = StreamingWorkload(

@@ -130,8 +130,16 @@ def controller_environment(
     }
 
 
-def redrive_environment(scope: IConstruct, *, tables: Tables, queues: QueueSet) -> dict[str, str]:
+def redrive_environment(
+    scope: IConstruct,
+    *,
+    tables: Tables,
+    queues: QueueSet,
+    extra_pairs: Sequence[tuple[sqs.IQueue, sqs.IQueue]] = (),
+) -> dict[str, str]:
+    """``extra_pairs``: (DLQ, source) of queues outside the queue set, such as the ordered FIFO queues."""
     pairs = {pair.dlq.queue_url: pair.queue.queue_url for pair in queues.all}
+    pairs.update({dlq.queue_url: source.queue_url for dlq, source in extra_pairs})
     return {
         "REDRIVE_PAIRS": Stack.of(scope).to_json_string(pairs),
         "STATE_TABLE_NAME": tables.state.table_name,

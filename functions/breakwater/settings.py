@@ -170,12 +170,24 @@ class ControllerSettings(TierSettings):
 
 
 class RedriveSettings(_EnvModel):
-    """DLQ URL -> source queue URL, as JSON in ``REDRIVE_PAIRS``."""
+    """DLQ URL -> source queue URL, as JSON in ``REDRIVE_PAIRS``.
+
+    The standard queues' pairs and, with the ordered workload on, its FIFO pairs (``.fifo`` URLs).
+    """
 
     redrive_pairs: dict[str, str]
     state_table_name: str | None = Field(default=None, description="dedup markers of the fallback move")
 
     _parse_pairs = field_validator("redrive_pairs", mode="before")(_json)
+
+    @field_validator("redrive_pairs")
+    @classmethod
+    def _same_queue_types(cls, pairs: dict[str, str]) -> dict[str, str]:
+        # SQS moves a FIFO DLQ's messages only to a FIFO queue, and a standard DLQ's only to a standard one.
+        mixed = [dlq for dlq, source in pairs.items() if dlq.endswith(".fifo") != source.endswith(".fifo")]
+        if mixed:
+            raise ValueError(f"each DLQ must pair with a source of its own type (FIFO or standard): {mixed}")
+        return pairs
 
 
 class OrderedIngestSettings(_EnvModel):

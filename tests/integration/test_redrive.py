@@ -1,4 +1,8 @@
-"""Failing processor -> retries -> DLQ -> redrive back after the fix; the fallback never duplicates."""
+"""Failing processor -> retries -> DLQ -> redrive back after the fix; the fallback never duplicates.
+
+The ordered workload's FIFO DLQs too: a redriven message keeps its group, and its new deduplication
+id is stable across retries of one redrive, so the FIFO worker still processes it exactly once.
+"""
 
 from __future__ import annotations
 
@@ -11,8 +15,12 @@ from typing import Any
 import pytest
 
 from breakwater import processor
-from breakwater.aws.redrive import RedriveMarkers, move_by_hand, start_move_task
+from breakwater.aws.redrive import RedriveMarkers, move_by_hand, redrive_deduplication_id, start_move_task
+from breakwater.envelope import Envelope, new_envelope_id
+from breakwater.ordered import message_group_id
 from tests.integration import worker_fixtures
+from tests.integration.conftest import create_table
+from tests.integration.streaming_fixtures import FifoMapping, create_fifo_queue, send_fifo
 from tests.integration.worker_fixtures import STATE_TABLE, WorkerWorld, load, make_envelope
 
 world = worker_fixtures.world  # the fixture
@@ -112,3 +120,113 @@ def test_bin_redrive_moves_one_pair_from_this_machine(
     assert code == 0
     assert json.loads(capsys.readouterr().out)["moved"] == 1
     assert [e.id for e in world.bodies("live-0")] == [envelope.id]
+
+
+# -- FIFO DLQs (the ordered workload) ------------------------------------------------------------
+
+WRITE_AHEAD_TABLE = "bw-write-ahead"
+GROUP = message_group_id("acme", "A")
+
+
+class OrderedEffects:
+    """The FIFO worker's side effect: records each ``seq`` of group A; raises while the bug is in."""
+
+    def __init__(self) -> None:
+        self.broken = False
+        self.done: list[int] = []
+
+    def __call__(self, envelope: Envelope) -> None:
+        if self.broken:
+            raise RuntimeError("bug")
+        self.done.append(int(envelope.payload["seq"]))
+
+
+def _fifo_worker(monkeypatch: pytest.MonkeyPatch) -> tuple[Any, OrderedEffects]:
+    create_table(WRITE_AHEAD_TABLE)
+    environment = {
+        "WRITE_AHEAD_TABLE_NAME": WRITE_AHEAD_TABLE,
+        "WRITE_AHEAD_LEASE_SECONDS": "90",
+        "WRITE_AHEAD_RETENTION_SECONDS": str(14 * 86_400),
+    }
+    module = load(monkeypatch, "fifo_worker.handler", environment)
+    effects = OrderedEffects()
+    monkeypatch.setattr(module, "SIDE_EFFECT", effects)
+    return module, effects
+
+
+def _ordered(seq: int) -> Envelope:
+    return Envelope(
+        id=new_envelope_id(), tenant="acme", type="t", payload={"seq": seq}, enqueued_at=1, ordering_key="A"
+    )
+
+
+def _peek(world: WorkerWorld, queue_url: str) -> list[Any]:
+    """The queue's messages with their system attributes, made visible again at once.
+
+    (Not a receive with ``VisibilityTimeout=0``: moto then releases a FIFO group's messages out of order.)
+    """
+    messages = world.sqs.receive_message(
+        QueueUrl=queue_url, MaxNumberOfMessages=10, MessageSystemAttributeNames=["All"]
+    ).get("Messages", [])
+    for message in messages:
+        world.sqs.change_message_visibility(
+            QueueUrl=queue_url, ReceiptHandle=message["ReceiptHandle"], VisibilityTimeout=0
+        )
+    return messages
+
+
+def test_an_ordered_group_dead_lettered_by_a_bug_is_redriven_with_its_group_and_processed_once_in_order(
+    world: WorkerWorld, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    source, dlq = create_fifo_queue("bw-ordered-0", max_receive_count=2)
+    worker, effects = _fifo_worker(monkeypatch)
+    envelopes = [_ordered(seq) for seq in (1, 2, 3)]
+    for envelope in envelopes:
+        send_fifo(source, envelope.to_json(), GROUP, envelope.id)
+    effects.broken = True
+    FifoMapping(source, worker.handler).drain()
+    dead = _peek(world, dlq)
+    assert len(dead) == 3 and effects.done == []
+
+    effects.broken = False
+    pairs = json.dumps({dlq: source})
+    redrive = load(monkeypatch, "redrive.handler", {"REDRIVE_PAIRS": pairs, "STATE_TABLE_NAME": STATE_TABLE})
+    result = redrive.handler({}, worker_fixtures.FakeLambdaContext())
+
+    assert [(r["method"], r["moved"], r["failed"]) for r in result["results"]] == [("fallback", 3, 0)]
+    assert _peek(world, dlq) == []
+    redriven = _peek(world, source)
+    assert [m["Body"] for m in redriven] == [e.to_json() for e in envelopes]
+    assert {m["Attributes"]["MessageGroupId"] for m in redriven} == {GROUP}
+    dedup_ids = [m["Attributes"]["MessageDeduplicationId"] for m in redriven]
+    assert dedup_ids == [redrive_deduplication_id(m["MessageId"]) for m in dead]
+    assert not set(dedup_ids) & {e.id for e in envelopes}  # never the original's: SQS would drop it
+    FifoMapping(source, worker.handler).drain()
+    assert effects.done == [1, 2, 3]
+
+
+def test_a_repeated_fifo_redrive_sends_the_same_deduplication_id_and_has_no_second_effect(
+    world: WorkerWorld, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    source, dlq = create_fifo_queue("bw-ordered-1", max_receive_count=2)
+    worker, effects = _fifo_worker(monkeypatch)
+    envelope = _ordered(1)
+    send_fifo(dlq, envelope.to_json(), GROUP, envelope.id)  # as dead-lettered, never processed
+    (dead,) = _peek(world, dlq)
+    flaky = DeleteFailsOnce(world.sqs)
+
+    # No markers: only the deduplication id protects the retry.
+    with pytest.raises(ConnectionError):
+        move_by_hand(flaky, dlq, source, visibility_timeout=0)
+    result = move_by_hand(flaky, dlq, source)
+
+    assert result.moved == 1  # sent again ...
+    (queued,) = _peek(world, source)  # ... and SQS dropped the copy: same id inside the window
+    assert queued["Attributes"]["MessageDeduplicationId"] == redrive_deduplication_id(dead["MessageId"])
+    mapping = FifoMapping(source, worker.handler)
+    mapping.drain()
+    assert effects.done == [1]
+    # Past the window SQS would deliver the repeat; the write-ahead record of its id stops a second effect.
+    send_fifo(source, envelope.to_json(), GROUP, redrive_deduplication_id(dead["MessageId"]))
+    mapping.drain()
+    assert len(mapping.invocations) == 2 and effects.done == [1]

@@ -11,6 +11,12 @@ ten by receive -> send -> mark -> delete:
 - the only window for a duplicate is a crash between the send and the marker write: at most one
   extra copy of at most one batch (10 messages) per crash, which processing idempotency (per
   envelope id) absorbs. The fallback is at-least-once, never at-most-once.
+
+A FIFO DLQ (the ordered workload's) is moved back the same way, to its FIFO source, keeping each
+message's ``MessageGroupId``. Its ``MessageDeduplicationId`` is ``redrive-<dlq message id>``
+(:func:`redrive_deduplication_id`): never the original's, which SQS would still drop as a
+duplicate inside its five-minute window, and the same on every retry of one redrive, so a send
+repeated after a lost delete is dropped by SQS within that window (and by the marker after it).
 """
 
 from __future__ import annotations
@@ -103,13 +109,29 @@ def start_move_task(sqs: SQSClient, dlq_url: str, source_url: str) -> str | None
     return response["TaskHandle"]
 
 
-def _send_entry(index: int, message: MessageTypeDef) -> dict[str, Any]:
+def is_fifo(queue_url: str) -> bool:
+    """SQS requires a FIFO queue's name to end in ``.fifo``, and no other queue's may."""
+    return queue_url.rstrip("/").endswith(".fifo")
+
+
+def redrive_deduplication_id(dlq_message_id: str) -> str:
+    """The deduplication id of a message moved back to a FIFO queue by hand.
+
+    Derived from the DLQ message's id: the same on every retry of this redrive, and new when the
+    redriven copy (which SQS gives a new id) fails again and is redriven once more.
+    """
+    return f"redrive-{dlq_message_id}"
+
+
+def _send_entry(index: int, message: MessageTypeDef, *, fifo: bool) -> dict[str, Any]:
     entry: dict[str, Any] = {"Id": str(index), "MessageBody": message["Body"]}
     if message.get("MessageAttributes"):
         entry["MessageAttributes"] = message["MessageAttributes"]
     group = (message.get("Attributes") or {}).get("MessageGroupId")
     if group:
-        entry["MessageGroupId"] = group  # keep the tenant's fair-queue group
+        entry["MessageGroupId"] = group  # the ordered group, or the tenant's fair-queue group
+    if fifo:
+        entry["MessageDeduplicationId"] = redrive_deduplication_id(message["MessageId"])
     return entry
 
 
@@ -125,6 +147,7 @@ def move_by_hand(
 ) -> RedriveResult:
     """The receive/send/mark/delete fallback; stops when the DLQ looks empty or after ``max_messages``."""
     result = RedriveResult(dlq_url=dlq_url, source_url=source_url, method="fallback")
+    fifo = is_fifo(source_url)
     empty_receives = 0
     while empty_receives < 2 and (max_messages is None or result.moved + result.already_moved < max_messages):
         wanted = (
@@ -151,7 +174,7 @@ def move_by_hand(
         if fresh:
             response = sqs.send_message_batch(
                 QueueUrl=source_url,
-                Entries=[_send_entry(i, m) for i, m in enumerate(fresh)],  # type: ignore[misc]
+                Entries=[_send_entry(i, m, fifo=fifo) for i, m in enumerate(fresh)],  # type: ignore[misc]
             )
             ok = {int(entry["Id"]) for entry in response.get("Successful", [])}
             sent = [message for index, message in enumerate(fresh) if index in ok]
