@@ -9,6 +9,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from botocore.exceptions import ClientError
 
 from breakwater import processor
 from breakwater.backlog import COUNTER_NAMES
@@ -323,3 +324,35 @@ def test_a_message_that_fails_on_its_last_receive_leaves_the_estimate_with_it(
     assert world.deliver(handler, "live-0")[1] == []  # SQS moved it on this receive
     assert world.depth("live-0", dlq=True)["Visible"] == 1
     assert counts(world, "acme") == {"failed": MAX_RECEIVE_COUNT, "dead_lettered": 1}
+
+
+def test_counters_the_state_table_refused_are_written_with_the_next_batch(
+    world: WorkerWorld, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    for _ in range(2):
+        world.send("live-0", make_envelope("acme"))
+    handler = load(monkeypatch, "worker.handler", world.environment())
+    client = handler.worker.ports.rate._client
+    refusals = {"TransactWriteItems": 1, "UpdateItem": 1}  # the batch's settle, then its counters alone
+
+    def refuse_counters(params: dict[str, Any], model: Any, **_: Any) -> None:
+        keys = [item["Update"]["Key"] for item in params.get("TransactItems", []) if "Update" in item]
+        keys += [params["Key"]] if "Key" in params else []
+        if any(key["sk"]["S"] == "counters" for key in keys) and refusals[model.name] > 0:
+            refusals[model.name] -= 1
+            raise ClientError({"Error": {"Code": "ThrottlingException"}}, model.name)
+
+    for operation in refusals:
+        client.meta.events.register(f"provide-client-params.dynamodb.{operation}", refuse_counters)
+
+    response, received = world.deliver(handler, "live-0")
+
+    assert len(received) == 2 and response == {"batchItemFailures": []}
+    assert refusals == {"TransactWriteItems": 0, "UpdateItem": 0}
+    assert counts(world, "acme") == {}
+    assert set(world.item("tenant#acme", "concurrency")["leases"]) == set()  # the lease went back
+
+    world.send("live-0", make_envelope("acme"))
+    world.deliver(handler, "live-0")  # the same container
+
+    assert counts(world, "acme") == {"processed": 3}

@@ -148,6 +148,8 @@ class World:
     failing_moves: set[str] = field(default_factory=set)  # message ids whose move fails
     moves: list[Move] = field(default_factory=list)
     settled: list[tuple[dict[str, Grant], dict[str, dict[str, int]]]] = field(default_factory=list)
+    # what the next settles do instead of writing everything: raise, or leave these tenants unwritten
+    settle_faults: list[Exception | set[str]] = field(default_factory=list)
     ages: list[tuple[str, int, int]] = field(default_factory=list)
     visibility: list[tuple[str, str, int]] = field(default_factory=list)
 
@@ -178,9 +180,7 @@ class World:
             tenant_limits=lambda tenant: LIMITS,
             swept_at_ms=self.swept.get,
             send_moves=send_moves,
-            settle=lambda grants, counters: self.settled.append(
-                (dict(grants), {tenant: dict(deltas) for tenant, deltas in counters.items()})
-            ),
+            settle=self.settle,
             record_oldest_age=lambda role, age, now: self.ages.append((role, age, now)),
             extend_visibility=lambda url, handle, seconds: self.visibility.append((url, handle, seconds)),
             process=self.idempotency,
@@ -191,6 +191,17 @@ class World:
             clock_ms=lambda: NOW,
         )
         return Worker(config, ports, metrics=self.metrics)
+
+    def settle(
+        self, grants: Mapping[str, Grant], counters: Mapping[str, Mapping[str, int]]
+    ) -> dict[str, dict[str, int]]:
+        """Records what was written; returns the counters left unwritten (a raise writes nothing)."""
+        fault = self.settle_faults.pop(0) if self.settle_faults else set()
+        if isinstance(fault, Exception):
+            raise fault
+        written = {tenant: dict(deltas) for tenant, deltas in counters.items() if tenant not in fault}
+        self.settled.append((dict(grants), written))
+        return {tenant: dict(counters[tenant]) for tenant in fault if tenant in counters}
 
     def counters(self) -> dict[str, dict[str, int]]:
         """The per-tenant counters the batches settled, added up."""
@@ -535,3 +546,40 @@ def test_without_the_queues_max_receive_count_nothing_is_counted_dead_lettered(w
     world.worker(max_receive_count=None).handle(event(bad, receive_count=100), context())
 
     assert world.counters() == {"acme": {"failed": 1}}
+
+
+# -- counters a failed write left behind go out with the next batch ----------------------------------------
+def test_counters_whose_write_failed_go_out_with_the_next_batch(world: World) -> None:
+    world.settle_faults = [ConnectionError("throttled")]
+    worker = world.worker()  # one container
+
+    worker.handle(event(envelope(), envelope(expires_at=NOW - 1)), context())
+    assert world.settled == []  # nothing written
+    worker.handle(event(envelope()), context())
+
+    assert [counters for _, counters in world.settled] == [{"acme": {"processed": 2, "dropped": 1}}]
+
+
+def test_only_the_tenants_whose_counters_were_not_written_are_kept(world: World) -> None:
+    world.settle_faults = [{"globex"}]
+    worker = world.worker()
+
+    worker.handle(event(envelope("acme"), envelope("globex")), context())
+    worker.handle(event(envelope("acme")), context())
+    worker.handle(event(envelope("acme")), context())  # nothing left to add
+
+    assert [counters for _, counters in world.settled] == [
+        {"acme": {"processed": 1}},
+        {"acme": {"processed": 1}, "globex": {"processed": 1}},
+        {"acme": {"processed": 1}},
+    ]
+    assert world.counters() == {"acme": {"processed": 3}, "globex": {"processed": 1}}
+
+
+def test_kept_counters_belong_to_the_container_that_kept_them(world: World) -> None:
+    world.settle_faults = [ConnectionError("throttled")]
+    world.worker().handle(event(envelope()), context())
+
+    world.worker().handle(event(envelope("globex")), context())  # another container
+
+    assert [counters for _, counters in world.settled] == [{"globex": {"processed": 1}}]

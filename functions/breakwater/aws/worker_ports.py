@@ -111,6 +111,29 @@ class LeasesAndLocks:
         return grants
 
 
+def _write_counters(client: DynamoDBClient, updates: Mapping[str, dict[str, Any]]) -> list[str]:
+    """Each tenant's counter update, up to 100 in a transaction, one by one if it is refused;
+    returns the tenants whose update failed."""
+    failed: list[str] = []
+    tenants = list(updates)
+    for start in range(0, len(tenants), MAX_TRANSACT_ITEMS):
+        chunk = tenants[start : start + MAX_TRANSACT_ITEMS]
+        if len(chunk) > 1:
+            try:
+                items: list[Any] = [{"Update": updates[tenant]} for tenant in chunk]
+                client.transact_write_items(TransactItems=items)
+                continue
+            except Exception:  # noqa: S110  (made one by one below)
+                pass
+        for tenant in chunk:
+            try:
+                client.update_item(**updates[tenant])
+            except Exception as exc:
+                logger.warning("counter flush failed", extra={"tenant": tenant, "error": str(exc)})
+                failed.append(tenant)
+    return failed
+
+
 def client_config() -> Config:
     """The worker's botocore clients: standard retries, no client-side validation, a fixed User-Agent.
 
@@ -148,32 +171,36 @@ def build_worker_ports(
         else None
     )
 
-    def settle(grants: Mapping[str, Grant], counters: Mapping[str, Mapping[str, int]]) -> None:
+    def settle(
+        grants: Mapping[str, Grant], counters: Mapping[str, Mapping[str, int]]
+    ) -> dict[str, dict[str, int]]:
         """One write for the batch: the lease releases, the counter ADDs and the COMPLETED records.
 
         All unconditional, so the TransactWriteItems fails only on a conflicting transaction or
-        throttling; then the records go out with BatchWriteItem and the updates one by one
-        (D-worker-14).
+        throttling; then the records go out with BatchWriteItem and the updates apart.
+        Returns the tenants' counters that were not written, for the worker to add to its next
+        batch's; it raises only before it wrote any counter.
         """
-        updates = leases.release_updates(grants) if leases is not None else []
-        for tenant, deltas in counters.items():
-            update = counters_update(table, tenant, deltas)
-            if update is not None:
-                updates.append(update)
+        releases = leases.release_updates(grants) if leases is not None else []
+        by_tenant = {
+            tenant: update
+            for tenant, deltas in counters.items()
+            if (update := counters_update(table, tenant, deltas)) is not None
+        }
+        updates = [*releases, *by_tenant.values()]
         completed = idempotent.take_completed()
-        if completed and updates and len(completed) + len(updates) <= MAX_TRANSACT_ITEMS:
-            items: list[Any] = [
-                *({"Update": update} for update in updates),
-                *({"Put": put} for put in completed),
-            ]
+        items: list[Any] = [*({"Update": update} for update in updates), *({"Put": put} for put in completed)]
+        if updates and 1 < len(items) <= MAX_TRANSACT_ITEMS:
             try:
                 ddb.transact_write_items(TransactItems=items)
-                return
+                return {}
             except Exception as exc:  # written apart below
                 logger.warning("batch settle transaction refused", extra={"error": str(exc)})
         idempotent.write_completed(completed)
-        for error in write_updates(ddb, updates):  # a lease expires on its own; counters feed estimates
-            logger.warning("lease release or counter flush failed", extra={"error": str(error)})
+        for error in write_updates(ddb, releases):  # a lease expires on its own
+            logger.warning("lease release failed", extra={"error": str(error)})
+        failed = _write_counters(ddb, by_tenant)
+        return {tenant: dict(counters[tenant]) for tenant in failed}
 
     def extend(queue_url: str, receipt_handle: str, seconds: int) -> None:
         queues.change_message_visibility(

@@ -8,7 +8,8 @@ write, which also takes the idempotency locks of the messages it lets through). 
 processed under a heartbeat, one after the other. After the batch: every buffered move goes out
 through ``SendMessageBatch`` and a failed entry turns its original into a batch item failure
 (nothing is acknowledged before its copy exists); the idempotency records, the lease releases
-with the per-tenant counters, the oldest age per queue role and the metrics go out once per batch.
+with the per-tenant counters, the oldest age per queue role and the metrics go out once per batch;
+counters whose write failed are kept and go out with the container's next batch.
 Replayed work is measured apart (``breakwater.worker.metrics.metric_role``) and never reported as a
 queue's oldest age. A message left unacknowledged on its queue's last receive is counted
 ``dead_lettered``: SQS moves it to the dead-letter queue without telling anyone, and the tenant's
@@ -179,6 +180,9 @@ class Worker:
         self.metrics: MetricsSink = metrics if metrics is not None else powertools_metrics
         self.monitor = HeartbeatMonitor(ports.monotonic)
         self._batch: _Batch | None = None
+        # Counters a failed write left behind: added to the next batch's, so the backlog estimates
+        # lose them only with the container.
+        self._unsettled: dict[str, dict[str, int]] = {}
 
     # -- the invocation ------------------------------------------------------------------------------
     def handle(self, event: dict[str, Any], context: LambdaContext) -> dict[str, Any]:
@@ -408,6 +412,25 @@ class Worker:
                 "failed on the last receive: bound for the dead-letter queue", extra={"message_ids": leaving}
             )
 
+    def _settle(self, batch: _Batch) -> None:
+        """Give back the batch's leases and write its counters with those an earlier write left behind."""
+        grants = {tenant: grant for tenant, grant in batch.grants.items() if grant is not Grant.REFUSED}
+        counters = {tenant: Counter(deltas) for tenant, deltas in self._unsettled.items()}
+        for tenant, deltas in batch.counters.items():
+            counters.setdefault(tenant, Counter()).update(deltas)
+        pending = {tenant: dict(deltas) for tenant, deltas in counters.items()}
+        unwritten: Mapping[str, Mapping[str, int]]
+        try:  # leases expire on their own, and counters not written go out with the next batch
+            unwritten = self.ports.settle(grants, pending)
+        except Exception as exc:
+            logger.warning("lease release and counter flush failed", extra={"error": str(exc)})
+            unwritten = pending
+        self._unsettled = {
+            tenant: dict(deltas) for tenant, deltas in unwritten.items() if any(deltas.values())
+        }
+        if self._unsettled:
+            logger.warning("counters kept for the next batch", extra={"tenants": sorted(self._unsettled)})
+
     def _flush_processed(self) -> None:
         try:
             self.ports.flush_processed()
@@ -416,11 +439,7 @@ class Worker:
 
     def _flush_aggregates(self, batch: _Batch) -> None:
         now = self.ports.clock_ms()
-        grants = {tenant: grant for tenant, grant in batch.grants.items() if grant is not Grant.REFUSED}
-        try:  # leases expire on their own; counters only feed estimates: never fail a batch for them
-            self.ports.settle(grants, {tenant: dict(deltas) for tenant, deltas in batch.counters.items()})
-        except Exception as exc:
-            logger.warning("lease release and counter flush failed", extra={"error": str(exc)})
+        self._settle(batch)
         for role, oldest in batch.oldest.items():
             try:
                 self.ports.record_oldest_age(role, oldest, now)

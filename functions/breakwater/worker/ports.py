@@ -47,8 +47,8 @@ class WorkerPorts:
     # the keys of the moves that failed (their originals stay unacknowledged)
     send_moves: Callable[[list[Move]], set[str]]
     # gives back the batch's leases, adds its per-tenant counters and writes the COMPLETED records the
-    # processor buffered (never fails the batch)
-    settle: Callable[[Mapping[str, Grant], Mapping[str, Mapping[str, int]]], None]
+    # processor buffered; returns the counters it did not write (a raise: it wrote none of them)
+    settle: Callable[[Mapping[str, Grant], Mapping[str, Mapping[str, int]]], Mapping[str, Mapping[str, int]]]
     record_oldest_age: Callable[[str, int, int], object]  # queue role, oldest age ms, now ms
     extend_visibility: Callable[[str, str, int], None]  # queue url, receipt handle, seconds
     process: Callable[[Envelope, WorkContext], dict[str, Any]]  # the idempotent processor
