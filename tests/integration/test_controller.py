@@ -277,3 +277,56 @@ def test_a_queue_past_its_budget_is_held_for_the_archiver_and_released_under_it(
     second = controller.handler({}, context)
     assert second["archiving"] == [] and len(invocations) == 1
     assert mapping_state(mapping) == "Enabled"
+
+
+def same_shard_tenants() -> tuple[str, str]:
+    from breakwater.backlog import shard_of
+
+    names = [f"tenant-{i}" for i in range(200)]
+    first = names[0]
+    return first, next(name for name in names[1:] if shard_of(name) == shard_of(first))
+
+
+def test_a_page_left_half_written_is_settled_by_the_next_run(
+    world: WorkerWorld, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The controller dies between its tenants' writes: the ledger keeps its intent, and the next run
+    counts exactly the writes that landed, so the sum of the estimates never drifts from the ledger."""
+    written, lost = same_shard_tenants()
+    for tenant in (written, lost):
+        add_tenant(tenant, "standard")
+    controller = load(monkeypatch, "controller.handler", environment(world, sideline_mapping(world)))
+    context: Any = worker_fixtures.FakeLambdaContext()
+    add_counters(world.dynamodb, STATE_TABLE, written, {"accepted": 30})
+    add_counters(world.dynamodb, STATE_TABLE, lost, {"accepted": 50})
+    enqueue(world, 80)
+    state = controller.ports.commit.__self__
+    write_tenant = state._write_tenant
+
+    def dying(write: Any, version: int) -> None:
+        if write.tenant == lost:
+            raise RuntimeError("the invocation timed out here")
+        write_tenant(write, version)
+
+    monkeypatch.setattr(state, "_write_tenant", dying)
+    first = controller.handler({}, context)
+    assert first["shards"]["failed"] and "scaled" in first
+    from breakwater.aws.controller_ports import LEDGER_SK, ledger_pk
+    from breakwater.backlog import shard_of
+
+    key = ledger_pk(shard_of(written))
+    assert "intent" in world.item(key, LEDGER_SK)
+    assert "dirty_shard" not in world.item(f"tenant#{written}", "counters")
+    assert "dirty_shard" in world.item(f"tenant#{lost}", "counters")
+
+    monkeypatch.setattr(state, "_write_tenant", write_tenant)
+    world.dynamodb.update_item(  # the dead invocation's lease runs out
+        TableName=STATE_TABLE,
+        Key={"pk": {"S": key}, "sk": {"S": LEDGER_SK}},
+        UpdateExpression="SET lease_until = :zero",
+        ExpressionAttributeValues={":zero": {"N": "0"}},
+    )
+    second = controller.handler({}, context)
+    assert second["backlogs"] == {lost: 50}
+    ledger = world.item(key, LEDGER_SK)
+    assert "intent" not in ledger and float(ledger["total"]) == pytest.approx(80)

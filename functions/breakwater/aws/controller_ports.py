@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import json
 import os
+import time
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import replace
@@ -358,14 +359,22 @@ class ControllerState:
     def _write_tenant(self, write: TenantWrite, version: int) -> None:
         """Ingest's bucket first (when the multiplier changed), then the counters item in one UpdateItem."""
         if write.multiplier_changed:
-            set_multiplier(self._ddb, self._table, write.tenant, write.multiplier)
+            _retrying_conflicts(
+                lambda: set_multiplier(self._ddb, self._table, write.tenant, write.multiplier)
+            )
         try:
-            self._ddb.update_item(**self._tenant_update(write, version, clear=not write.keep_dirty))
+            _retrying_conflicts(
+                lambda: self._ddb.update_item(
+                    **self._tenant_update(write, version, clear=not write.keep_dirty)
+                )
+            )
         except ClientError as exc:
             if _code(exc) != "ConditionalCheckFailedException":
                 raise
             # Written to since the read: the tenant keeps its mark and is looked at again next run.
-            self._ddb.update_item(**self._tenant_update(write, version, clear=False))
+            _retrying_conflicts(
+                lambda: self._ddb.update_item(**self._tenant_update(write, version, clear=False))
+            )
 
     def _tenant_update(self, write: TenantWrite, version: int, *, clear: bool) -> dict[str, Any]:
         values: dict[str, Any] = {
@@ -396,6 +405,18 @@ class ControllerState:
                 values[":writes"] = _n(write.writes)
         update["ExpressionAttributeValues"] = values
         return update
+
+
+def _retrying_conflicts(write: Callable[[], object], attempts: int = 4) -> None:
+    """A plain write to an item that a writer's transaction holds is refused, not queued: try again."""
+    for attempt in range(attempts):
+        try:
+            write()
+            return
+        except ClientError as exc:
+            if _code(exc) != "TransactionConflictException" or attempt == attempts - 1:
+                raise
+            time.sleep(0.02 * 2**attempt)
 
 
 def _batch_get_tenants(
