@@ -7,6 +7,7 @@ Rules, in order (the first that matches wins):
             anti-entropy sweep: work nobody is waiting for any more is the cheapest to shed.
 - SIDELINE  older than ``sideline_age``: moved to the backlog queue so fresh messages are not stuck
             behind old ones (serve the newest first during a backlog, drain the old later).
+            Never replayed work (:func:`is_replayed`): the replay already paces it.
 - SPILL     the tenant is over its consumer-side rate: moved to the spillover queue, so one tenant's
             flood cannot use up the workers.
 - DEFER     the tenant holds no concurrency slot: re-sent to the surge queue with a delay that grows
@@ -49,6 +50,12 @@ class Reason(StrEnum):
 
 
 QueueRole = Literal["live", "surge", "spillover", "backlog"]
+
+
+def is_replayed(envelope: Envelope) -> bool:
+    """Work a replay brought back from the archive, in the queue it was put in or any it was moved to
+    since (a deferral re-homes it to surge, but ``replay_run`` stays)."""
+    return envelope.origin is Origin.REPLAY or envelope.replay_run is not None
 
 
 def queue_role(origin: Origin) -> QueueRole:
@@ -123,9 +130,9 @@ def decide(envelope: Envelope, now_ms: int, tenant_state: TenantState, config: D
 
     sideline_mode = config.mode == "sideline"
     # A replayed envelope is old by definition and already paced by the replay: sidelining it for its
-    # age would park it again (archive -> replay -> backlog -> archive). The gates still apply.
-    replayed = envelope.origin is Origin.REPLAY
-    if not sideline_mode and not replayed and envelope.age_ms(now_ms) > config.sideline_age_ms:
+    # age would park it again (archive -> replay -> backlog -> archive), also once a deferral moved it
+    # to surge. The gates still apply.
+    if not sideline_mode and not is_replayed(envelope) and envelope.age_ms(now_ms) > config.sideline_age_ms:
         return Decision(SidelineDecision.SIDELINE, Reason.TOO_OLD, Origin.BACKLOG)
 
     if not tenant_state.within_consumer_rate:

@@ -146,3 +146,17 @@ def test_a_replayed_message_is_not_sidelined_for_its_age_but_still_gated() -> No
     assert decide(old, NOW, TenantState(), LIVE).action is SidelineDecision.PROCESS
     over_rate = decide(old, NOW, TenantState(within_consumer_rate=False), LIVE)
     assert over_rate.action is SidelineDecision.SPILL
+
+
+def test_replayed_work_deferred_to_surge_is_still_not_sidelined_for_its_age() -> None:
+    # A deferral re-homes it to surge; replay_run stays, and so does the exemption (else it is parked
+    # in the backlog and archived again for the age it had when it was archived the first time).
+    deferred = envelope(age_ms=3_600_000, origin=Origin.SURGE, replay_run="r1", attempt=1)
+    assert decide(deferred, NOW, TenantState(), LIVE).action is SidelineDecision.PROCESS
+    again = decide(deferred, NOW, TenantState(holds_concurrency_slot=False), LIVE)
+    assert (again.action, again.destination) == (SidelineDecision.DEFER, Origin.SURGE)
+
+
+def test_old_surge_work_that_was_never_replayed_is_sidelined() -> None:
+    old = envelope(age_ms=3_600_000, origin=Origin.SURGE, attempt=1)
+    assert decide(old, NOW, TenantState(), LIVE).action is SidelineDecision.SIDELINE

@@ -474,6 +474,9 @@ def test_replayed_work_deferred_to_surge_stays_replayed_work(world: World) -> No
     world.leases.full = set()
     world.worker().handle(event(again), context())  # its delivery from the surge queue
 
+    assert world.idempotency.worked == [again.id]  # processed, not sidelined again for its age
+    assert len(world.moves) == 1
+    assert world.counters() == {"busy": {"deferred": 1, "processed": 1, "replayed": 1}}
     assert world.ages == []  # neither a live nor a surge health report
     assert world.metrics.values("AgeOfFirstAttempt", QueueRole="surge") == []
     assert world.metrics.values("AgeOfFirstAttempt", QueueRole="replay") == [3 * DAY_MS, 3 * DAY_MS]

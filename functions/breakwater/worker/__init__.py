@@ -4,6 +4,7 @@ talks to AWS through (``ports``) and the metrics of a batch (``metrics``).
 ``breakwater.aws.worker_ports`` builds the real ports; tests and benchmarks can build others.
 """
 
+from breakwater.sideline import is_replayed
 from breakwater.worker.batch import (
     LOG_KEYS,
     OutOfTimeError,
@@ -18,7 +19,6 @@ from breakwater.worker.metrics import (
     BatchMetrics,
     MetricRole,
     MetricsSink,
-    is_replayed,
     metric_role,
 )
 from breakwater.worker.ports import LeaseGate, RateGate, WorkerPorts

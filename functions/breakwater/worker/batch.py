@@ -45,6 +45,7 @@ from breakwater.sideline import (
     SidelineDecision,
     TenantState,
     decide,
+    is_replayed,
     queue_role,
 )
 from breakwater.worker.metrics import (
@@ -53,7 +54,6 @@ from breakwater.worker.metrics import (
     BatchMetrics,
     MetricRole,
     MetricsSink,
-    is_replayed,
     metric_role,
 )
 from breakwater.worker.ports import WorkerPorts

@@ -16,8 +16,8 @@ from typing import Any, Literal, Protocol
 
 from aws_lambda_powertools.metrics import MetricUnit
 
-from breakwater.envelope import Envelope, Origin
-from breakwater.sideline import QueueRole, SidelineDecision, queue_role
+from breakwater.envelope import Envelope
+from breakwater.sideline import QueueRole, SidelineDecision, is_replayed, queue_role
 
 DIMENSION = "QueueRole"
 FIRST_ATTEMPT = "AgeOfFirstAttempt"
@@ -39,12 +39,6 @@ FAILED = "Failed"
 
 REPLAY: Literal["replay"] = "replay"
 MetricRole = QueueRole | Literal["replay"]
-
-
-def is_replayed(envelope: Envelope) -> bool:
-    """Work a replay brought back from the archive, in the queue it was put in or any it was moved to
-    since (a deferral re-homes it to surge, but ``replay_run`` stays)."""
-    return envelope.origin is Origin.REPLAY or envelope.replay_run is not None
 
 
 def metric_role(envelope: Envelope) -> MetricRole:
