@@ -15,7 +15,13 @@ from typing import Any
 import pytest
 
 from breakwater import processor
-from breakwater.aws.redrive import RedriveMarkers, move_by_hand, redrive_deduplication_id, start_move_task
+from breakwater.aws.redrive import (
+    REDRIVEN_ATTRIBUTE,
+    RedriveMarkers,
+    move_by_hand,
+    redrive_deduplication_id,
+    start_move_task,
+)
 from breakwater.envelope import Envelope, new_envelope_id
 from breakwater.ordered import message_group_id
 from tests.integration import worker_fixtures
@@ -98,6 +104,60 @@ def test_a_lost_delete_does_not_send_the_message_twice(world: WorkerWorld) -> No
     assert [e.id for e in world.bodies("live-0")] == [envelope.id]
 
 
+REDRIVE_TIME = 1_700_000_000.0
+
+
+def _attributes(world: WorkerWorld, queue_url: str) -> list[dict[str, Any]]:
+    messages = world.sqs.receive_message(
+        QueueUrl=queue_url, MaxNumberOfMessages=10, MessageAttributeNames=["All"]
+    ).get("Messages", [])
+    return [message.get("MessageAttributes", {}) for message in messages]
+
+
+def _string(value: str) -> dict[str, str]:
+    return {"DataType": "String", "StringValue": value}
+
+
+def test_a_message_moved_by_hand_is_marked_redriven_and_keeps_its_attributes(world: WorkerWorld) -> None:
+    dlq, source = world.dlqs["live-0"], world.urls["live-0"]
+    world.sqs.send_message(
+        QueueUrl=dlq, MessageBody=make_envelope("acme").to_json(), MessageAttributes={"origin": _string("x")}
+    )
+
+    result = move_by_hand(world.sqs, dlq, source, clock=lambda: REDRIVE_TIME)
+
+    assert (result.moved, result.unmarked) == (1, 0)
+    assert _attributes(world, source) == [
+        {
+            "origin": _string("x"),
+            REDRIVEN_ATTRIBUTE: {"DataType": "Number", "StringValue": str(int(REDRIVE_TIME * 1000))},
+        }
+    ]
+
+
+def test_a_second_redrive_marks_the_message_with_its_own_time(world: WorkerWorld) -> None:
+    dlq, source = world.dlqs["live-0"], world.urls["live-0"]
+    earlier = {REDRIVEN_ATTRIBUTE: {"DataType": "Number", "StringValue": "1"}}
+    body = make_envelope("acme").to_json()
+    world.sqs.send_message(QueueUrl=dlq, MessageBody=body, MessageAttributes=earlier)
+
+    move_by_hand(world.sqs, dlq, source, clock=lambda: REDRIVE_TIME)
+
+    ((mark,),) = [list(attributes.values()) for attributes in _attributes(world, source)]
+    assert mark["StringValue"] == str(int(REDRIVE_TIME * 1000))
+
+
+def test_a_message_with_the_most_attributes_sqs_allows_is_moved_unmarked(world: WorkerWorld) -> None:
+    dlq, source = world.dlqs["live-0"], world.urls["live-0"]
+    full = {f"a{i}": _string(str(i)) for i in range(10)}
+    world.sqs.send_message(QueueUrl=dlq, MessageBody=make_envelope("acme").to_json(), MessageAttributes=full)
+
+    result = move_by_hand(world.sqs, dlq, source)
+
+    assert (result.moved, result.failed, result.unmarked) == (1, 0, 1)
+    assert _attributes(world, source) == [full]
+
+
 def _bin_redrive() -> Any:
     path = Path(__file__).resolve().parents[2] / "bin" / "redrive"
     loader = importlib.machinery.SourceFileLoader("bin_redrive", str(path))
@@ -161,12 +221,15 @@ def _ordered(seq: int) -> Envelope:
 
 
 def _peek(world: WorkerWorld, queue_url: str) -> list[Any]:
-    """The queue's messages with their system attributes, made visible again at once.
+    """The queue's messages with their attributes, made visible again at once.
 
     (Not a receive with ``VisibilityTimeout=0``: moto then releases a FIFO group's messages out of order.)
     """
     messages = world.sqs.receive_message(
-        QueueUrl=queue_url, MaxNumberOfMessages=10, MessageSystemAttributeNames=["All"]
+        QueueUrl=queue_url,
+        MaxNumberOfMessages=10,
+        MessageSystemAttributeNames=["All"],
+        MessageAttributeNames=["All"],
     ).get("Messages", [])
     for message in messages:
         world.sqs.change_message_visibility(
@@ -201,6 +264,7 @@ def test_an_ordered_group_dead_lettered_by_a_bug_is_redriven_with_its_group_and_
     dedup_ids = [m["Attributes"]["MessageDeduplicationId"] for m in redriven]
     assert dedup_ids == [redrive_deduplication_id(m["MessageId"]) for m in dead]
     assert not set(dedup_ids) & {e.id for e in envelopes}  # never the original's: SQS would drop it
+    assert all(REDRIVEN_ATTRIBUTE in m["MessageAttributes"] for m in redriven)
     FifoMapping(source, worker.handler).drain()
     assert effects.done == [1, 2, 3]
 

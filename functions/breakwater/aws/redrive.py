@@ -17,6 +17,10 @@ message's ``MessageGroupId``. Its ``MessageDeduplicationId`` is ``redrive-<dlq m
 (:func:`redrive_deduplication_id`): never the original's, which SQS would still drop as a
 duplicate inside its five-minute window, and the same on every retry of one redrive, so a send
 repeated after a lost delete is dropped by SQS within that window (and by the marker after it).
+
+Every message the fallback sends carries :data:`REDRIVEN_ATTRIBUTE` (the redrive's epoch ms), so a
+consumer can tell redriven work from live work. A move task copies messages as they are: its
+messages carry no mark (``use_move_task: false`` marks every one).
 """
 
 from __future__ import annotations
@@ -39,6 +43,9 @@ if TYPE_CHECKING:
     from breakwater.settings import RedriveSettings
 
 MARKER_TTL_SECONDS = 15 * 86_400  # longer than the longest SQS retention (14 days)
+# SQS message attribute on every message the fallback moves back: the redrive's time, epoch ms (Number).
+REDRIVEN_ATTRIBUTE = "breakwater-redriven"
+_MAX_MESSAGE_ATTRIBUTES = 10  # SQS refuses a message with more
 _UNSUPPORTED = {"UnsupportedOperation", "InvalidAction", "AWS.SimpleQueueService.UnsupportedOperation"}
 
 
@@ -51,6 +58,7 @@ class RedriveResult:
     moved: int = 0
     already_moved: int = 0  # found a marker: deleted from the DLQ without sending again
     failed: int = 0  # send failed: left in the DLQ
+    unmarked: int = 0  # sent without REDRIVEN_ATTRIBUTE: the message already had the most SQS allows
 
     def as_dict(self) -> dict[str, Any]:
         return dict(self.__dict__)
@@ -123,16 +131,23 @@ def redrive_deduplication_id(dlq_message_id: str) -> str:
     return f"redrive-{dlq_message_id}"
 
 
-def _send_entry(index: int, message: MessageTypeDef, *, fifo: bool) -> dict[str, Any]:
+def _send_entry(index: int, message: MessageTypeDef, *, fifo: bool, redriven_at_ms: int) -> dict[str, Any]:
     entry: dict[str, Any] = {"Id": str(index), "MessageBody": message["Body"]}
-    if message.get("MessageAttributes"):
-        entry["MessageAttributes"] = message["MessageAttributes"]
+    attributes: dict[str, Any] = dict(message.get("MessageAttributes") or {})
+    if REDRIVEN_ATTRIBUTE in attributes or len(attributes) < _MAX_MESSAGE_ATTRIBUTES:
+        attributes[REDRIVEN_ATTRIBUTE] = {"DataType": "Number", "StringValue": str(redriven_at_ms)}
+    if attributes:
+        entry["MessageAttributes"] = attributes
     group = (message.get("Attributes") or {}).get("MessageGroupId")
     if group:
         entry["MessageGroupId"] = group  # the ordered group, or the tenant's fair-queue group
     if fifo:
         entry["MessageDeduplicationId"] = redrive_deduplication_id(message["MessageId"])
     return entry
+
+
+def _is_marked(entry: dict[str, Any]) -> bool:
+    return REDRIVEN_ATTRIBUTE in entry.get("MessageAttributes", {})
 
 
 def move_by_hand(
@@ -172,13 +187,13 @@ def move_by_hand(
         fresh = [message for message in messages if message["MessageId"] not in already]
         sent: list[MessageTypeDef] = []
         if fresh:
-            response = sqs.send_message_batch(
-                QueueUrl=source_url,
-                Entries=[_send_entry(i, m, fifo=fifo) for i, m in enumerate(fresh)],  # type: ignore[misc]
-            )
+            now_ms = int(clock() * 1000)
+            entries = [_send_entry(i, m, fifo=fifo, redriven_at_ms=now_ms) for i, m in enumerate(fresh)]
+            response = sqs.send_message_batch(QueueUrl=source_url, Entries=entries)  # type: ignore[arg-type]
             ok = {int(entry["Id"]) for entry in response.get("Successful", [])}
             sent = [message for index, message in enumerate(fresh) if index in ok]
             result.failed += len(fresh) - len(sent)
+            result.unmarked += sum(not _is_marked(entries[i]) for i in ok)
             if markers is not None and sent:
                 markers.mark([message["MessageId"] for message in sent], clock())
         done = sent + [message for message in messages if message["MessageId"] in already]
