@@ -11,7 +11,6 @@ if nothing was written since it read the counters). The controller keeps its own
 from __future__ import annotations
 
 from collections.abc import Iterable, Mapping, Sequence
-from decimal import Decimal
 from typing import TYPE_CHECKING, Any
 
 import boto3
@@ -86,19 +85,6 @@ def write_updates(client: DynamoDBClient, updates: Sequence[dict[str, Any]]) -> 
             except Exception as exc:
                 errors.append(exc)
     return errors
-
-
-def set_bookmark(client: DynamoDBClient, table_name: str, tenant: str, seen: Mapping[str, float]) -> None:
-    """The controller's ``seen_<name>`` bookmarks (values at its last run), next to the counters."""
-    names = {f"#s{i}": f"seen_{name}" for i, name in enumerate(seen)}
-    values = {f":s{i}": {"N": str(Decimal(str(value)))} for i, value in enumerate(seen.values())}
-    client.update_item(
-        TableName=table_name,
-        Key={"pk": {"S": tenant_pk(tenant)}, "sk": {"S": COUNTERS_SK}},
-        UpdateExpression="SET " + ", ".join(f"{n} = {v}" for n, v in zip(names, values, strict=True)),
-        ExpressionAttributeNames=names,
-        ExpressionAttributeValues=values,
-    )
 
 
 def batch_get(
