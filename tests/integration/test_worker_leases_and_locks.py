@@ -1,4 +1,5 @@
-"""The batch's concurrency leases and idempotency locks go out in one transaction, against moto."""
+"""The batch's concurrency leases and idempotency locks go out in one transaction, and the floors hold
+when several containers contend for a small burst pool, against moto."""
 
 from __future__ import annotations
 
@@ -6,12 +7,14 @@ from typing import Any
 
 import boto3
 
-from breakwater.aws.concurrency import ConcurrencyLeases
+from breakwater.aws.concurrency import POOL_PK, POOL_SK, ConcurrencyLeases
 from breakwater.aws.idempotency import IdempotentProcessor
-from breakwater.aws.worker_ports import LeasesAndLocks
+from breakwater.aws.worker_ports import LeasesAndLocks, build_worker_ports
 from breakwater.concurrency import ConcurrencyLimits, Grant
-from breakwater.envelope import Envelope
+from breakwater.envelope import Envelope, Origin
 from breakwater.processor import WorkContext
+from breakwater.settings import WorkerSettings
+from breakwater.worker import Worker, WorkerConfig
 from tests.integration import worker_fixtures
 from tests.integration.worker_fixtures import (
     IDEMPOTENCY_TABLE,
@@ -203,3 +206,110 @@ def test_a_lease_that_loses_a_race_falls_back_to_one_tenant_at_a_time_without_lo
     assert _statuses(world) == []  # nothing rode along; the worker locks what it admits
     idempotent.lock(envelopes[:1])
     assert _statuses(world) == ["INPROGRESS"]
+
+
+# -- floors under contention: several containers, one state table, a small burst pool --------------------
+NOISY = ConcurrencyLimits(floor=1, ceiling=6)
+QUIET = ConcurrencyLimits(floor=2, ceiling=6)
+
+
+def _pool(world: WorkerWorld) -> set[str]:
+    return set(world.item(POOL_PK, POOL_SK).get("leases", {}))
+
+
+def _holders(world: WorkerWorld, tenant: str) -> set[str]:
+    return set(world.item(f"tenant#{tenant}", "concurrency").get("leases", {}))
+
+
+def test_a_noisy_tenant_gets_no_burst_beyond_the_pool_and_a_quiet_one_always_its_floor(
+    world: WorkerWorld,
+) -> None:
+    client = boto3.client("dynamodb", region_name=REGION)
+    containers = [ConcurrencyLeases(client, STATE_TABLE, f"c{index}", burst_capacity=1) for index in range(6)]
+
+    # every container asks for the noisy tenant first: its floor, then the pool's one slot, then nothing
+    noisy = [container.acquire_many({"noisy": NOISY}, FAR)["noisy"] for container in containers]
+    assert noisy == [Grant.FLOOR, Grant.BURST, *[Grant.REFUSED] * 4]
+    assert _pool(world) == {"noisy#c1"}
+
+    # with the pool taken, the quiet tenant still gets its whole floor, alone or beside the noisy one
+    assert containers[2].acquire_many({"quiet": QUIET}, FAR) == {"quiet": Grant.FLOOR}
+    assert containers[3].acquire_many({"noisy": NOISY, "quiet": QUIET}, FAR) == {
+        "noisy": Grant.REFUSED,
+        "quiet": Grant.FLOOR,
+    }
+    assert containers[4].acquire_many({"quiet": QUIET}, FAR) == {"quiet": Grant.REFUSED}  # a burst: no room
+    assert _holders(world, "noisy") == {"c0", "c1"}
+    assert _holders(world, "quiet") == {"c2", "c3"}
+
+    # the noisy tenant's burst lease goes back with its batch: the slot goes to whoever asks next
+    containers[1].release("noisy", Grant.BURST)
+    assert _pool(world) == set()
+    assert containers[4].acquire_many({"quiet": QUIET}, FAR) == {"quiet": Grant.BURST}
+    assert containers[5].acquire_many({"noisy": NOISY}, FAR) == {"noisy": Grant.REFUSED}
+    assert _pool(world) == {"quiet#c4"}
+
+
+class _Discard:
+    """A metrics sink that keeps nothing: the containers here are not measured."""
+
+    def add_dimension(self, name: str, value: str) -> None: ...
+
+    def add_metric(self, name: str, unit: Any, value: float, resolution: Any = 60) -> None: ...
+
+    def add_metadata(self, key: str, value: Any) -> None: ...
+
+    def flush_metrics(self, raise_on_empty_metrics: bool = False) -> None: ...
+
+
+def test_workers_of_several_containers_keep_the_quiet_tenant_s_floor_while_the_pool_is_taken(
+    world: WorkerWorld,
+) -> None:
+    """Three containers in one another's batches (each holds its leases while the next one runs)."""
+    noisy = [make_envelope("noisy") for _ in range(3)]
+    quiet = make_envelope("quiet")
+    for envelope in (*noisy, quiet):
+        world.send("live-0", envelope)
+    received = {Envelope.from_json(m["Body"]).id: m for m in world.receive(world.urls["live-0"])}
+    url = world.urls["live-0"]
+    batches = [
+        world.event(url, [received[noisy[0].id]]),
+        world.event(url, [received[noisy[1].id]]),
+        world.event(url, [received[noisy[2].id], received[quiet.id]]),
+    ]
+    worked: list[str] = []
+    seen_while_quiet_ran: dict[str, set[str]] = {}
+
+    def process(envelope: Envelope, work: WorkContext) -> dict[str, Any]:
+        worked.append(envelope.tenant)
+        if envelope.id == noisy[0].id:  # container 0 holds the noisy floor lease meanwhile
+            workers[1].handle(batches[1], FakeLambdaContext())  # type: ignore[arg-type]
+        elif envelope.id == noisy[1].id:  # container 1 holds the pool's only slot meanwhile
+            workers[2].handle(batches[2], FakeLambdaContext())  # type: ignore[arg-type]
+        elif envelope.id == quiet.id:
+            seen_while_quiet_ran.update(
+                pool=_pool(world), noisy=_holders(world, "noisy"), quiet=_holders(world, "quiet")
+            )
+        return {"id": envelope.id}
+
+    settings = WorkerSettings.from_env(world.environment(concurrency_burst_slots=1))
+    dynamodb = boto3.client("dynamodb", region_name=REGION)
+    workers = [
+        Worker(
+            WorkerConfig.from_settings(settings),
+            build_worker_ports(settings, process, dynamodb=dynamodb, sqs=world.sqs, container_id=f"c{index}"),
+            metrics=_Discard(),
+        )
+        for index in range(3)
+    ]
+
+    first = workers[0].handle(batches[0], FakeLambdaContext())  # type: ignore[arg-type]
+
+    assert first == {"batchItemFailures": []}
+    assert sorted(worked) == ["noisy", "noisy", "quiet"]
+    assert seen_while_quiet_ran == {"pool": {"noisy#c1"}, "noisy": {"c0", "c1"}, "quiet": {"c2"}}
+    # the noisy tenant's third message waits in the surge queue for a slot
+    assert [(e.id, e.origin) for e in world.bodies("surge")] == [(noisy[2].id, Origin.SURGE)]
+    assert world.item("tenant#noisy", "counters")["deferred"] == 1
+    assert world.item("tenant#quiet", "counters")["processed"] == 1
+    assert _pool(world) == set() and _holders(world, "noisy") == _holders(world, "quiet") == set()

@@ -156,6 +156,7 @@ def build_worker_ports(
     *,
     dynamodb: DynamoDBClient | None = None,
     sqs: SQSClient | None = None,
+    container_id: str = CONTAINER_ID,
 ) -> WorkerPorts:
     config = client_config()
     ddb: DynamoDBClient = dynamodb or boto3.client("dynamodb", config=config)
@@ -166,7 +167,7 @@ def build_worker_ports(
         process, settings.idempotency_table_name, settings.idempotency_ttl_seconds, client=ddb
     )
     leases = (
-        ConcurrencyLeases(ddb, table, CONTAINER_ID, burst_capacity=settings.concurrency_burst_slots)
+        ConcurrencyLeases(ddb, table, container_id, burst_capacity=settings.concurrency_burst_slots)
         if settings.sidelining_enabled
         else None
     )
