@@ -27,7 +27,6 @@ WORKER_STATE = (
     "dynamodb:ConditionCheckItem",
 )
 CONTROLLER_STATE = (
-    "dynamodb:Scan",
     "dynamodb:GetItem",
     "dynamodb:BatchGetItem",
     "dynamodb:UpdateItem",
@@ -35,7 +34,6 @@ CONTROLLER_STATE = (
 )
 DIRTY_INDEX_NAME = "dirty"  # the state table's index of changed tenants (breakwater.backlog)
 REDRIVE_STATE = ("dynamodb:BatchGetItem", "dynamodb:BatchWriteItem", "dynamodb:PutItem")
-ARCHIVER_STATE = ("dynamodb:UpdateItem",)
 
 
 def grant_items(
