@@ -23,13 +23,18 @@ from breakwater.ordered import (
 
 
 def ordered_message(record: SQSRecord) -> OrderedMessage:
-    """The record's envelope with the ids SQS delivered it under; the owner is unique per delivery."""
+    """The record's envelope, its group and its deduplication id; the owner is unique per delivery.
+
+    The exactly-once record is keyed on the envelope's own deduplication id, the one ingest sent it
+    under, not on the one SQS delivered it with: a message moved to a FIFO DLQ, or redriven from one,
+    arrives under another, and must still find the record of its first processing.
+    """
     envelope = Envelope.from_json(record.body)
     attributes = record.attributes
     return OrderedMessage(
         envelope=envelope,
         group_id=attributes.message_group_id or envelope.tenant,
-        dedup_id=attributes.message_deduplication_id or deduplication_id(envelope),
+        dedup_id=deduplication_id(envelope),
         owner=f"{record.message_id}:{attributes.approximate_receive_count}",
     )
 

@@ -369,3 +369,26 @@ def test_the_consumer_without_counters_releases_nothing() -> None:
     assert consumer.consume(_message(_envelope()), 2_000) is Outcome.PROCESSED
     with pytest.raises(ValueError, match="both"):
         FifoConsumer(FakeStore(), lambda _: None, backlogs=FakeBacklogs())
+
+
+def test_a_redriven_message_keeps_the_exactly_once_key_it_was_first_processed_under() -> None:
+    """A FIFO DLQ replaces the deduplication id, and the redrive sends another: the key is the envelope's."""
+    from aws_lambda_powertools.utilities.data_classes.sqs_event import SQSRecord
+
+    from breakwater.fifo_consumer import ordered_message
+
+    envelope = _envelope(ordering_key="k", dedup_key="inv-1")
+    record = SQSRecord(
+        {
+            "messageId": "m-2",
+            "receiptHandle": "r",
+            "body": envelope.to_json(),
+            "attributes": {
+                "ApproximateReceiveCount": "1",
+                "MessageGroupId": "acme:k",
+                "MessageDeduplicationId": "redrive-m-1",
+            },
+            "messageAttributes": {},
+        }
+    )
+    assert ordered_message(record).dedup_id == "inv-1" == deduplication_id(envelope)
