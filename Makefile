@@ -80,6 +80,7 @@ serve: install  ## keep the embedded AWS up for your own traffic (URL and keys i
 bench: install  ## run the benchmarks in bench/ (figures go to docs/performance.md by hand)
 	$(PY) bench/ingest.py
 	$(PY) bench/ingest_buckets.py
+	$(PY) bench/controller.py
 	$(PY) bench/worker.py
 	$(PY) bench/stream.py
 	$(PY) bench/moto_send.py
