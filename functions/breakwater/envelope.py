@@ -15,6 +15,11 @@ from pydantic import BaseModel, ConfigDict, Field
 
 ENVELOPE_VERSION: Literal[1] = 1
 
+# The SQS message attribute the redrive puts on what it moves back from a dead-letter queue by hand
+# (``breakwater.aws.redrive``), beside the body it sends back unchanged: workers measure such work
+# apart and count it back into the backlog estimate.
+REDRIVEN_ATTRIBUTE = "breakwater-redriven"
+
 _CROCKFORD = "0123456789ABCDEFGHJKMNPQRSTVWXYZ"
 
 

@@ -12,7 +12,8 @@ import pytest
 from botocore.exceptions import ClientError
 
 from breakwater import processor
-from breakwater.backlog import COUNTER_NAMES
+from breakwater.aws.redrive import move_by_hand
+from breakwater.backlog import COUNTER_NAMES, raw_backlog
 from breakwater.envelope import Origin
 from breakwater.processor import WorkContext
 from tests.integration import worker_fixtures
@@ -356,3 +357,36 @@ def test_counters_the_state_table_refused_are_written_with_the_next_batch(
     world.deliver(handler, "live-0")  # the same container
 
     assert counts(world, "acme") == {"processed": 3}
+
+
+def test_work_the_redrive_brings_back_is_counted_back_and_measured_apart(
+    world: WorkerWorld, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    import json
+
+    broken = {"on": True}
+
+    def sometimes_broken(envelope: Any, work: WorkContext) -> dict[str, Any]:
+        if broken["on"]:
+            raise RuntimeError("bug")
+        return {}
+
+    monkeypatch.setattr(processor, "process", sometimes_broken)
+    world.send("live-0", make_envelope("acme", age_ms=1_000))
+    handler = load(monkeypatch, "worker.handler", world.environment())
+    for _ in range(MAX_RECEIVE_COUNT):
+        world.deliver(handler, "live-0", requeue_failures=True)
+    assert world.deliver(handler, "live-0")[1] == []  # in the dead-letter queue now
+    assert counts(world, "acme") == {"failed": MAX_RECEIVE_COUNT, "dead_lettered": 1}
+
+    broken["on"] = False  # the fix; then the redrive by hand, which marks what it moves
+    assert move_by_hand(world.sqs, world.dlqs["live-0"], world.urls["live-0"]).moved == 1
+    capsys.readouterr()
+    response, received = world.deliver(handler, "live-0")
+
+    assert len(received) == 1 and response == {"batchItemFailures": []}
+    counters = counts(world, "acme")
+    assert counters == {"failed": MAX_RECEIVE_COUNT, "dead_lettered": 1, "redriven": 1, "processed": 1}
+    assert raw_backlog({**counters, "accepted": 1}) == 0  # it left the estimate once, with its processing
+    blobs = [json.loads(line) for line in capsys.readouterr().out.splitlines() if '"_aws"' in line]
+    assert [(blob["QueueRole"], values(blob, "Processed")) for blob in blobs] == [("redrive", [1])]

@@ -112,6 +112,7 @@ class WorkerWorld:
             "QueueUrl": url,
             "MaxNumberOfMessages": count,
             "MessageSystemAttributeNames": ["All"],
+            "MessageAttributeNames": ["All"],
             "WaitTimeSeconds": 0,
         }
         if visibility is not None:
@@ -135,7 +136,15 @@ class WorkerWorld:
                             "ApproximateFirstReceiveTimestamp"
                         ],
                     },
-                    "messageAttributes": {},
+                    "messageAttributes": {
+                        name: {
+                            "stringValue": value.get("StringValue"),
+                            "stringListValues": [],
+                            "binaryListValues": [],
+                            "dataType": value["DataType"],
+                        }
+                        for name, value in (m.get("MessageAttributes") or {}).items()
+                    },
                     "md5OfBody": m["MD5OfBody"],
                     "eventSource": "aws:sqs",
                     "eventSourceARN": arn,

@@ -15,7 +15,7 @@ import pytest
 from aws_lambda_powertools.utilities.typing import LambdaContext
 
 from breakwater.concurrency import ConcurrencyLimits, Grant
-from breakwater.envelope import Envelope, Origin, new_envelope_id
+from breakwater.envelope import REDRIVEN_ATTRIBUTE, Envelope, Origin, new_envelope_id
 from breakwater.fairness import BucketLimits
 from breakwater.processor import WorkContext
 from breakwater.settings import TierLimits
@@ -248,6 +248,19 @@ def event(*envelopes: Envelope, receive_count: int = 1) -> dict[str, Any]:
             for index, each in enumerate(envelopes)
         ]
     }
+
+
+def redriven(batch: dict[str, Any], *indexes: int) -> dict[str, Any]:
+    """``batch`` with the redrive's mark (as Lambda delivers attributes) on the records at ``indexes``,
+    or on every record."""
+    for index in indexes or range(len(batch["Records"])):
+        batch["Records"][index]["messageAttributes"][REDRIVEN_ATTRIBUTE] = {
+            "stringValue": str(NOW - 1_000),
+            "stringListValues": [],
+            "binaryListValues": [],
+            "dataType": "Number",
+        }
+    return batch
 
 
 def context(remaining_ms: int = 60_000) -> LambdaContext:
@@ -586,3 +599,52 @@ def test_kept_counters_belong_to_the_container_that_kept_them(world: World) -> N
     world.worker().handle(event(envelope("globex")), context())  # another container
 
     assert [counters for _, counters in world.settled] == [{"globex": {"processed": 1}}]
+
+
+# -- redriven work is measured apart and counted back into the estimate ----------------------------------
+def test_redriven_work_is_measured_apart_and_counted_back_on_its_first_receive(world: World) -> None:
+    back = envelope(age_ms=200_000)  # its retries and its time in the dead-letter queue
+
+    response = world.worker().handle(redriven(event(back)), context())
+
+    assert response == {"batchItemFailures": []}
+    assert world.idempotency.worked == [back.id]
+    # its dead_lettered took it out of the tenant's backlog estimate; redriven gives it back
+    assert world.counters() == {"acme": {"redriven": 1, "processed": 1}}
+    assert world.ages == []  # its age says nothing of how far behind the live queue is
+    assert world.metrics.values("AgeOfFirstAttempt", QueueRole="live") == []
+    assert world.metrics.values("AgeOfFirstAttempt", QueueRole="redrive") == [200_000]
+    assert world.metrics.values("Processed", QueueRole="redrive") == [1]
+
+
+def test_old_redriven_work_is_sidelined_like_any_old_work_and_its_copy_is_plain_backlog(world: World) -> None:
+    # A redrive can put days of work back into a live queue at once: the backlog keeps it from
+    # crowding out fresh messages. The copy carries no mark, so it is not counted back twice.
+    back = envelope(age_ms=2 * DAY_MS)
+
+    world.worker().handle(redriven(event(back)), context())
+
+    (move,) = world.moves
+    assert move.queue_url == QUEUE_URLS[Origin.BACKLOG]
+    assert world.counters() == {"acme": {"redriven": 1, "sidelined": 1}}
+    assert world.metrics.values("Sidelined", QueueRole="redrive") == [1]
+
+
+def test_redriven_work_is_counted_back_once_however_often_it_is_received(world: World) -> None:
+    back = envelope(age_ms=1_000)
+    world.idempotency.failing = {back.id}
+    worker = world.worker()
+
+    worker.handle(redriven(event(back)), context())
+    world.idempotency.failing = set()
+    worker.handle(redriven(event(back, receive_count=2)), context())
+
+    assert world.counters() == {"acme": {"redriven": 1, "failed": 1, "processed": 1}}
+    assert world.metrics.values("AgeOfAttempt", QueueRole="redrive") == [1_000]
+
+
+def test_a_live_message_beside_redriven_work_still_reports_its_queue_s_age(world: World) -> None:
+    world.worker().handle(redriven(event(envelope(age_ms=DAY_MS), envelope(age_ms=700)), 0), context())
+
+    assert world.ages == [("live", 700, NOW)]
+    assert [blob["dimensions"]["QueueRole"] for blob in world.metrics.all_blobs()] == ["live", "redrive"]

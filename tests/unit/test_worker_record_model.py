@@ -11,7 +11,8 @@ import pytest
 from aws_lambda_powertools.utilities.parser.models import SqsRecordModel
 from pydantic import ValidationError
 
-from breakwater.envelope import Envelope, new_envelope_id
+from breakwater.aws import redrive
+from breakwater.envelope import REDRIVEN_ATTRIBUTE, Envelope, new_envelope_id
 from breakwater.worker import EnvelopeSqsRecord
 
 
@@ -71,3 +72,26 @@ def test_a_record_without_an_envelope_body_is_refused() -> None:
         EnvelopeSqsRecord.model_validate(sqs_record('{"not": "an envelope"}'))
     with pytest.raises(ValidationError, match="messageId"):
         EnvelopeSqsRecord.model_validate({k: v for k, v in sqs_record("{}").items() if k != "messageId"})
+
+
+def test_both_models_read_the_message_attributes_and_ours_tells_redriven_work() -> None:
+    marked = {
+        "stringValue": "1545082649183",
+        "stringListValues": [],
+        "binaryListValues": [],
+        "dataType": "Number",
+    }
+    body = Envelope(id=new_envelope_id(1), tenant="t1", type="order", enqueued_at=1).to_json()
+    record = sqs_record(body, messageAttributes={REDRIVEN_ATTRIBUTE: marked})
+
+    ours = EnvelopeSqsRecord.model_validate(record)
+    theirs = SqsRecordModel.model_validate(record)
+
+    assert set(ours.messageAttributes) == set(theirs.messageAttributes) == {REDRIVEN_ATTRIBUTE}
+    assert ours.messageAttributes[REDRIVEN_ATTRIBUTE].stringValue == "1545082649183"
+    assert ours.redriven
+    assert not EnvelopeSqsRecord.model_validate(sqs_record(body)).redriven  # another attribute only
+
+
+def test_the_worker_reads_the_attribute_the_redrive_writes() -> None:
+    assert redrive.REDRIVEN_ATTRIBUTE == REDRIVEN_ATTRIBUTE

@@ -15,6 +15,7 @@ from breakwater.worker.batch import (
 )
 from breakwater.worker.metrics import (
     FIRST_ATTEMPT_PROPERTY,
+    REDRIVE,
     REPLAY,
     BatchMetrics,
     MetricRole,
@@ -22,11 +23,17 @@ from breakwater.worker.metrics import (
     metric_role,
 )
 from breakwater.worker.ports import LeaseGate, RateGate, WorkerPorts
-from breakwater.worker.record import EnvelopeSqsRecord, SqsRecordAttributes, queue_url_from_arn
+from breakwater.worker.record import (
+    EnvelopeSqsRecord,
+    SqsMessageAttribute,
+    SqsRecordAttributes,
+    queue_url_from_arn,
+)
 
 __all__ = [
     "FIRST_ATTEMPT_PROPERTY",
     "LOG_KEYS",
+    "REDRIVE",
     "REPLAY",
     "BatchMetrics",
     "EnvelopeSqsRecord",
@@ -35,6 +42,7 @@ __all__ = [
     "MetricsSink",
     "OutOfTimeError",
     "RateGate",
+    "SqsMessageAttribute",
     "SqsRecordAttributes",
     "Worker",
     "WorkerConfig",

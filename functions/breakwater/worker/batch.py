@@ -10,10 +10,11 @@ through ``SendMessageBatch`` and a failed entry turns its original into a batch 
 (nothing is acknowledged before its copy exists); the idempotency records, the lease releases
 with the per-tenant counters, the oldest age per queue role and the metrics go out once per batch;
 counters whose write failed are kept and go out with the container's next batch.
-Replayed work is measured apart (``breakwater.worker.metrics.metric_role``) and never reported as a
-queue's oldest age. A message left unacknowledged on its queue's last receive is counted
-``dead_lettered``: SQS moves it to the dead-letter queue without telling anyone, and the tenant's
-backlog estimate must let it go.
+Replayed and redriven work is measured apart (``breakwater.worker.metrics.metric_role``) and never
+reported as a queue's oldest age. A message left unacknowledged on its queue's last receive is
+counted ``dead_lettered``: SQS moves it to the dead-letter queue without telling anyone, and the
+tenant's backlog estimate must let it go; when the redrive brings it back, its first receive counts
+``redriven``, which gives it back.
 
 This module talks to AWS only through :class:`WorkerPorts`.
 """
@@ -225,14 +226,17 @@ class Worker:
         assert batch is not None
         envelope = record.body
         batch.received[record.messageId] = (envelope.tenant, record.receive_count)
+        if record.redriven and record.first_attempt:
+            # Back from a dead-letter queue, where it was counted dead_lettered: in the estimate again.
+            batch.counters[envelope.tenant]["redriven"] += 1
         self._log_keys(envelope)
         now = self.ports.clock_ms()
-        role = metric_role(envelope)
+        role = metric_role(envelope, redriven=record.redriven)
         age = envelope.age_ms(now)
         batch.metrics.age(role, envelope.tenant, age, first=record.first_attempt)
-        if not is_replayed(envelope):
-            # A replayed message's age runs from its first enqueue: it tells nothing of how far behind
-            # this queue is, and in the live health report it would turn the sideline drainers off.
+        if not record.redriven and not is_replayed(envelope):
+            # A replayed or redriven message's age runs from its first enqueue: it tells nothing of how
+            # far behind this queue is, and in the live health report it would turn the drainers off.
             queue = queue_role(envelope.origin)
             batch.oldest[queue] = max(age, batch.oldest.get(queue, 0))
         self._check_time(batch, envelope, role)

@@ -5,7 +5,9 @@ every role but the last is flushed here, the last by ``log_metrics`` around the 
 
 Replayed work is measured under a role of its own, ``replay`` (:func:`metric_role`): its age runs
 from its first enqueue, before it was archived, so counted as live it fed the live p99
-``AgeOfFirstAttempt`` alarm with ages that say nothing of how the live queues keep up.
+``AgeOfFirstAttempt`` alarm with ages that say nothing of how the live queues keep up. Redriven
+work (moved back from a dead-letter queue by the redrive) goes under ``redrive`` for the same
+reason: its age includes every retry and its time in the dead-letter queue.
 """
 
 from __future__ import annotations
@@ -38,11 +40,15 @@ OUTCOME_METRIC = {
 FAILED = "Failed"
 
 REPLAY: Literal["replay"] = "replay"
-MetricRole = QueueRole | Literal["replay"]
+REDRIVE: Literal["redrive"] = "redrive"
+MetricRole = QueueRole | Literal["replay", "redrive"]
 
 
-def metric_role(envelope: Envelope) -> MetricRole:
-    """The ``QueueRole`` dimension of the envelope's metrics: its queue role, or ``replay``."""
+def metric_role(envelope: Envelope, *, redriven: bool = False) -> MetricRole:
+    """The ``QueueRole`` dimension of the envelope's metrics: ``redrive`` for a message the redrive
+    moved back (its SQS record says so), ``replay`` for replayed work, else its queue role."""
+    if redriven:
+        return REDRIVE
     return REPLAY if is_replayed(envelope) else queue_role(envelope.origin)
 
 

@@ -2,15 +2,22 @@
 
 from __future__ import annotations
 
-from pydantic import BaseModel, Json
+from pydantic import BaseModel, Field, Json
 
-from breakwater.envelope import Envelope
+from breakwater.envelope import REDRIVEN_ATTRIBUTE, Envelope
 
 
 class SqsRecordAttributes(BaseModel):
     """The system attributes of an SQS record that the worker reads (the others are ignored)."""
 
     ApproximateReceiveCount: str
+
+
+class SqsMessageAttribute(BaseModel):
+    """A message attribute of an SQS record: its type and string value (the list fields are ignored)."""
+
+    dataType: str  # noqa: N815 - the SQS record's own field names
+    stringValue: str | None = None  # noqa: N815 - the SQS record's own field names
 
 
 class EnvelopeSqsRecord(BaseModel):
@@ -20,20 +27,30 @@ class EnvelopeSqsRecord(BaseModel):
     so ``BatchProcessor`` handles it as it handles that model (it reports ``messageId``); unknown
     fields are ignored. Not a subclass of it: importing ``aws_lambda_powertools.utilities.parser.models``
     imports every parser model Powertools ships (a large share of a cold start, D-worker-10), and
-    validating the attributes the worker never reads (two timestamps as datetimes, message attributes)
-    costs per record. ``tests/unit/test_worker_record_model.py`` checks both models accept the same records.
+    validating the attributes the worker never reads (two timestamps as datetimes, the list fields
+    of message attributes) costs per record. ``tests/unit/test_worker_record_model.py`` checks both
+    models accept the same records.
     """
 
     messageId: str  # noqa: N815 - the SQS record's own field names
     receiptHandle: str  # noqa: N815 - the SQS record's own field names
     body: Json[Envelope]
     attributes: SqsRecordAttributes
+    messageAttributes: dict[str, SqsMessageAttribute] = Field(default_factory=dict)  # noqa: N815
     eventSourceARN: str  # noqa: N815 - the SQS record's own field names
 
     @property
     def first_attempt(self) -> bool:
         """Whether this is the message's first delivery from its queue."""
         return self.attributes.ApproximateReceiveCount == "1"
+
+    @property
+    def redriven(self) -> bool:
+        """Whether the redrive moved this message back from a dead-letter queue.
+
+        Only the redrive's move by hand marks what it moves; a move task copies messages as they are.
+        """
+        return REDRIVEN_ATTRIBUTE in self.messageAttributes
 
     @property
     def receive_count(self) -> int:
