@@ -9,7 +9,7 @@ from __future__ import annotations
 from typing import Any
 
 # First, before anything imports pydantic: Powertools' batch module then types its ``model``
-# argument without importing every parser model it ships (~80 ms of cold start, D-worker-10).
+# argument without importing every parser model it ships (a large share of a cold start).
 import aws_lambda_powertools.utilities.batch  # noqa: F401
 from aws_lambda_powertools.utilities.typing import LambdaContext
 

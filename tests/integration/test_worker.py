@@ -224,7 +224,7 @@ def test_a_replayed_envelope_gives_back_what_its_archiving_counted(
 
 
 def test_the_worker_handler_does_not_import_every_powertools_parser_model(world: WorkerWorld) -> None:
-    """worker/handler.py's import order keeps Powertools' batch module from loading them (D-worker-10)."""
+    """worker/handler.py's import order keeps Powertools' batch module from loading them."""
     functions = Path(__file__).resolve().parents[2] / "functions"
     code = (
         "import sys, worker.handler\n"

@@ -1,4 +1,4 @@
-"""The worker's parser model reads SQS records as Powertools' ``SqsRecordModel`` does (D-worker-10).
+"""The worker's parser model reads SQS records as Powertools' ``SqsRecordModel`` does.
 
 (That importing the worker loads no Powertools parser model is tested in tests/integration/test_worker.py.)
 """

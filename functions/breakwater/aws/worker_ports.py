@@ -85,7 +85,7 @@ class LeasesAndLocks:
     (all or nothing, so a lock is never taken for a message the gate turned away, and a lease
     never without its messages' locks); a lock whose record exists is dropped from it, and that
     message takes Powertools' per-call path. Whatever did not ride is locked on its own by
-    ``WorkerPorts.lock`` (D-worker-9).
+    ``WorkerPorts.lock``.
     """
 
     def __init__(self, leases: ConcurrencyLeases, idempotent: IdempotentProcessor) -> None:
@@ -138,10 +138,10 @@ def client_config() -> Config:
     """The worker's botocore clients: standard retries, no client-side validation, a fixed User-Agent.
 
     Every call the worker makes is built by this code from typed values, and DynamoDB and SQS
-    validate requests themselves; botocore's validation walked every parameter of every call
-    (a third of the CPU of a batch's calls, docs/performance.md). botocore also assembles its
-    User-Agent header anew for every request (twice on the wire), 40 % of a small call's CPU; a
-    User-Agent set in the config is used as it is (D-worker-9).
+    validate requests themselves; botocore's validation walked every parameter of every call, a
+    large share of the CPU of a batch's calls (docs/performance.md). botocore also assembles its
+    User-Agent header anew for every request (twice on the wire), again a large share of a small
+    call's CPU; a User-Agent set in the config is used as it is.
     """
     return Config(
         retries={"mode": "standard", "max_attempts": 3},

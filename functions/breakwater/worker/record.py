@@ -26,7 +26,7 @@ class EnvelopeSqsRecord(BaseModel):
     The fields of Powertools' ``SqsRecordModel`` that the worker reads, with the same names and types,
     so ``BatchProcessor`` handles it as it handles that model (it reports ``messageId``); unknown
     fields are ignored. Not a subclass of it: importing ``aws_lambda_powertools.utilities.parser.models``
-    imports every parser model Powertools ships (a large share of a cold start, D-worker-10), and
+    imports every parser model Powertools ships (a large share of a cold start), and
     validating the attributes the worker never reads (two timestamps as datetimes, the list fields
     of message attributes) costs per record. ``tests/unit/test_worker_record_model.py`` checks both
     models accept the same records.
