@@ -64,6 +64,7 @@ ENV = {
     "LEASE_SECONDS": "1",
     "LEASE_MAX_FRACTION": "0.25",
     "SIMULATED_WORK_MS": "0",
+    "MAX_RECEIVE_COUNT": "5",
 }
 os.environ.update(ENV)
 

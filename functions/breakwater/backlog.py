@@ -1,11 +1,11 @@
 """A tenant's backlog estimate, kept honest by what the queues show, and the shards of changed tenants.
 
 The estimate is counter arithmetic over the ``tenant#<id>``/``counters`` item: what was accepted and
-has not left the system yet. Counters drift: a worker's counter write that fails is not retried, a
-container that dies loses its tallies, a message that leaves through a dead-letter queue is counted
-only if its worker said so. Left alone, a drifted estimate never comes back, and a tenant past the
-backlog target stays throttled for good. So the controller keeps a per-tenant ``backlog_offset``
-that it corrects with what it can observe:
+has not left the system yet. Counters drift: a container that dies loses the tallies it had not
+written yet, a write that succeeded but looked failed is retried and counted twice, a message that
+leaves through a dead-letter queue is counted only if its worker saw its last receive. Left alone,
+a drifted estimate never comes back, and a tenant past the backlog target stays throttled for good.
+So the controller keeps a per-tenant ``backlog_offset`` that it corrects with what it can observe:
 
 - **floor**: a backlog is never negative. An estimate below 0 is known to be wrong by exactly that
   much, and the offset absorbs it (lost ``accepted`` counts, ``processed`` counted twice).

@@ -34,6 +34,7 @@ import boto3
 from botocore.exceptions import ClientError
 
 from breakwater.aws.counters import batch_get
+from breakwater.envelope import REDRIVEN_ATTRIBUTE
 
 if TYPE_CHECKING:
     from mypy_boto3_dynamodb import DynamoDBClient
@@ -44,7 +45,6 @@ if TYPE_CHECKING:
 
 MARKER_TTL_SECONDS = 15 * 86_400  # longer than the longest SQS retention (14 days)
 # SQS message attribute on every message the fallback moves back: the redrive's time, epoch ms (Number).
-REDRIVEN_ATTRIBUTE = "breakwater-redriven"
 _MAX_MESSAGE_ATTRIBUTES = 10  # SQS refuses a message with more
 _UNSUPPORTED = {"UnsupportedOperation", "InvalidAction", "AWS.SimpleQueueService.UnsupportedOperation"}
 
