@@ -272,3 +272,58 @@ def test_after_a_split_children_are_processed_only_after_their_parent(
     assert int(child_seqs[-1]) < int(parent_seqs[-1])
     assert item["seq#shardId-000000000000"] == parent_seqs[-1]
     assert _store().read(other, "click")["count"] == 7
+
+
+def _events_service(stream_arn: str, now: list[float]):
+    from breakwater.aws.buckets import LeasedTokenBucket
+    from breakwater.aws.kinesis import StreamWriter
+    from breakwater.events_ingest import EventsService
+    from breakwater.requests import RequestLimits
+
+    create_table("breakwater-state")
+    return EventsService(
+        writer=StreamWriter(boto3.client("kinesis", region_name=REGION), stream_arn),
+        gate=LeasedTokenBucket("breakwater-state", "events", lambda: now[0], 1.0, 0.25),
+        clock=lambda: now[0],
+        limits=RequestLimits(max_payload_bytes=1024, max_events=500),
+        partition_key_mode=PartitionKeyMode.TENANT,
+        rate_multiplier=2.0,
+    )
+
+
+def test_events_are_admitted_per_tenant_so_one_tenant_cannot_take_the_shard(stream_arn: str) -> None:
+    from breakwater.ingest import TenantContext
+
+    now = [1_700_000_000.0]
+    service = _events_service(stream_arn, now)
+    noisy = TenantContext(tenant="noisy", tier="standard", rate=2, burst=4)  # 4/s, burst 8 of events
+    quiet = TenantContext(tenant="quiet", tier="standard", rate=2, burst=4)
+    batch = json.dumps({"events": [{"type": "t"}] * 12}).encode()
+
+    first = service.accept(batch, noisy, request_id="r1", trace_id="1-abc-def")
+    assert first.status == 207
+    statuses = [r["status"] for r in first.body["results"]]
+    assert statuses.count("written") == 8 and statuses[8:] == ["throttled"] * 4  # the burst, in order
+    again = service.accept(batch, noisy, request_id="r2", trace_id=None)
+    assert again.status == 429 and int(again.headers["Retry-After"]) >= 1 and again.body["written"] == 0
+
+    assert service.accept(b'{"type": "t"}', quiet, request_id="r3", trace_id=None).status == 202
+    assert _stream_count(stream_arn) == 9  # nothing refused reached the stream
+    now[0] += 1.0  # a second of the noisy tenant's rate
+    assert service.accept(batch, noisy, request_id="r4", trace_id=None).body["written"] >= 2
+
+
+def test_events_carry_the_request_and_trace_ids(stream_arn: str) -> None:
+    from breakwater.ingest import TenantContext
+
+    service = _events_service(stream_arn, [1_700_000_000.0])
+    tenant = TenantContext(tenant="acme", tier="standard", rate=2, burst=4)
+    assert service.accept(b'{"type": "t"}', tenant, request_id="r1", trace_id="1-abc-def").status == 202
+    kinesis = boto3.client("kinesis", region_name=REGION)
+    shard = kinesis.list_shards(StreamARN=stream_arn)["Shards"][0]["ShardId"]
+    iterator = kinesis.get_shard_iterator(
+        StreamARN=stream_arn, ShardId=shard, ShardIteratorType="TRIM_HORIZON"
+    )
+    (record,) = kinesis.get_records(StreamARN=stream_arn, ShardIterator=iterator["ShardIterator"])["Records"]
+    event = StreamEvent.from_bytes(record["Data"])
+    assert (event.request_id, event.trace_id) == ("r1", "1-abc-def")
