@@ -7,7 +7,7 @@ import threading
 import time
 from collections.abc import Callable
 from types import FrameType
-from typing import Any
+from typing import Any, Protocol
 
 import boto3
 
@@ -46,13 +46,7 @@ def build_authorizer(settings: AuthorizerSettings, clock: Callable[[], float] = 
 def build_ingest(settings: IngestSettings, clock: Callable[[], float] = time.time) -> IngestService:
     """``POST /v1/messages``; tests and the bench pass their own clock."""
     queues = LiveQueues(settings.live_queue_urls, fair_queues=settings.fair_queues)
-    gate = (
-        LeasedTokenBucket(
-            settings.state_table_name, "ingest", clock, settings.lease_seconds, settings.lease_max_fraction
-        )
-        if settings.throttling_enabled
-        else None
-    )
+    gate = _bucket(settings, "ingest", clock) if settings.throttling_enabled else None
     return IngestService(
         router=Router(
             queues, settings.shard_size, settings.depth_refresh_seconds, clock, send_errors=(EnqueueError,)
@@ -106,13 +100,7 @@ def build_ordered(
 ) -> OrderedIngestService:
     """``POST /v1/ordered``: spends a token of the same per-tenant bucket as ``/v1/messages``, then a
     slot of the message group's backlog bound (both in the state table, when it is set)."""
-    gate = (
-        LeasedTokenBucket(
-            settings.state_table_name, "ingest", clock, settings.lease_seconds, settings.lease_max_fraction
-        )
-        if settings.state_table_name
-        else None
-    )
+    gate = _bucket(settings, "ingest", clock)
     bound = (
         GroupBound(settings.max_group_backlog, BacklogWindow(settings.group_backlog_window_seconds * 1000))
         if settings.max_group_backlog is not None and settings.group_backlog_window_seconds is not None
@@ -137,13 +125,7 @@ def build_ordered(
 
 def build_events(settings: EventsSettings, clock: Callable[[], float] = time.time) -> EventsService:
     """``POST /v1/events``: a bucket of its own per tenant, so events never spend message tokens."""
-    gate = (
-        LeasedTokenBucket(
-            settings.state_table_name, "events", clock, settings.lease_seconds, settings.lease_max_fraction
-        )
-        if settings.state_table_name
-        else None
-    )
+    gate = _bucket(settings, "events", clock)
     return EventsService(
         writer=StreamWriter(boto3.client("kinesis"), settings.stream_arn, max_attempts=settings.put_attempts),
         gate=gate,
@@ -153,4 +135,24 @@ def build_events(settings: EventsSettings, clock: Callable[[], float] = time.tim
         ),
         partition_key_mode=PartitionKeyMode(settings.partition_key_mode),
         rate_multiplier=settings.event_rate_multiplier,
+    )
+
+
+class _BucketSettings(Protocol):
+    @property
+    def state_table_name(self) -> str | None: ...
+
+    @property
+    def lease_seconds(self) -> float: ...
+
+    @property
+    def lease_max_fraction(self) -> float: ...
+
+
+def _bucket(settings: _BucketSettings, purpose: str, clock: Callable[[], float]) -> LeasedTokenBucket | None:
+    """The tenants' token buckets of one purpose in the state table; None without a table (no admission)."""
+    if not settings.state_table_name:
+        return None
+    return LeasedTokenBucket(
+        settings.state_table_name, purpose, clock, settings.lease_seconds, settings.lease_max_fraction
     )
