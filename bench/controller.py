@@ -41,7 +41,7 @@ from breakwater.backlog import (  # noqa: E402
     shard_key,
     shard_of,
 )
-from breakwater.backpressure import BackpressureConfig  # noqa: E402
+from breakwater.backpressure import BackpressurePolicy  # noqa: E402
 from breakwater.controller import (  # noqa: E402
     PAGE_SIZE,
     ControllerConfig,
@@ -76,7 +76,7 @@ MEMORY_MB = 1769  # stacks/control.py CONTROLLER_MEMORY_MB
 CPU_FACTOR = 1769 / MEMORY_MB
 LIMITS = TierLimits(rate=50, burst=100, consumer_rate=50, concurrency=10, concurrency_floor=2)
 CONFIG = ControllerConfig(
-    backpressure=BackpressureConfig(
+    backpressure=BackpressurePolicy(
         backlog_target=1000, min_multiplier=0.1, growth_step=0.1, max_multiplier=2.0
     ),
     healthy_age_s=300,

@@ -170,12 +170,12 @@ def _stubbed_handler(
     from breakwater.aws.worker_ports import build_worker_ports
     from breakwater.observability import logger, metrics
     from breakwater.settings import WorkerSettings
-    from breakwater.worker import Worker, WorkerConfig
+    from breakwater.worker import Worker, WorkerOptions
 
     settings = WorkerSettings.from_env()
     ddb, sqs, stubs = _stubbed_clients(recorded)
     worker = Worker(
-        WorkerConfig.from_settings(settings),
+        WorkerOptions.from_settings(settings),
         build_worker_ports(settings, processor.process, dynamodb=ddb, sqs=sqs),
     )
     return logger.inject_lambda_context(metrics.log_metrics(worker.handle)), stubs

@@ -23,7 +23,7 @@ class MultiplierChange(StrEnum):
 
 
 @dataclass(frozen=True)
-class BackpressureConfig:
+class BackpressurePolicy:
     backlog_target: int
     min_multiplier: float
     growth_step: float
@@ -32,7 +32,7 @@ class BackpressureConfig:
     quiet_backlog_fraction: float = 0.1  # backlog under this share of the target counts as "no backlog"
 
 
-def pressure_factor(backlog: int, config: BackpressureConfig) -> float:
+def pressure_factor(backlog: int, config: BackpressurePolicy) -> float:
     """``min(1, target / backlog)``, bounded below by ``min_multiplier``."""
     if backlog <= config.backlog_target:
         return 1.0
@@ -55,7 +55,7 @@ class MultiplierDecision:
 
 
 def next_multiplier(
-    current: float, backlog: int, used: float, config: BackpressureConfig
+    current: float, backlog: int, used: float, config: BackpressurePolicy
 ) -> MultiplierDecision:
     """The multiplier for the next minute, from the current one, the backlog and the utilisation."""
     factor = pressure_factor(backlog, config)

@@ -47,7 +47,7 @@ from breakwater.backlog import (
     shard_groups,
 )
 from breakwater.backpressure import (
-    BackpressureConfig,
+    BackpressurePolicy,
     LiveHealth,
     MultiplierChange,
     live_health,
@@ -200,7 +200,7 @@ class ControllerPorts:
 
 @dataclass(frozen=True)
 class ControllerConfig:
-    backpressure: BackpressureConfig
+    backpressure: BackpressurePolicy
     healthy_age_s: int
     archive_budget: ArchiveBudget = field(default_factory=lambda: ArchiveBudget(age_s=3600, depth=100_000))
     drift: DriftLimits = field(default_factory=DriftLimits)
@@ -212,7 +212,7 @@ class ControllerConfig:
     @classmethod
     def from_settings(cls, settings: ControllerSettings) -> ControllerConfig:
         return cls(
-            backpressure=BackpressureConfig(
+            backpressure=BackpressurePolicy(
                 backlog_target=settings.backlog_target,
                 min_multiplier=settings.min_multiplier,
                 growth_step=settings.growth_step,

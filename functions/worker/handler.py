@@ -17,11 +17,11 @@ from breakwater import processor
 from breakwater.aws.worker_ports import build_worker_ports
 from breakwater.observability import logger, metrics, tracer
 from breakwater.settings import WorkerSettings
-from breakwater.worker import Worker, WorkerConfig
+from breakwater.worker import Worker, WorkerOptions
 
 settings = WorkerSettings.from_env()
 worker = Worker(
-    WorkerConfig.from_settings(settings),
+    WorkerOptions.from_settings(settings),
     # Looked up at call time, so a fork (or a test) that replaces breakwater.processor.process is honoured.
     build_worker_ports(settings, lambda envelope, work: processor.process(envelope, work)),
 )

@@ -14,7 +14,7 @@ from breakwater.concurrency import ConcurrencyLimits, Grant
 from breakwater.envelope import Envelope, Origin
 from breakwater.processor import WorkContext
 from breakwater.settings import WorkerSettings
-from breakwater.worker import Worker, WorkerConfig
+from breakwater.worker import Worker, WorkerOptions
 from tests.integration import worker_fixtures
 from tests.integration.worker_fixtures import (
     IDEMPOTENCY_TABLE,
@@ -296,7 +296,7 @@ def test_workers_of_several_containers_keep_the_quiet_tenant_s_floor_while_the_p
     dynamodb = boto3.client("dynamodb", region_name=REGION)
     workers = [
         Worker(
-            WorkerConfig.from_settings(settings),
+            WorkerOptions.from_settings(settings),
             build_worker_ports(settings, process, dynamodb=dynamodb, sqs=world.sqs, container_id=f"c{index}"),
             metrics=_Discard(),
         )

@@ -21,7 +21,7 @@ from breakwater.backlog import (
     will_dead_letter,
 )
 from breakwater.backpressure import (
-    BackpressureConfig,
+    BackpressurePolicy,
     MultiplierChange,
     live_health,
     next_multiplier,
@@ -29,7 +29,7 @@ from breakwater.backpressure import (
     utilisation,
 )
 
-CONFIG = BackpressureConfig(backlog_target=1000, min_multiplier=0.1, growth_step=0.1, max_multiplier=2.0)
+CONFIG = BackpressurePolicy(backlog_target=1000, min_multiplier=0.1, growth_step=0.1, max_multiplier=2.0)
 
 
 @pytest.mark.parametrize(

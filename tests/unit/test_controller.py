@@ -8,11 +8,11 @@ import pytest
 
 from bench.controller import LIMITS, MemoryStore
 from breakwater.backlog import DIRTY_SHARDS, shard_of
-from breakwater.backpressure import BackpressureConfig
+from breakwater.backpressure import BackpressurePolicy
 from breakwater.controller import ControllerConfig, ControllerReport, run_controller
 
 CONFIG = ControllerConfig(
-    backpressure=BackpressureConfig(
+    backpressure=BackpressurePolicy(
         backlog_target=100, min_multiplier=0.1, growth_step=0.1, max_multiplier=2.0
     ),
     healthy_age_s=60,

@@ -20,7 +20,7 @@ from breakwater.fairness import BucketLimits
 from breakwater.processor import WorkContext
 from breakwater.settings import TierLimits
 from breakwater.sideline import DecisionConfig, Move
-from breakwater.worker import Worker, WorkerConfig, WorkerPorts
+from breakwater.worker import Worker, WorkerOptions, WorkerPorts
 
 NOW = 1_700_000_000_000
 SOURCE_ARN = "arn:aws:sqs:us-east-1:123456789012:bw-live-0"
@@ -160,7 +160,7 @@ class World:
         sidelining_enabled: bool = True,
         max_receive_count: int | None = MAX_RECEIVE_COUNT,
     ) -> Worker:
-        config = WorkerConfig(
+        config = WorkerOptions(
             decision=DecisionConfig(
                 mode="sideline" if mode == "sideline" else "live",
                 sidelining_enabled=sidelining_enabled,

@@ -9,7 +9,7 @@ from breakwater.worker.batch import (
     LOG_KEYS,
     OutOfTimeError,
     Worker,
-    WorkerConfig,
+    WorkerOptions,
     concurrency_limits,
     consumer_bucket_limits,
 )
@@ -45,7 +45,7 @@ __all__ = [
     "SqsMessageAttribute",
     "SqsRecordAttributes",
     "Worker",
-    "WorkerConfig",
+    "WorkerOptions",
     "WorkerPorts",
     "concurrency_limits",
     "consumer_bucket_limits",

@@ -77,7 +77,7 @@ class OutOfTimeError(RuntimeError):
 
 
 @dataclass(frozen=True)
-class WorkerConfig:
+class WorkerOptions:
     decision: DecisionConfig
     queue_urls: Mapping[Origin, str]  # destination role -> queue url
     visibility_timeout_s: int
@@ -88,7 +88,7 @@ class WorkerConfig:
     max_receive_count: int | None = None  # the queues' redrive policy; None: dead letters are not counted
 
     @classmethod
-    def from_settings(cls, settings: WorkerSettings) -> WorkerConfig:
+    def from_settings(cls, settings: WorkerSettings) -> WorkerOptions:
         return cls(
             decision=DecisionConfig(
                 mode=settings.worker_mode,
@@ -175,7 +175,7 @@ class _Batch:
 class Worker:
     """One per container: holds the ports, the configuration and the heartbeat thread."""
 
-    def __init__(self, config: WorkerConfig, ports: WorkerPorts, metrics: MetricsSink | None = None) -> None:
+    def __init__(self, config: WorkerOptions, ports: WorkerPorts, metrics: MetricsSink | None = None) -> None:
         self.config = config
         self.ports = ports
         self.metrics: MetricsSink = metrics if metrics is not None else powertools_metrics
