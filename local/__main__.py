@@ -4,6 +4,11 @@ from __future__ import annotations
 
 import argparse
 import sys
+from collections.abc import Callable
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from local.scenarios.noisy_neighbour import Scenario
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -18,13 +23,53 @@ def serve(args: argparse.Namespace) -> int:
 
 def demo(args: argparse.Namespace) -> int:
     from local.scenarios import demo as demo_module
-    from local.scenarios.noisy_neighbour import Scenario
 
-    demo_module.main(Scenario(phases=args.phases, phase_seed=args.phase_seed), progress=not args.quiet)
+    demo_module.main(scenario_of(args), progress=not args.quiet)
     return 0
 
 
+def scenario_of(args: argparse.Namespace) -> Scenario:
+    """The noisy-neighbour scenario the demo's flags describe."""
+    from local.scenarios.noisy_neighbour import DEMO_CONTEXT, Scenario
+
+    consumer_rate = DEMO_CONTEXT["breakwater"]["tiers"]["standard"]["consumer_rate"]
+    scenario = Scenario(
+        tenants=args.tenants,
+        quiet_rate=args.quiet_rate,
+        noisy_rate=args.quiet_rate,
+        burst_rate=args.noisy_factor * consumer_rate,
+        baseline_s=args.baseline_seconds,
+        burst_s=args.burst_seconds,
+        after_s=args.after_seconds,
+        phases=args.phases,
+        phase_seed=args.phase_seed,
+    )
+    return scenario
+
+
+def bounded(kind: type[int] | type[float], low: float, high: float) -> Callable[[str], int | float]:
+    """An argparse type: a number in [low, high]; anything else is an error naming the flag and value."""
+
+    def parse(text: str) -> int | float:
+        try:
+            value = kind(text)
+        except ValueError:
+            raise argparse.ArgumentTypeError(
+                f"{text!r} is not {'an integer' if kind is int else 'a number'}"
+            ) from None
+        if not low <= value <= high:
+            raise argparse.ArgumentTypeError(f"{text} is outside {low:g} to {high:g}")
+        return value
+
+    return parse
+
+
 def main() -> int:
+    args = build_parser().parse_args()
+    return int(args.func(args))
+
+
+def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="python -m local", description=__doc__)
     commands = parser.add_subparsers(dest="command", required=True)
     serve_parser = commands.add_parser("serve", help="run the blueprint on moto and keep it up")
@@ -44,9 +89,30 @@ def main() -> int:
         help="tenants' first sends: all at t=0 (default, in phase) or spread at random over a period",
     )
     demo_parser.add_argument("--phase-seed", type=int, default=1, help="the seed of --phases spread")
+    demo_parser.add_argument(
+        "--tenants", type=bounded(int, 2, 100), default=20, help="tenants, the first one noisy (2 to 100)"
+    )
+    demo_parser.add_argument(
+        "--quiet-rate",
+        type=bounded(float, 0.01, 5.0),
+        default=0.5,
+        help="messages/s of each quiet tenant (the noisy one outside its burst too)",
+    )
+    demo_parser.add_argument(
+        "--noisy-factor",
+        type=bounded(float, 1.0, 50.0),
+        default=10.0,
+        help="the noisy tenant's burst, as a multiple of the tier's consumer rate",
+    )
+    for phase, default in (("baseline", 15.0), ("burst", 20.0), ("after", 25.0)):
+        demo_parser.add_argument(
+            f"--{phase}-seconds",
+            type=bounded(float, 1.0, 600.0),
+            default=default,
+            help=f"length of the {phase} phase",
+        )
     demo_parser.set_defaults(func=demo)
-    args = parser.parse_args()
-    return int(args.func(args))
+    return parser
 
 
 if __name__ == "__main__":

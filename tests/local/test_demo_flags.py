@@ -1,0 +1,37 @@
+"""The demo's knobs are flags; a bad value is refused naming the flag and the value."""
+
+from __future__ import annotations
+
+import pytest
+
+from local.__main__ import build_parser, scenario_of
+
+
+def test_the_flags_describe_the_scenario() -> None:
+    args = build_parser().parse_args(
+        ["demo", "--tenants", "5", "--quiet-rate", "1.5", "--noisy-factor", "4", "--burst-seconds", "8"]
+    )
+    scenario = scenario_of(args)
+    assert scenario.tenant_ids == ["tenant-01", "tenant-02", "tenant-03", "tenant-04", "tenant-05"]
+    assert scenario.rate("tenant-03", 0.0) == 1.5
+    assert scenario.rate(scenario.noisy, scenario.baseline_s + 1) == 4 * 5  # x the tier's consumer rate
+    assert (scenario.baseline_s, scenario.burst_s, scenario.after_s) == (15.0, 8.0, 25.0)
+
+
+@pytest.mark.parametrize(
+    ("flags", "message"),
+    [
+        (["--tenants", "1"], "argument --tenants: 1 is outside 2 to 100"),
+        (["--tenants", "two"], "argument --tenants: 'two' is not an integer"),
+        (["--quiet-rate", "0"], "argument --quiet-rate: 0 is outside 0.01 to 5"),
+        (["--noisy-factor", "500"], "argument --noisy-factor: 500 is outside 1 to 50"),
+        (["--after-seconds", "-3"], "argument --after-seconds: -3 is outside 1 to 600"),
+    ],
+)
+def test_a_bad_value_names_the_flag_and_the_value(
+    flags: list[str], message: str, capsys: pytest.CaptureFixture[str]
+) -> None:
+    with pytest.raises(SystemExit) as exited:
+        build_parser().parse_args(["demo", *flags])
+    assert exited.value.code == 2
+    assert message in capsys.readouterr().err
