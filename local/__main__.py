@@ -24,7 +24,10 @@ def serve(args: argparse.Namespace) -> int:
 def demo(args: argparse.Namespace) -> int:
     from local.scenarios import demo as demo_module
 
-    demo_module.main(scenario_of(args), progress=not args.quiet)
+    scenario = scenario_of(args)
+    # The noisy scenario keeps out/report.json; another writes out/<scenario>/.
+    out = ROOT / "out" if scenario.kind == "noisy" else ROOT / "out" / scenario.kind
+    demo_module.main(scenario, out=out, progress=not args.quiet)
     return 0
 
 
@@ -43,6 +46,8 @@ def scenario_of(args: argparse.Namespace) -> Scenario:
         after_s=args.after_seconds,
         phases=args.phases,
         phase_seed=args.phase_seed,
+        kind=args.scenario,
+        slow_factor=args.slow_factor,
     )
     return scenario
 
@@ -82,6 +87,19 @@ def build_parser() -> argparse.ArgumentParser:
     serve_parser.set_defaults(func=serve)
     demo_parser = commands.add_parser("demo", help="the noisy-neighbour demo, Breakwater vs naive")
     demo_parser.add_argument("--quiet", action="store_true", help="no progress line")
+    demo_parser.add_argument(
+        "--scenario",
+        choices=("noisy", "slow"),
+        default="noisy",
+        help="noisy: the first tenant sends --noisy-factor x its consumer rate in the burst; slow: it keeps "
+        "its rate but its messages cost --slow-factor x the work (its downstream slowed down)",
+    )
+    demo_parser.add_argument(
+        "--slow-factor",
+        type=bounded(float, 1.0, 100.0),
+        default=20.0,
+        help="how much more each of the slow tenant's messages costs during the burst (slow scenario)",
+    )
     demo_parser.add_argument(
         "--phases",
         choices=("together", "spread"),

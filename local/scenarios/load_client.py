@@ -56,10 +56,10 @@ class LoadGenerator:
             item = self._work.get()
             if item is None:
                 return
-            tenant, _ = item
+            tenant, at = item
             if self.events.divert(tenant):
                 continue
-            body = json.dumps({"type": "demo", "payload": {"tenant": tenant}})
+            body = json.dumps({"type": "demo", "payload": self.scenario.payload(tenant, at)})
             headers = {"Authorization": f"Bearer {self.keys[tenant]}", "Content-Type": "application/json"}
             try:
                 connection.request("POST", path, body=body, headers=headers)

@@ -81,10 +81,16 @@ class Scenario:
     # (docs/performance.md, Demo, compares the two).
     phases: Literal["together", "spread"] = "together"
     phase_seed: int = 1
+    # "noisy": the first tenant sends burst_rate during the burst. "slow": it keeps its rate, but each of
+    # its messages in the burst costs slow_factor times the usual work (its downstream slowed down).
+    kind: Literal["noisy", "slow"] = "noisy"
+    slow_factor: float = 20.0
 
     def __post_init__(self) -> None:
         if self.phases not in ("together", "spread"):
             raise ValueError(f"phases must be 'together' or 'spread', not {self.phases!r}")
+        if self.kind not in ("noisy", "slow"):
+            raise ValueError(f"kind must be 'noisy' or 'slow', not {self.kind!r}")
 
     def first_sends(self) -> dict[str, float]:
         """Each tenant's first send, in seconds after the start of the load (see ``phases``)."""
@@ -108,8 +114,17 @@ class Scenario:
     def rate(self, tenant: str, t: float) -> float:
         if tenant != self.noisy:
             return self.quiet_rate
-        in_burst = self.baseline_s <= t < self.baseline_s + self.burst_s
-        return self.burst_rate if in_burst else self.noisy_rate
+        return self.burst_rate if self.kind == "noisy" and self.in_burst(t) else self.noisy_rate
+
+    def in_burst(self, t: float) -> bool:
+        return self.baseline_s <= t < self.baseline_s + self.burst_s
+
+    def payload(self, tenant: str, t: float) -> dict[str, Any]:
+        """The message a tenant sends at ``t``: in the slow scenario, the slowed tenant's burst-phase
+        messages ask the sample processor for ``slow_factor`` times the work."""
+        if self.kind == "slow" and tenant == self.noisy and self.in_burst(t):
+            return {"tenant": tenant, "work_factor": self.slow_factor}
+        return {"tenant": tenant}
 
     def phase(self, t: float) -> str:
         if t < self.baseline_s:

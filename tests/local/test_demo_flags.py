@@ -35,3 +35,12 @@ def test_a_bad_value_names_the_flag_and_the_value(
         build_parser().parse_args(["demo", *flags])
     assert exited.value.code == 2
     assert message in capsys.readouterr().err
+
+
+def test_the_slow_scenario_keeps_the_rate_and_makes_the_burst_expensive() -> None:
+    scenario = scenario_of(build_parser().parse_args(["demo", "--scenario", "slow", "--slow-factor", "20"]))
+    slow, burst = scenario.noisy, scenario.baseline_s + 1
+    assert scenario.rate(slow, burst) == scenario.rate(slow, 0.0) == scenario.quiet_rate
+    assert scenario.payload(slow, burst) == {"tenant": slow, "work_factor": 20.0}
+    assert scenario.payload(slow, 0.0) == {"tenant": slow}  # before the burst: the usual cost
+    assert "work_factor" not in scenario.payload("tenant-02", burst)
