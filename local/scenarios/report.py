@@ -96,6 +96,7 @@ def summarize(
     result.update(
         {
             "quiet_p99_ratio_burst_vs_baseline": ratio,
+            "quiet_p99_ratio": ratio,  # the same figure, under the name every scenario's report uses
             "recovery_s_after_burst": recovery,
             "peak_live_depth": max((d[1] for d in obs.depths), default=0),
             "peak_sideline_depth": max((d[2] for d in obs.depths), default=0),
