@@ -13,7 +13,7 @@ export JSII_SILENCE_WARNING_UNTESTED_NODE_VERSION := 1
 export SPARK_LOCAL_IP := 127.0.0.1
 export PYTHONDONTWRITEBYTECODE := 1
 
-.PHONY: help install test lint types unit integration infrastructure spark local synth nag cfn-lint deploy bootstrap demo serve bench bench-demo clean
+.PHONY: help install test lint types unit integration infrastructure spark local synth nag cfn-lint deploy bootstrap demo scenarios serve bench bench-demo clean
 
 help:  ## list the targets
 	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  make %-15s %s\n", $$1, $$2}'
@@ -73,6 +73,9 @@ deploy: install  ## deploy the stack to the account/region of your AWS credentia
 
 demo: install  ## run the main job on the embedded AWS (moto): a noisy neighbour against quiet tenants
 	$(PY) -m local demo
+
+scenarios: install  ## every scenario in turn (python -m local demo --scenario all), reports under out/
+	$(PY) -m local demo --scenario all
 
 serve: install  ## keep the embedded AWS up for your own traffic (URL and keys in out/endpoint.json)
 	$(PY) -m local serve

@@ -5,7 +5,7 @@ from __future__ import annotations
 import argparse
 import sys
 from collections.abc import Callable
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Literal
 
 if TYPE_CHECKING:
     from local.scenarios.noisy_neighbour import Scenario
@@ -24,15 +24,20 @@ def serve(args: argparse.Namespace) -> int:
 def demo(args: argparse.Namespace) -> int:
     from local.scenarios import demo as demo_module
 
-    scenario = scenario_of(args)
-    # The noisy scenario keeps out/report.json; another writes out/<scenario>/.
-    out = ROOT / "out" if scenario.kind == "noisy" else ROOT / "out" / scenario.kind
-    demo_module.main(scenario, out=out, progress=not args.quiet)
+    for kind in SCENARIOS if args.scenario == "all" else (args.scenario,):
+        scenario = scenario_of(args, kind)
+        # The noisy scenario keeps out/report.json; another writes out/<scenario>/.
+        out = ROOT / "out" if kind == "noisy" else ROOT / "out" / kind
+        print(f"##### scenario: {kind}", flush=True)
+        demo_module.main(scenario, out=out, progress=not args.quiet)
     return 0
 
 
-def scenario_of(args: argparse.Namespace) -> Scenario:
-    """The noisy-neighbour scenario the demo's flags describe."""
+SCENARIOS: tuple[Literal["noisy", "slow"], ...] = ("noisy", "slow")
+
+
+def scenario_of(args: argparse.Namespace, kind: Literal["noisy", "slow"] | None = None) -> Scenario:
+    """The scenario (``kind``, else ``--scenario``) the demo's flags describe."""
     from local.scenarios.noisy_neighbour import DEMO_CONTEXT, Scenario
 
     consumer_rate = DEMO_CONTEXT["breakwater"]["tiers"]["standard"]["consumer_rate"]
@@ -46,7 +51,7 @@ def scenario_of(args: argparse.Namespace) -> Scenario:
         after_s=args.after_seconds,
         phases=args.phases,
         phase_seed=args.phase_seed,
-        kind=args.scenario,
+        kind=kind or args.scenario,
         slow_factor=args.slow_factor,
     )
     return scenario
@@ -89,10 +94,11 @@ def build_parser() -> argparse.ArgumentParser:
     demo_parser.add_argument("--quiet", action="store_true", help="no progress line")
     demo_parser.add_argument(
         "--scenario",
-        choices=("noisy", "slow"),
+        choices=(*SCENARIOS, "all"),
         default="noisy",
         help="noisy: the first tenant sends --noisy-factor x its consumer rate in the burst; slow: it keeps "
-        "its rate but its messages cost --slow-factor x the work (its downstream slowed down)",
+        "its rate but its messages cost --slow-factor x the work (its downstream slowed down); "
+        "all: each in turn",
     )
     demo_parser.add_argument(
         "--slow-factor",

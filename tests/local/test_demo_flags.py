@@ -44,3 +44,14 @@ def test_the_slow_scenario_keeps_the_rate_and_makes_the_burst_expensive() -> Non
     assert scenario.payload(slow, burst) == {"tenant": slow, "work_factor": 20.0}
     assert scenario.payload(slow, 0.0) == {"tenant": slow}  # before the burst: the usual cost
     assert "work_factor" not in scenario.payload("tenant-02", burst)
+
+
+def test_all_runs_every_scenario_in_turn(monkeypatch: pytest.MonkeyPatch, tmp_path) -> None:
+    import local.__main__ as cli
+    from local.scenarios import demo as demo_module
+
+    ran: list[tuple[str, str]] = []
+    monkeypatch.setattr(cli, "ROOT", tmp_path)
+    monkeypatch.setattr(demo_module, "main", lambda scenario, out, progress: ran.append((scenario.kind, out)))
+    assert cli.demo(build_parser().parse_args(["demo", "--scenario", "all", "--quiet"])) == 0
+    assert ran == [("noisy", tmp_path / "out"), ("slow", tmp_path / "out" / "slow")]
