@@ -18,8 +18,6 @@ from breakwater.fairness import BucketLimits, retry_after_header
 from breakwater.ingest import TenantContext, TokenGate, admit_up_to
 from breakwater.requests import RequestLimits, parse_events
 
-THROTTLED = "ProvisionedThroughputExceededException"
-
 
 class PutResult(Protocol):
     """What the stream writer reports (``breakwater.aws.kinesis.PutOutcome``)."""
@@ -29,6 +27,11 @@ class PutResult(Protocol):
 
     @property
     def failed(self) -> Mapping[int, str]: ...
+
+    @property
+    def throttled(self) -> bool:
+        """Whether a shard refused a write for its throughput."""
+        ...
 
 
 class RecordWriter(Protocol):
@@ -67,7 +70,7 @@ def answer(
         return EventsAnswer(202, body, {})
     if written:
         return EventsAnswer(207, body, {})
-    throttled = refused > 0 or any(code == THROTTLED for code in outcome.failed.values())
+    throttled = refused > 0 or outcome.throttled
     wait = retry_after_header(retry_after if refused else 1.0)
     return EventsAnswer(429 if throttled else 503, body, {"Retry-After": wait})
 
@@ -125,6 +128,7 @@ class EventsService:
 class _Nothing:
     written: Mapping[int, Any]
     failed: Mapping[int, str]
+    throttled: bool = False
 
 
 _NOTHING_WRITTEN = _Nothing(written={}, failed={})
