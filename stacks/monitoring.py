@@ -102,58 +102,46 @@ class Monitoring(Construct):
 
     def watch_age_of_first_attempt(self) -> None:
         """p99 of how long a live message waited for its first processing attempt (worker EMF)."""
-        alarms = self._config.alarms
-        metric = self._service_metric(
-            "AgeOfFirstAttempt", statistic="p99", period=_MINUTE, dimensions={"QueueRole": "live"}
-        )
-        alarm = self.alarm(
-            "AgeOfFirstAttemptP99",
-            description=(
-                f"p99 AgeOfFirstAttempt on live queues above the {alarms.age_of_first_attempt_p99_ms} ms SLO"
-            ),
-            metric=metric,
-            threshold=alarms.age_of_first_attempt_p99_ms,
-            comparison=cloudwatch.ComparisonOperator.GREATER_THAN_THRESHOLD,
-            evaluation_periods=5,
-            datapoints_to_alarm=3,
-        )
-        self.dashboard.add_widgets(
-            cloudwatch.GraphWidget(
-                title="AgeOfFirstAttempt p99 (ms) by queue role",
-                left=[
-                    self._service_metric(
-                        "AgeOfFirstAttempt", statistic="p99", period=_MINUTE, dimensions={"QueueRole": role}
-                    ).with_(label=role)
-                    for role in ("live", "surge", "spillover", "backlog", "replay", "redrive")
-                ],
-                left_annotations=[alarm.to_annotation()],
-                width=12,
-            )
+        threshold = self._config.alarms.age_of_first_attempt_p99_ms
+        self._watch_age_p99(
+            "AgeOfFirstAttempt",
+            threshold,
+            description=f"p99 AgeOfFirstAttempt on live queues above the {threshold} ms SLO",
+            title="AgeOfFirstAttempt p99 (ms) by queue role",
         )
 
     def watch_age_of_attempt(self) -> None:
         """p99 age of live messages on a later attempt (retries): a dependency failing or a stuck tenant."""
-        alarms = self._config.alarms
-        alarm = self.alarm(
-            "AgeOfAttemptP99",
+        threshold = self._config.alarms.age_of_attempt_p99_ms
+        self._watch_age_p99(
+            "AgeOfAttempt",
+            threshold,
             description=(
-                f"p99 AgeOfAttempt (retried live messages) above {alarms.age_of_attempt_p99_ms} ms: "
+                f"p99 AgeOfAttempt (retried live messages) above {threshold} ms: "
                 "messages keep failing and coming back; look at the processor's errors and the DLQs"
             ),
+            title="AgeOfAttempt p99 (ms) of retried messages by queue role",
+        )
+
+    def _watch_age_p99(self, metric_name: str, threshold: int, *, description: str, title: str) -> None:
+        """An alarm on the live role's p99 of a worker age metric, and a graph of it by queue role."""
+        alarm = self.alarm(
+            f"{metric_name}P99",
+            description=description,
             metric=self._service_metric(
-                "AgeOfAttempt", statistic="p99", period=_MINUTE, dimensions={"QueueRole": "live"}
+                metric_name, statistic="p99", period=_MINUTE, dimensions={"QueueRole": "live"}
             ),
-            threshold=alarms.age_of_attempt_p99_ms,
+            threshold=threshold,
             comparison=cloudwatch.ComparisonOperator.GREATER_THAN_THRESHOLD,
             evaluation_periods=5,
             datapoints_to_alarm=3,
         )
         self.dashboard.add_widgets(
             cloudwatch.GraphWidget(
-                title="AgeOfAttempt p99 (ms) of retried messages by queue role",
+                title=title,
                 left=[
                     self._service_metric(
-                        "AgeOfAttempt", statistic="p99", period=_MINUTE, dimensions={"QueueRole": role}
+                        metric_name, statistic="p99", period=_MINUTE, dimensions={"QueueRole": role}
                     ).with_(label=role)
                     for role in ("live", "surge", "spillover", "backlog", "replay", "redrive")
                 ],
