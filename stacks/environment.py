@@ -194,7 +194,7 @@ def events_environment(
         "LEASE_SECONDS": str(config.ingest.lease_seconds),
         "LEASE_MAX_FRACTION": str(config.ingest.lease_max_fraction),
     }
-    if state is not None and config.mode != "naive":  # per-tenant admission of events
+    if state is not None:  # per-tenant admission of events
         values["STATE_TABLE_NAME"] = state.table_name
     return values
 

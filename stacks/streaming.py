@@ -97,19 +97,21 @@ class StreamingWorkload(Construct):
 
     def _build_events(self) -> BreakwaterFunction:
         streaming = self._config.streaming
+        # Where the tenants' event buckets live; the naive baseline admits every event.
+        buckets = self._state_table if self._config.mode != "naive" else None
         events = self._functions.build(
             "Events",
             handler="events/handler.handler",
             description="POST /v1/events: one event or up to 500 into Kinesis, failed subset retried",
             environment=environment.events_environment(
-                self._config, stream_arn=self.stream.stream_arn, state=self._state_table
+                self._config, stream_arn=self.stream.stream_arn, state=buckets
             ),
             memory_mb=streaming.events_memory_mb,
             timeout_seconds=streaming.events_timeout_seconds,
         )
         self.stream.grant_write(events.role)
-        if self._state_table is not None and self._config.mode != "naive":
-            grant_items(self._state_table, events.role, BUCKET_ITEMS)
+        if buckets is not None:
+            grant_items(buckets, events.role, BUCKET_ITEMS)
         return events
 
     def _build_consumer(self) -> BreakwaterFunction:
