@@ -20,7 +20,7 @@ from __future__ import annotations
 import json
 import os
 import time
-from collections.abc import Callable, Iterable, Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import replace
 from decimal import Decimal
@@ -33,7 +33,7 @@ from botocore.exceptions import ClientError
 from breakwater.archive_budget import ArchiveDue, SidelineObservation
 from breakwater.auth import effective_limits, record_from_item
 from breakwater.aws.counters import COUNTERS_SK, batch_get, plain, tenant_pk
-from breakwater.aws.health import queue_depth, read_oldest_age, waiting_messages
+from breakwater.aws.health import observed_depth, queue_depth, read_oldest_age, waiting_messages
 from breakwater.aws.mappings import set_mappings_enabled
 from breakwater.backlog import Ledger, RunState, shard_key
 from breakwater.controller import (
@@ -95,22 +95,6 @@ def sideline_observations(
         depth = waiting_messages(sqs, url)
         observations.append(SidelineObservation(role or url, url, depth, age_ms, observed_at))
     return observations
-
-
-def observed_depth(sqs: SQSClient, queue_urls: Iterable[str]) -> int:
-    """Every message the queues hold: visible, in flight and delayed (what the estimates must add up to)."""
-    total = 0
-    for url in queue_urls:
-        attributes = sqs.get_queue_attributes(
-            QueueUrl=url,
-            AttributeNames=[
-                "ApproximateNumberOfMessages",
-                "ApproximateNumberOfMessagesNotVisible",
-                "ApproximateNumberOfMessagesDelayed",
-            ],
-        )["Attributes"]
-        total += sum(int(value) for value in attributes.values())
-    return total
 
 
 def start_archiver(client: LambdaClient, function_name: str, due: ArchiveDue) -> None:

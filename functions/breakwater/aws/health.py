@@ -87,6 +87,16 @@ def queue_depth(client: SQSClient, queue_urls: Iterable[str]) -> int:
     return sum(_attribute_total(client, url, names) for url in queue_urls)
 
 
+def observed_depth(client: SQSClient, queue_urls: Iterable[str]) -> int:
+    """Every message the queues hold: visible, in flight and delayed (what the estimates must add up to)."""
+    names: list[QueueAttributeFilterType] = [
+        "ApproximateNumberOfMessages",
+        "ApproximateNumberOfMessagesNotVisible",
+        "ApproximateNumberOfMessagesDelayed",
+    ]
+    return sum(_attribute_total(client, url, names) for url in queue_urls)
+
+
 def waiting_messages(client: SQSClient, queue_url: str) -> int:
     """Visible plus delayed: what waits to be worked (in-flight messages are being worked or archived).
 
