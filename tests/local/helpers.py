@@ -2,29 +2,19 @@
 
 from __future__ import annotations
 
-import time
 from collections.abc import Callable
 from typing import Any
 
 from moto import mock_aws
 
 from local.emulator import moto_patches
+from tests.polling import wait_for as wait_for  # the emulator's tests import it from here
 
 COUNTS = (
     "ApproximateNumberOfMessages",
     "ApproximateNumberOfMessagesDelayed",
     "ApproximateNumberOfMessagesNotVisible",
 )
-
-
-def wait_for(condition: Callable[[], bool], timeout: float = 15.0) -> bool:
-    """Poll ``condition`` every 0.1 s until it holds (True) or ``timeout`` passes (its last answer)."""
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        if condition():
-            return True
-        time.sleep(0.1)
-    return condition()
 
 
 def patch_names(service: str) -> tuple[str, ...]:

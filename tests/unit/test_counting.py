@@ -1,4 +1,5 @@
 from breakwater.counting import CounterBuffer
+from tests.polling import wait_for
 
 
 class Clock:
@@ -75,17 +76,6 @@ def _service(sink: _Sink, interval: float):
     )
 
 
-def _wait_for(condition, limit: float = 10.0) -> bool:
-    import time
-
-    deadline = time.monotonic() + limit
-    while time.monotonic() < deadline:
-        if condition():
-            return True
-        time.sleep(0.01)
-    return condition()
-
-
 def test_tallies_are_flushed_by_the_timer_without_another_request():
     from breakwater.aws.front_door import flush_tallies_in_the_background
     from breakwater.ingest import TenantContext
@@ -96,7 +86,7 @@ def test_tallies_are_flushed_by_the_timer_without_another_request():
     try:
         tenant = TenantContext(tenant="acme", tier="standard", rate=5, burst=10)
         service.accept(b'{"type": "t"}', tenant, request_id=None, trace_id=None)
-        assert _wait_for(lambda: sink.added == [{"acme": {"accepted": 1}}])
+        assert wait_for(lambda: sink.added == [{"acme": {"accepted": 1}}])
     finally:
         stop.set()
 
