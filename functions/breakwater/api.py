@@ -10,7 +10,7 @@ import base64
 import json
 import os
 from collections.abc import Mapping
-from typing import Any
+from typing import Any, Protocol, TypeVar
 
 from aws_lambda_powertools.event_handler import Response
 from aws_lambda_powertools.metrics import MetricUnit
@@ -47,6 +47,27 @@ def tenant_of(event: APIGatewayProxyEvent) -> TenantContext:
     tenant = TenantContext.from_authorizer(context.authorizer.get_context())
     logger.append_keys(tenant=tenant.tenant, request_id=context.request_id)
     return tenant
+
+
+Answer = TypeVar("Answer", covariant=True)
+
+
+class FrontDoorService(Protocol[Answer]):
+    """A route's service (``IngestService``, ``OrderedIngestService``, ``EventsService``)."""
+
+    def accept(
+        self, raw_body: bytes | None, tenant: TenantContext, *, request_id: str | None, trace_id: str | None
+    ) -> Answer: ...
+
+
+def accept(service: FrontDoorService[Answer], event: APIGatewayProxyEvent) -> Answer:
+    """Hand the request to the route's service: its body, its tenant, its request and trace ids."""
+    return service.accept(
+        request_body(event),
+        tenant_of(event),
+        request_id=event.request_context.request_id,
+        trace_id=trace_id(event),
+    )
 
 
 def json_response(

@@ -12,7 +12,7 @@ from aws_lambda_powertools.event_handler import APIGatewayRestResolver, Response
 from aws_lambda_powertools.metrics import MetricUnit
 from aws_lambda_powertools.utilities.typing import LambdaContext
 
-from breakwater.api import error_response, json_response, request_body, tenant_of, trace_id
+from breakwater.api import accept, error_response, json_response
 from breakwater.aws.front_door import build_events
 from breakwater.errors import ApiError
 from breakwater.observability import logger, metrics, tracer
@@ -25,13 +25,7 @@ SERVICE = build_events(EventsSettings.from_env())
 @app.post("/v1/events")
 @tracer.capture_method
 def post_events() -> Response[str]:
-    event = app.current_event
-    answer = SERVICE.accept(
-        request_body(event),
-        tenant_of(event),
-        request_id=event.request_context.request_id,
-        trace_id=trace_id(event),
-    )
+    answer = accept(SERVICE, app.current_event)
     metrics.add_metric(name="EventsWritten", unit=MetricUnit.Count, value=answer.body["written"])
     metrics.add_metric(name="EventsFailed", unit=MetricUnit.Count, value=answer.body["failed"])
     return json_response(answer.status, answer.body, answer.headers)

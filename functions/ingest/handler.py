@@ -9,7 +9,7 @@ from aws_lambda_powertools.event_handler.exceptions import NotFoundError
 from aws_lambda_powertools.metrics import MetricUnit
 from aws_lambda_powertools.utilities.typing import LambdaContext
 
-from breakwater.api import error_response, json_response, not_found, request_body, tenant_of, trace_id
+from breakwater.api import accept, error_response, json_response, not_found
 from breakwater.aws.front_door import build_ingest, flush_tallies_in_the_background
 from breakwater.errors import ApiError
 from breakwater.observability import logger, metrics, tracer
@@ -23,13 +23,7 @@ flush_tallies_in_the_background(SERVICE)
 @app.post("/v1/messages")
 @tracer.capture_method
 def post_message() -> Response[str]:
-    event = app.current_event
-    accepted = SERVICE.accept(
-        request_body(event),
-        tenant_of(event),
-        request_id=event.request_context.request_id,
-        trace_id=trace_id(event),
-    )
+    accepted = accept(SERVICE, app.current_event)
     logger.append_keys(envelope_id=accepted.envelope.id, trace_id=accepted.envelope.trace_id)
     logger.info("accepted", extra={"queue": accepted.queue})
     metrics.add_metric(name="Accepted", unit=MetricUnit.Count, value=1)

@@ -13,7 +13,7 @@ from aws_lambda_powertools.event_handler import APIGatewayRestResolver, Response
 from aws_lambda_powertools.metrics import MetricUnit
 from aws_lambda_powertools.utilities.typing import LambdaContext
 
-from breakwater.api import error_response, json_response, request_body, tenant_of, trace_id
+from breakwater.api import accept, error_response, json_response
 from breakwater.aws.front_door import build_ordered
 from breakwater.errors import ApiError
 from breakwater.observability import logger, metrics, tracer
@@ -26,13 +26,7 @@ SERVICE = build_ordered(OrderedIngestSettings.from_env())
 @app.post("/v1/ordered")
 @tracer.capture_method
 def post_ordered() -> Response[str]:
-    event = app.current_event
-    accepted = SERVICE.accept(
-        request_body(event),
-        tenant_of(event),
-        request_id=event.request_context.request_id,
-        trace_id=trace_id(event),
-    )
+    accepted = accept(SERVICE, app.current_event)
     logger.info(
         "accepted ordered",
         extra={"envelope_id": accepted.envelope.id, "ordering_key": accepted.envelope.ordering_key},
