@@ -112,6 +112,7 @@ class MemoryStore:
         self.live_depth = 0
         self.live_oldest: tuple[int | None, int | None] = (None, None)
         self.sideline_enabled = False
+        self.dependency_down_until: int | None = None  # what the workers' breakers last reported
         self.meter = Meter()
         self.now_ms = 1_767_225_600_000
         self.clock = clock or (lambda: self.now_ms)
@@ -160,6 +161,7 @@ class MemoryStore:
             commit=self.commit,
             release_shard=self.release_shard,
             read_ledgers=self.read_ledgers,
+            dependency_down_until=self._dependency_down_until,
             clock_ms=self.clock,
         )
 
@@ -170,6 +172,10 @@ class MemoryStore:
     def _live_oldest(self) -> tuple[int | None, int | None]:
         self.meter.call("GetItem")
         return self.live_oldest
+
+    def _dependency_down_until(self) -> int | None:
+        self.meter.call("GetItem")
+        return self.dependency_down_until
 
     def _set_sideline_enabled(self, enabled: bool, held: frozenset[str]) -> Iterable[str]:
         changed = enabled != self.sideline_enabled

@@ -114,6 +114,16 @@ class WorkerConfig(_QueueConsumer):
     )
     heartbeat_seconds: int = Field(default=30, ge=1, le=43_200)
     simulated_work_ms: int = Field(default=20, ge=0, description="duration of the sample processor's work")
+    outage_backoff_seconds: float = Field(
+        default=5,
+        gt=0,
+        le=900,
+        description="circuit breaker: how long the worker stops calling the processor after its dependency "
+        "failed (DependencyUnavailableError); doubles while the outage lasts",
+    )
+    outage_backoff_max_seconds: float = Field(
+        default=60, gt=0, le=900, description="circuit breaker: its longest open window"
+    )
     burst_share: float | None = Field(
         default=0.75,
         gt=0,
@@ -121,6 +131,15 @@ class WorkerConfig(_QueueConsumer):
         description="share of the live worker's concurrency that tenants may hold above their floors "
         "(the rest is kept for floors); null: only each tenant's ceiling applies",
     )
+
+    @model_validator(mode="after")
+    def _backoff_window_order(self) -> Self:
+        if self.outage_backoff_max_seconds < self.outage_backoff_seconds:
+            raise ValueError(
+                f"outage_backoff_max_seconds {self.outage_backoff_max_seconds:g} is below "
+                f"outage_backoff_seconds {self.outage_backoff_seconds:g}"
+            )
+        return self
 
     @model_validator(mode="after")
     def _batch_fits_the_mapping(self) -> Self:

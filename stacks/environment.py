@@ -91,6 +91,8 @@ def worker_environment(
         "LEASE_SECONDS": str(ingest.lease_seconds),
         "LEASE_MAX_FRACTION": str(ingest.lease_max_fraction),
         "SIMULATED_WORK_MS": str(worker.simulated_work_ms),
+        "OUTAGE_BACKOFF_SECONDS": f"{worker.outage_backoff_seconds:g}",
+        "OUTAGE_BACKOFF_MAX_SECONDS": f"{worker.outage_backoff_max_seconds:g}",
         "FAIR_QUEUES": flag(config.queue_set.fair_queues),
         # Every queue a worker reads dead-letters after this many receives: a message that fails on
         # its last one is counted dead_lettered, so it leaves the tenant's backlog estimate.

@@ -192,6 +192,8 @@ class ControllerPorts:
     release_shard: Callable[[ShardState, str | None], None]
     read_ledgers: Callable[[Sequence[int]], Mapping[int, Ledger]]
     sideline_observations: Callable[[], Sequence[SidelineObservation]] = lambda: ()
+    # until when (epoch ms) the workers' breakers last reported the processor's dependency down
+    dependency_down_until: Callable[[], int | None] = lambda: None
     start_archiver: Callable[[ArchiveDue], None] | None = None  # None: no archiver configured
     # (groups of shards, request) -> their reports; None: every shard runs in this invocation
     run_elsewhere: Callable[[Sequence[Sequence[int]], ShardRequest], Sequence[ShardReport]] | None = None
@@ -233,6 +235,7 @@ class ControllerReport:
     backlogs: dict[str, int] = field(default_factory=dict)
     health: LiveHealth | None = None
     sideline_enabled: bool = False
+    dependency_down: bool = False
     mappings_changed: list[str] = field(default_factory=list)
     archiving: list[ArchiveDue] = field(default_factory=list)
     shards: ShardReport = field(default_factory=ShardReport)
@@ -295,7 +298,11 @@ def _gate_sideline(
     oldest_ms, observed_at = ports.live_oldest()
     health = live_health(depth, oldest_ms, observed_at, now, config.healthy_age_s)
     report.health = health
-    report.sideline_enabled = health.healthy
+    # While the workers report the dependency down, draining the sideline would only cycle its messages
+    # through the drainers' breakers: it waits, and the live queues get the dependency first when it is back.
+    down_until = ports.dependency_down_until()
+    report.dependency_down = down_until is not None and down_until > now
+    report.sideline_enabled = health.healthy and not report.dependency_down
     # A sideline queue past its archive budget belongs to the archiver until the next run: its drainer
     # stays off, or it would feed the live workers the very backlog the budget says to park (and race
     # the archiver for it). The replay brings it back later at a rate the live system can take.
@@ -305,14 +312,15 @@ def _gate_sideline(
         else []
     )
     held = frozenset(d.queue_url for d in due)
-    report.mappings_changed = list(ports.set_sideline_enabled(health.healthy, held))
+    report.mappings_changed = list(ports.set_sideline_enabled(report.sideline_enabled, held))
     logger.info(
         "live health",
         extra={
             "depth": health.depth,
             "oldest_age_s": health.oldest_age_s,
             "healthy": health.healthy,
-            "sideline_enabled": health.healthy,
+            "sideline_enabled": report.sideline_enabled,
+            "dependency_down": report.dependency_down,
             "held_for_archive": sorted(held),
             "mappings_changed": report.mappings_changed,
         },

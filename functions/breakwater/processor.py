@@ -6,6 +6,9 @@ contract for a replacement:
 
 - return a JSON-serialisable dict (it is stored as the idempotent result) or raise to fail the
   message (it is retried, then dead-lettered after ``maxReceiveCount``);
+- raise :class:`DependencyUnavailableError` when a dependency it needs is down (a connection refused,
+  a 503, a timeout of the downstream) rather than the message being bad: the worker then opens its
+  circuit breaker (``breakwater.breaker``) and sets the message aside without spending its receives;
 - check ``work.check()`` (or ``work.cancelled``) between steps of long work: when the message's
   deadline or the Lambda's remaining time is about to run out it raises :class:`WorkCancelledError`, so
   the work stops before SQS could hand the message to another worker;
@@ -19,6 +22,11 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from breakwater.envelope import Envelope
+
+
+class DependencyUnavailableError(RuntimeError):
+    """A dependency of the processor is unavailable; the message itself is fine and must not be
+    dead-lettered for it. Raise it from the processor (wrapping the client's error) on an outage."""
 
 
 class WorkCancelledError(RuntimeError):

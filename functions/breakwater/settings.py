@@ -130,6 +130,12 @@ class WorkerSettings(TierSettings):
         ge=1,
         description="receives before SQS dead-letters a message (None: dead letters are not counted)",
     )
+    outage_backoff_seconds: float = Field(
+        default=5, gt=0, description="the circuit breaker's first open window on a dependency outage"
+    )
+    outage_backoff_max_seconds: float = Field(
+        default=60, gt=0, description="its longest open window (it doubles while the outage lasts)"
+    )
 
 
 class ControllerSettings(TierSettings):

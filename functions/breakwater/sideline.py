@@ -46,6 +46,7 @@ class Reason(StrEnum):
     TOO_OLD = "too_old"
     OVER_RATE = "over_rate"
     OVER_CONCURRENCY = "over_concurrency"
+    DEPENDENCY_DOWN = "dependency_down"
     ADMITTED = "admitted"
 
 
@@ -143,6 +144,27 @@ def decide(envelope: Envelope, now_ms: int, tenant_state: TenantState, config: D
     if not tenant_state.holds_concurrency_slot:
         return _defer(envelope, Reason.OVER_CONCURRENCY, config)
     return _PROCESS
+
+
+def hold_for_outage(envelope: Envelope, retry_in_s: int, config: DecisionConfig) -> Decision:
+    """A message the worker cannot process while its dependency is down (``breakwater.breaker``).
+
+    The live worker sidelines it to the backlog queue, delayed until the breaker's next probe: the live
+    queues stay free for fresh traffic, which is served first once the dependency is back, and the
+    backlog drains after it (its drainers stay off while the outage is reported). A sideline drainer
+    defers it back into its own queue with the usual growing delay, at least until that probe. Either
+    way it is a new message, so the outage spends none of its receives towards the dead-letter queue.
+    """
+    delay = min(config.max_defer_seconds, max(1, retry_in_s))
+    if config.mode == "sideline":
+        deferred = _defer(envelope, Reason.DEPENDENCY_DOWN, config)
+        return Decision(
+            SidelineDecision.DEFER,
+            Reason.DEPENDENCY_DOWN,
+            deferred.destination,
+            min(config.max_defer_seconds, max(delay, deferred.delay_seconds)),
+        )
+    return Decision(SidelineDecision.SIDELINE, Reason.DEPENDENCY_DOWN, Origin.BACKLOG, delay)
 
 
 def _defer(envelope: Envelope, reason: Reason, config: DecisionConfig) -> Decision:

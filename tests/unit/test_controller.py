@@ -258,3 +258,15 @@ def test_limits_are_the_tier_and_the_current_multiplier() -> None:
     store.write("t", {"accepted": int(LIMITS.rate * 60), "processed": int(LIMITS.rate * 60)})
     report = run(store)
     assert report.changes["grow"] == 1 and multiplier(store, "t") == pytest.approx(1.1)
+
+
+def test_the_drainers_wait_while_the_workers_report_their_dependency_down() -> None:
+    store = MemoryStore()
+    run(store)
+    assert store.sideline_enabled  # empty live queues: healthy
+    store.dependency_down_until = store.now_ms + 90_000  # a breaker opened until then
+    report = run(store)
+    assert report.dependency_down and not store.sideline_enabled
+    store.now_ms += 60_000  # its window has passed and no breaker opened since
+    report = run(store)
+    assert not report.dependency_down and store.sideline_enabled

@@ -17,7 +17,7 @@ from aws_lambda_powertools.utilities.typing import LambdaContext
 from breakwater.concurrency import ConcurrencyLimits, Grant
 from breakwater.envelope import REDRIVEN_ATTRIBUTE, Envelope, Origin, new_envelope_id
 from breakwater.fairness import BucketLimits
-from breakwater.processor import WorkContext
+from breakwater.processor import DependencyUnavailableError, WorkContext
 from breakwater.settings import TierLimits
 from breakwater.sideline import DecisionConfig, Move
 from breakwater.worker import Worker, WorkerOptions, WorkerPorts
@@ -86,6 +86,8 @@ class FakeIdempotency:
     locked: list[list[str]] = field(default_factory=list)
     flushes: int = 0
     failing: set[str] = field(default_factory=set)  # envelope ids whose work raises
+    down: bool = False  # the processor's dependency is down: every call raises DependencyUnavailableError
+    unlocked: list[list[str]] = field(default_factory=list)
 
     def lock(self, envelopes: list[Envelope]) -> None:
         self.locked.append([envelope.id for envelope in envelopes])
@@ -94,6 +96,8 @@ class FakeIdempotency:
         if envelope.id in self.completed:
             return self.completed[envelope.id]
         self.worked.append(envelope.id)
+        if self.down:
+            raise DependencyUnavailableError("downstream refused the connection")
         if envelope.id in self.failing:
             raise RuntimeError("boom")
         result = {"id": envelope.id}
@@ -102,6 +106,9 @@ class FakeIdempotency:
 
     def flush(self) -> None:
         self.flushes += 1
+
+    def unlock(self, envelopes: list[Envelope]) -> None:
+        self.unlocked.append([envelope.id for envelope in envelopes])
 
 
 @dataclass
@@ -152,6 +159,8 @@ class World:
     settle_faults: list[Exception | set[str]] = field(default_factory=list)
     ages: list[tuple[str, int, int]] = field(default_factory=list)
     visibility: list[tuple[str, str, int]] = field(default_factory=list)
+    monotonic_s: float = 1_000.0  # the breaker's clock
+    outages_reported: list[int] = field(default_factory=list)  # down-until epoch ms per report
 
     def worker(
         self,
@@ -159,6 +168,7 @@ class World:
         *,
         sidelining_enabled: bool = True,
         max_receive_count: int | None = MAX_RECEIVE_COUNT,
+        outage_backoff_s: float | None = None,
     ) -> Worker:
         config = WorkerOptions(
             decision=DecisionConfig(
@@ -170,6 +180,8 @@ class World:
             visibility_timeout_s=60,
             heartbeat_s=30,
             max_receive_count=max_receive_count,
+            outage_backoff_s=outage_backoff_s,
+            outage_backoff_max_s=8 * outage_backoff_s if outage_backoff_s else None,
         )
 
         def send_moves(moves: list[Move]) -> set[str]:
@@ -188,7 +200,10 @@ class World:
             leases=self.leases,
             lock=self.idempotency.lock,
             flush_processed=self.idempotency.flush,
+            unlock=self.idempotency.unlock,
+            report_outage=self.outages_reported.append,
             clock_ms=lambda: NOW,
+            monotonic=lambda: self.monotonic_s,
         )
         return Worker(config, ports, metrics=self.metrics)
 

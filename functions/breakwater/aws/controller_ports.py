@@ -33,7 +33,13 @@ from botocore.exceptions import ClientError
 from breakwater.archive_budget import ArchiveDue, SidelineObservation
 from breakwater.auth import effective_limits, record_from_item
 from breakwater.aws.counters import COUNTERS_SK, batch_get, plain, tenant_pk
-from breakwater.aws.health import observed_depth, queue_depth, read_oldest_age, waiting_messages
+from breakwater.aws.health import (
+    observed_depth,
+    queue_depth,
+    read_dependency_down_until,
+    read_oldest_age,
+    waiting_messages,
+)
 from breakwater.aws.mappings import set_mappings_enabled
 from breakwater.backlog import Ledger, RunState, shard_key
 from breakwater.controller import (
@@ -473,6 +479,7 @@ def build_controller_ports(
     return ControllerPorts(
         live_depth=lambda: queue_depth(queues, settings.live_queue_urls),
         live_oldest=lambda: read_oldest_age(ddb, table, "live"),
+        dependency_down_until=lambda: read_dependency_down_until(ddb, table),
         set_sideline_enabled=lambda enabled, held: set_mappings_enabled(
             functions, settings.sideline_mapping_uuids, enabled, held
         ),

@@ -54,6 +54,38 @@ def record_oldest_age(
     return True
 
 
+DEPENDENCY_PK = "dependency"
+
+
+def record_dependency_down(client: DynamoDBClient, table_name: str, until_ms: int) -> bool:
+    """Raise the time until which a worker's breaker holds the processor's dependency for down.
+
+    Conditional, so the item keeps the latest end any container reported; False if a later one stands.
+    """
+    try:
+        client.update_item(
+            TableName=table_name,
+            Key={"pk": {"S": DEPENDENCY_PK}, "sk": {"S": HEALTH_SK}},
+            UpdateExpression="SET down_until = :until",
+            ConditionExpression="attribute_not_exists(down_until) OR down_until < :until",
+            ExpressionAttributeValues={":until": {"N": str(until_ms)}},
+        )
+    except ClientError as exc:
+        if exc.response.get("Error", {}).get("Code") == "ConditionalCheckFailedException":
+            return False
+        raise
+    return True
+
+
+def read_dependency_down_until(client: DynamoDBClient, table_name: str) -> int | None:
+    """Until when (epoch ms) the workers last reported the dependency down; None if they never did."""
+    response = client.get_item(
+        TableName=table_name, Key={"pk": {"S": DEPENDENCY_PK}, "sk": {"S": HEALTH_SK}}, ConsistentRead=True
+    )
+    item = plain(response.get("Item") or {})
+    return int(item["down_until"]) if "down_until" in item else None
+
+
 def throttled_age_reports(client: DynamoDBClient, table_name: str) -> ThrottledAgeReports:
     """A container's age reports: :func:`record_oldest_age` when ``breakwater.age_reports`` says so."""
     return ThrottledAgeReports(

@@ -163,6 +163,27 @@ class BatchedPersistenceLayer(DynamoDBPersistenceLayer):
                 self.locked(pending)
                 break
 
+    def unlock_batch(self, envelopes: Iterable[Envelope]) -> None:
+        """Delete the INPROGRESS locks the batch took for ``envelopes`` and no call used (BatchWriteItem).
+
+        For messages the worker locked but then set aside unprocessed (its breaker opened mid-batch):
+        their copies elsewhere must not find a lock that lasts as long as this invocation.
+        """
+        keys = [
+            key
+            for key in dict.fromkeys(self.key_of(envelope) for envelope in envelopes)
+            if key in self._locked
+        ]
+        for start in range(0, len(keys), MAX_BATCH_WRITE):
+            chunk = keys[start : start + MAX_BATCH_WRITE]
+            requests: list[Any] = [{"DeleteRequest": {"Key": self._get_key(key)}} for key in chunk]
+            for _ in range(3):
+                response = self.client.batch_write_item(RequestItems={self.table_name: requests})
+                requests = list((response.get("UnprocessedItems") or {}).get(self.table_name, []))
+                if not requests:
+                    break
+        self._locked.difference_update(keys)
+
     def flush(self) -> None:
         """Write the buffered COMPLETED records (BatchWriteItem, 25 per call, unprocessed ones retried)."""
         self.write_completed(self.take_completed())
@@ -288,6 +309,11 @@ class IdempotentProcessor:
 
     def locked(self, keys: Iterable[str]) -> None:
         self.persistence.locked(keys)
+
+    def unlock(self, envelopes: Sequence[Envelope]) -> None:
+        """Give back the locks of ``envelopes`` the batch took but did not use."""
+        if envelopes and not self._disabled:
+            self.persistence.unlock_batch(envelopes)
 
     def flush(self) -> None:
         self.persistence.flush()

@@ -15,7 +15,7 @@ from botocore.config import Config
 from breakwater.aws.buckets import LeasedTokenBucket
 from breakwater.aws.concurrency import ConcurrencyLeases
 from breakwater.aws.counters import counters_update, plain, tenant_pk, write_updates
-from breakwater.aws.health import throttled_age_reports
+from breakwater.aws.health import record_dependency_down, throttled_age_reports
 from breakwater.aws.idempotency import MAX_TRANSACT_ITEMS, IdempotentProcessor
 from breakwater.aws.moves import send_moves
 from breakwater.aws.tenant_limits import TenantLimitsCache
@@ -219,10 +219,12 @@ def build_worker_ports(
         register_context=idempotent.register_context,
         lock=idempotent.lock,
         flush_processed=idempotent.flush,
+        unlock=idempotent.unlock,
     )
     if settings.sidelining_enabled:
         ports.rate = LeasedTokenBucket(
             table, "consumer", time.time, settings.lease_seconds, settings.lease_max_fraction, client=ddb
         )
         ports.leases = LeasesAndLocks(leases, idempotent) if leases is not None else None
+        ports.report_outage = lambda until_ms: record_dependency_down(ddb, table, until_ms)
     return ports

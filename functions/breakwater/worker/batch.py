@@ -30,13 +30,14 @@ from aws_lambda_powertools.utilities.batch import BatchProcessor, EventType, pro
 from aws_lambda_powertools.utilities.typing import LambdaContext
 
 from breakwater.backlog import will_dead_letter
+from breakwater.breaker import CircuitBreaker
 from breakwater.concurrency import ConcurrencyLimits, Grant
 from breakwater.envelope import Envelope, Origin
 from breakwater.fairness import BucketLimits
 from breakwater.heartbeat import Heartbeat, HeartbeatMonitor, HeartbeatPlan
 from breakwater.observability import logger
 from breakwater.observability import metrics as powertools_metrics
-from breakwater.processor import WorkCancelledError, WorkContext
+from breakwater.processor import DependencyUnavailableError, WorkCancelledError, WorkContext
 from breakwater.settings import TierLimits, WorkerSettings
 from breakwater.sideline import (
     Decision,
@@ -46,10 +47,12 @@ from breakwater.sideline import (
     SidelineDecision,
     TenantState,
     decide,
+    hold_for_outage,
     is_replayed,
     queue_role,
 )
 from breakwater.worker.metrics import (
+    DEPENDENCY_UNAVAILABLE,
     FAILED,
     OUTCOME_METRIC,
     BatchMetrics,
@@ -86,6 +89,10 @@ class WorkerOptions:
     fair_queues: bool = True
     safety_margin_s: float = 2.0
     max_receive_count: int | None = None  # the queues' redrive policy; None: dead letters are not counted
+    # The circuit breaker on the processor's dependency (``breakwater.breaker``): its first open window
+    # and the longest; None: no breaker, an outage fails the message like any other error.
+    outage_backoff_s: float | None = None
+    outage_backoff_max_s: float | None = None
 
     @classmethod
     def from_settings(cls, settings: WorkerSettings) -> WorkerOptions:
@@ -107,6 +114,8 @@ class WorkerOptions:
             simulated_work_ms=settings.simulated_work_ms,
             fair_queues=settings.fair_queues,
             max_receive_count=settings.max_receive_count,
+            outage_backoff_s=settings.outage_backoff_seconds if settings.sidelining_enabled else None,
+            outage_backoff_max_s=settings.outage_backoff_max_seconds,
         )
 
 
@@ -184,6 +193,12 @@ class Worker:
         # Counters a failed write left behind: added to the next batch's, so the backlog estimates
         # lose them only with the container.
         self._unsettled: dict[str, dict[str, int]] = {}
+        self.breaker: CircuitBreaker | None = None
+        if config.outage_backoff_s is not None:
+            self.breaker = CircuitBreaker(
+                base_s=config.outage_backoff_s,
+                max_s=max(config.outage_backoff_s, config.outage_backoff_max_s or config.outage_backoff_s),
+            )
 
     # -- the invocation ------------------------------------------------------------------------------
     def handle(self, event: dict[str, Any], context: LambdaContext) -> dict[str, Any]:
@@ -272,30 +287,82 @@ class Worker:
 
     # -- the admitted messages -------------------------------------------------------------------------
     def _process_admitted(self, batch: _Batch) -> set[str]:
-        """Gates for the batch, one idempotency lock write, then each message; returns the failed ids."""
+        """Gates for the batch, one idempotency lock write, then each message; returns the failed ids.
+
+        While the breaker is open nothing is gated, locked or processed: every admitted message is
+        held (:meth:`_hold`). One that meets an outage, and those after it, are held too.
+        """
+        breaker = self.breaker
+        if breaker is not None and batch.admitted and not breaker.allows(self.ports.monotonic()):
+            for each in batch.admitted:
+                self._hold(breaker, each, batch)
+            return set()
         admitted = self._gate(batch) if self.config.decision.sidelining_enabled else batch.admitted
         failures: set[str] = set()
         if not admitted:
             return failures
         self.ports.lock([each.envelope for each in admitted])
+        unused_locks: list[Envelope] = []
         for each in admitted:
             envelope, role = each.envelope, each.role
             self._log_keys(envelope)
+            if breaker is not None and not breaker.allows(self.ports.monotonic()):
+                unused_locks.append(envelope)
+                self._hold(breaker, each, batch)
+                continue
             try:
                 self._check_time(batch, envelope, role)
                 self._process(each.record, envelope, self.ports.clock_ms())
             except OutOfTimeError:
                 failures.add(each.record.messageId)
                 continue
+            except DependencyUnavailableError as exc:
+                if breaker is None:  # no breaker (the naive baseline): a failure like any other
+                    batch.count(envelope.tenant, role, "failed", FAILED)
+                    logger.warning("processing failed: dependency unavailable", extra={"error": str(exc)})
+                    failures.add(each.record.messageId)
+                    continue
+                self._trip(breaker, exc, batch, role)  # its lock went with the failure
+                self._hold(breaker, each, batch)
+                continue
             except Exception:
                 batch.count(envelope.tenant, role, "failed", FAILED)
                 logger.exception("processing failed")
                 failures.add(each.record.messageId)
                 continue
+            if breaker is not None and breaker.record_success():
+                logger.info("dependency available again: circuit closed")
             batch.finished(
                 each.record.messageId, envelope, role, "processed", OUTCOME_METRIC[SidelineDecision.PROCESS]
             )
+        if unused_locks:
+            self._unlock(unused_locks)
         return failures
+
+    def _hold(self, breaker: CircuitBreaker, each: _Admitted, batch: _Batch) -> None:
+        """Move a message the open breaker keeps from the processor, until about its next probe."""
+        retry_in_s = breaker.retry_in_s(self.ports.monotonic())
+        decision = hold_for_outage(each.envelope, retry_in_s, self.config.decision)
+        self._buffer_move(each.record, each.envelope, each.role, decision, batch)
+
+    def _trip(self, breaker: CircuitBreaker, exc: Exception, batch: _Batch, role: MetricRole) -> None:
+        """Open the breaker on an outage and say so where the controller reads it (its drainers wait)."""
+        now = self.ports.monotonic()
+        window_ms = int((breaker.record_outage(now) - now) * 1000)
+        batch.metrics.outcome(role, DEPENDENCY_UNAVAILABLE)
+        logger.warning(
+            "dependency unavailable: circuit open", extra={"error": str(exc), "open_ms": window_ms}
+        )
+        try:
+            self.ports.report_outage(self.ports.clock_ms() + window_ms)
+        except Exception as report_exc:  # the drainers then run on: each drainer's breaker holds them
+            logger.warning("outage report failed", extra={"error": str(report_exc)})
+
+    def _unlock(self, envelopes: list[Envelope]) -> None:
+        try:
+            self.ports.unlock(envelopes)
+        except Exception as exc:  # a lock expires with the invocation that took it
+            logger.warning("idempotency unlock failed", extra={"error": str(exc)})
 
     def _gate(self, batch: _Batch) -> list[_Admitted]:
         """The consumer rate (one ask per tenant, its first messages in record order get the tokens),

@@ -38,6 +38,7 @@ OUTCOME_METRIC = {
     SidelineDecision.DEFER: "Deferred",
 }
 FAILED = "Failed"
+DEPENDENCY_UNAVAILABLE = "DependencyUnavailable"  # the processor's dependency was down: the breaker opened
 
 REPLAY: Literal["replay"] = "replay"
 REDRIVE: Literal["redrive"] = "redrive"

@@ -56,6 +56,11 @@ class WorkerPorts:
     leases: LeaseGate | None = None
     lock: Callable[[list[Envelope]], None] = lambda _envelopes: None  # idempotency locks, before processing
     flush_processed: Callable[[], None] = lambda: None  # idempotency records, after the batch
+    # gives back the idempotency locks of messages that were locked but then not processed (held)
+    unlock: Callable[[list[Envelope]], None] = lambda _envelopes: None
+    # the processor's dependency is down until this epoch ms (the breaker opened): the controller
+    # keeps the sideline drainers off meanwhile
+    report_outage: Callable[[int], object] = lambda _until_ms: None
     register_context: Callable[[LambdaContext], None] = lambda _context: None
     clock_ms: Callable[[], int] = lambda: int(time.time() * 1000)
     monotonic: Callable[[], float] = time.monotonic
