@@ -13,7 +13,7 @@ export JSII_SILENCE_WARNING_UNTESTED_NODE_VERSION := 1
 export SPARK_LOCAL_IP := 127.0.0.1
 export PYTHONDONTWRITEBYTECODE := 1
 
-.PHONY: help install test lint types unit integration infrastructure spark local synth nag cfn-lint deploy bootstrap demo scenarios serve bench bench-demo clean
+.PHONY: help install chromium test lint types unit integration infrastructure spark local synth nag cfn-lint deploy bootstrap demo scenarios serve bench bench-demo clean
 
 help:  ## list the targets
 	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  make %-15s %s\n", $$1, $$2}'
@@ -28,7 +28,21 @@ node_modules/.stamp-installed: package.json package-lock.json
 	npm ci --no-audit --no-fund --loglevel=error
 	touch $@
 
-install: $(VENV)/.stamp-installed node_modules/.stamp-installed  ## create .venv and install everything (Python packages, the pinned CDK CLI)
+# tests/local/test_html_report.py renders the scenarios' HTML report in headless Chromium. With none on
+# the PATH, Debian's package is installed (this runs as root, as CI does); with one, nothing happens.
+CHROMIUM_NAMES := chromium chromium-browser google-chrome google-chrome-stable
+
+chromium:  ## headless Chromium for the HTML report's test (Debian's package, unless one is on the PATH)
+	@for name in $(CHROMIUM_NAMES); do command -v $$name > /dev/null && exit 0; done; \
+	if ! command -v apt-get > /dev/null; then \
+		echo "no Chromium on the PATH and no apt-get: install Chromium (tests/local/test_html_report.py needs it)" >&2; \
+		exit 0; \
+	fi; \
+	echo "installing Debian's chromium (headless, for tests/local/test_html_report.py) ..."; \
+	export DEBIAN_FRONTEND=noninteractive; \
+	apt-get update -qq && apt-get install -y -qq --no-install-recommends chromium > /dev/null
+
+install: $(VENV)/.stamp-installed node_modules/.stamp-installed chromium  ## create .venv and install everything (Python packages, the pinned CDK CLI, Chromium)
 
 lint: $(VENV)/.stamp-installed  ## ruff: lint and format check
 	$(VENV)/bin/ruff check .
