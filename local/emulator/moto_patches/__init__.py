@@ -47,7 +47,7 @@ __all__ = [
 ]
 
 MOTO_VERSION = "5.2.5"  # the release every patch was written against (pyproject.toml pins it)
-SERVICES = ("sqs", "kinesis", "dynamodb", "lambda_", "server")  # modules, in installation order
+SERVICES = ("sqs", "sqs_metrics", "kinesis", "dynamodb", "lambda_", "server")  # modules, installation order
 ALL_KINDS: frozenset[Kind] = frozenset(Kind)
 
 
