@@ -7,7 +7,10 @@ Rules, in order (the first that matches wins):
             anti-entropy sweep: work nobody is waiting for any more is the cheapest to shed.
 - SIDELINE  older than ``sideline_age``: moved to the backlog queue so fresh messages are not stuck
             behind old ones (serve the newest first during a backlog, drain the old later).
-            Never replayed work (:func:`is_replayed`): the replay already paces it.
+            Never replayed work (:func:`is_replayed`): the replay already paces it. Never a retry
+            (a message received before, ``retried``): it is old because processing it failed, and a
+            move would start its receive count again, so a message that fails every time would
+            never reach its dead-letter queue after the configured receives.
 - SPILL     the tenant is over its consumer-side rate: moved to the spillover queue, so one tenant's
             flood cannot use up the workers.
 - DEFER     the tenant holds no concurrency slot: re-sent to the surge queue with a delay that grows
@@ -120,8 +123,17 @@ def defer_delay_seconds(attempt: int, config: DecisionConfig) -> int:
 _PROCESS = Decision(SidelineDecision.PROCESS, Reason.ADMITTED)
 
 
-def decide(envelope: Envelope, now_ms: int, tenant_state: TenantState, config: DecisionConfig) -> Decision:
-    """The one decision per message; see the module docstring for the rules and their order."""
+def decide(
+    envelope: Envelope,
+    now_ms: int,
+    tenant_state: TenantState,
+    config: DecisionConfig,
+    *,
+    retried: bool = False,
+) -> Decision:
+    """The one decision per message; see the module docstring for the rules and their order.
+
+    ``retried``: the message was received before (its SQS receive count is above one)."""
     if envelope.is_expired(now_ms):
         return Decision(SidelineDecision.DROP, Reason.EXPIRED)
     if not config.sidelining_enabled:
@@ -133,7 +145,8 @@ def decide(envelope: Envelope, now_ms: int, tenant_state: TenantState, config: D
     # A replayed envelope is old by definition and already paced by the replay: sidelining it for its
     # age would park it again (archive -> replay -> backlog -> archive), also once a deferral moved it
     # to surge. The gates still apply.
-    if not sideline_mode and not is_replayed(envelope) and envelope.age_ms(now_ms) > config.sideline_age_ms:
+    too_old = envelope.age_ms(now_ms) > config.sideline_age_ms
+    if not sideline_mode and not retried and not is_replayed(envelope) and too_old:
         return Decision(SidelineDecision.SIDELINE, Reason.TOO_OLD, Origin.BACKLOG)
 
     if not tenant_state.within_consumer_rate:

@@ -529,15 +529,16 @@ def test_a_message_that_fails_on_its_last_receive_is_counted_dead_lettered(world
 def test_on_the_last_receive_only_what_stays_unacknowledged_is_dead_lettered(world: World) -> None:
     world.failing_moves = {"m1"}
     world.leases.full = {"busy"}
-    bad, unmovable, deferred, fine = envelope(), envelope(age_ms=301_000), envelope("busy"), envelope()
+    bad, unmovable, deferred, fine = envelope(), envelope("busy"), envelope("busy"), envelope()
     world.idempotency.failing = {bad.id}
 
     response = world.worker().handle(event(bad, unmovable, deferred, fine, receive_count=5), context())
 
     assert failed_ids(response) == {"m0", "m1"}
     assert world.counters() == {
-        "acme": {"failed": 2, "processed": 1, "dead_lettered": 2},
-        "busy": {"deferred": 1},  # its copy waits in the surge queue: still in the estimate
+        "acme": {"failed": 1, "processed": 1, "dead_lettered": 1},
+        # the deferred one's copy waits in the surge queue: still in the estimate
+        "busy": {"failed": 1, "dead_lettered": 1, "deferred": 1},
     }
 
 
@@ -663,3 +664,15 @@ def test_a_live_message_beside_redriven_work_still_reports_its_queue_s_age(world
 
     assert world.ages == [("live", 700, NOW)]
     assert [blob["dimensions"]["QueueRole"] for blob in world.metrics.all_blobs()] == ["live", "redrive"]
+
+
+def test_an_old_retry_stays_in_its_queue_so_its_receives_still_count_toward_the_dead_letter_queue(
+    world: World,
+) -> None:
+    old = envelope(age_ms=301_000)
+    world.idempotency.failing.add(old.id)
+
+    response = world.worker().handle(event(old, receive_count=2), context())
+
+    assert world.moves == []  # not sidelined: a move would start its receive count again
+    assert world.idempotency.worked == [old.id] and failed_ids(response) == {"m0"}

@@ -260,7 +260,7 @@ class Worker:
         state = TenantState()
         if config.sidelining_enabled:
             state = TenantState(swept_at_ms=self.ports.swept_at_ms(envelope.tenant))
-        decision = decide(envelope, now, state, config)
+        decision = decide(envelope, now, state, config, retried=record.receive_count > 1)
         if decision.moves:
             self._buffer_move(record, envelope, role, decision, batch)
         elif decision.action is SidelineDecision.DROP:
@@ -400,7 +400,9 @@ class Worker:
 
     def _redecide(self, each: _Admitted, state: TenantState, batch: _Batch) -> None:
         """Decide again for ``each`` with the gate's answer in ``state``, and buffer the move."""
-        decision = decide(each.envelope, each.now, state, self.config.decision)
+        decision = decide(
+            each.envelope, each.now, state, self.config.decision, retried=each.record.receive_count > 1
+        )
         self._buffer_move(each.record, each.envelope, each.role, decision, batch)
 
     def _buffer_move(
