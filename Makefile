@@ -13,7 +13,7 @@ export JSII_SILENCE_WARNING_UNTESTED_NODE_VERSION := 1
 export SPARK_LOCAL_IP := 127.0.0.1
 export PYTHONDONTWRITEBYTECODE := 1
 
-.PHONY: help install chromium test lint types unit integration infrastructure spark local synth nag cfn-lint deploy bootstrap demo scenarios serve bench bench-demo clean
+.PHONY: help install chromium test lint types unit integration infrastructure spark local synth nag cfn-lint deploy bootstrap demo scenarios serve bench bench-demo bench-scenarios clean
 
 help:  ## list the targets
 	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  make %-15s %s\n", $$1, $$2}'
@@ -104,6 +104,9 @@ bench: install  ## run the benchmarks in bench/ (figures go to docs/performance.
 
 bench-demo: install  ## the demo's goal over 5 runs of its Breakwater half (quiet p99 burst / before; ~13 min)
 	$(PY) bench/demo_ratio.py --runs 5
+
+bench-scenarios: install  ## make scenarios timed, and each scenario's goal judged on its reports (~15 min)
+	$(PY) bench/scenarios.py
 
 clean:  ## remove build output (keeps .venv and node_modules)
 	rm -rf $(CDK_OUTDIR) out .pytest_cache .mypy_cache .ruff_cache

@@ -23,6 +23,7 @@ def serve(args: argparse.Namespace) -> int:
 
 def demo(args: argparse.Namespace) -> int:
     from local.scenarios import demo as demo_module
+    from local.scenarios.html_report import write_html_report
 
     for kind in SCENARIOS if args.scenario == "all" else (args.scenario,):
         scenario = scenario_of(args, kind)
@@ -30,29 +31,38 @@ def demo(args: argparse.Namespace) -> int:
         out = ROOT / "out" if kind == "noisy" else ROOT / "out" / kind
         print(f"##### scenario: {kind}", flush=True)
         demo_module.main(scenario, out=out, progress=not args.quiet)
+    print(f"wrote {write_html_report(ROOT / 'out')} (every scenario run so far, side by side)")
     return 0
 
 
-SCENARIOS: tuple[Literal["noisy", "slow"], ...] = ("noisy", "slow")
+Kind = Literal["noisy", "slow", "outage", "poison"]
+SCENARIOS: tuple[Kind, ...] = ("noisy", "slow", "outage", "poison")
 
 
-def scenario_of(args: argparse.Namespace, kind: Literal["noisy", "slow"] | None = None) -> Scenario:
+def scenario_of(args: argparse.Namespace, kind: Kind | None = None) -> Scenario:
     """The scenario (``kind``, else ``--scenario``) the demo's flags describe."""
     from local.scenarios.noisy_neighbour import DEMO_CONTEXT, Scenario
 
     consumer_rate = DEMO_CONTEXT["breakwater"]["tiers"]["standard"]["consumer_rate"]
+    kind = kind or args.scenario
+    # The outage's length is its event phase; the poison scenario waits longer after the load, for its
+    # last poison message's receives to run out.
+    event_s = args.outage_seconds if kind == "outage" else args.burst_seconds
     scenario = Scenario(
         tenants=args.tenants,
         quiet_rate=args.quiet_rate,
         noisy_rate=args.quiet_rate,
         burst_rate=args.noisy_factor * consumer_rate,
         baseline_s=args.baseline_seconds,
-        burst_s=args.burst_seconds,
+        burst_s=event_s,
         after_s=args.after_seconds,
         phases=args.phases,
         phase_seed=args.phase_seed,
-        kind=kind or args.scenario,
+        kind=kind,
         slow_factor=args.slow_factor,
+        poison_share=args.poison_share,
+        poison_rate=consumer_rate,
+        drain_s=45.0 if kind == "poison" else Scenario.drain_s,
     )
     return scenario
 
@@ -97,8 +107,22 @@ def build_parser() -> argparse.ArgumentParser:
         choices=(*SCENARIOS, "all"),
         default="noisy",
         help="noisy: the first tenant sends --noisy-factor x its consumer rate in the burst; slow: it keeps "
-        "its rate but its messages cost --slow-factor x the work (its downstream slowed down); "
-        "all: each in turn",
+        "its rate but its messages cost --slow-factor x the work (its downstream slowed down); outage: "
+        "the processor's dependency is down for --outage-seconds after the baseline; poison: the first "
+        "tenant sends at its consumer rate and --poison-share of its messages fail every time until the "
+        "fix is deployed and the dead-letter queues redriven; all: each in turn",
+    )
+    demo_parser.add_argument(
+        "--outage-seconds",
+        type=bounded(float, 1.0, 600.0),
+        default=30.0,
+        help="how long the processor's dependency is down (outage scenario)",
+    )
+    demo_parser.add_argument(
+        "--poison-share",
+        type=bounded(float, 0.001, 0.5),
+        default=0.02,
+        help="share of the poison tenant's messages that fail every time (poison scenario)",
     )
     demo_parser.add_argument(
         "--slow-factor",

@@ -11,12 +11,14 @@ Run by :class:`local.emulator.functions.FunctionPool`; not meant to be started b
 from __future__ import annotations
 
 import importlib
+import importlib.util
 import json
 import os
 import sys
 import time
 import traceback
 from collections import Counter
+from pathlib import Path
 from typing import Any
 
 
@@ -61,6 +63,16 @@ def _load(handler_spec: str) -> Any:
     return getattr(module, function_name)
 
 
+def _processor_hooks() -> Any:
+    """``processor_hooks.py`` beside this script (the function's code, not ``local``, is on the path)."""
+    path = Path(__file__).resolve().parent / "processor_hooks.py"
+    spec = importlib.util.spec_from_file_location("breakwater_local_processor_hooks", path)
+    assert spec is not None and spec.loader is not None
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
 def main() -> None:
     code_dir, handler_spec = sys.argv[1], sys.argv[2]
     request_fd, answer_fd = (int(fd) for fd in os.environ.pop("BREAKWATER_LOCAL_FDS").split(","))
@@ -95,6 +107,8 @@ def main() -> None:
             }
         )
         return
+    if "breakwater.processor" in sys.modules:  # a worker: the scenario's hooks, if it set any
+        _processor_hooks().install()
     answer({"ready": True, "init_ms": (time.perf_counter() - started) * 1000, "requests": counter.take()})
 
     for line in requests_in:

@@ -16,14 +16,17 @@ import sys
 import threading
 import time
 from collections import Counter
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
 from app import merge_context
+from local.emulator.alarms import AlarmWatch
+from local.emulator.processor_hooks import EFFECTS_ENV, FAULTS_ENV
 from local.emulator.replay import ReplayRequest
 from local.emulator.runtime import ROOT, LocalRuntime
 from local.scenarios.load_client import ClientProcess
-from local.scenarios.noisy_neighbour import DEMO_CONTEXT, Scenario, runtime_options
+from local.scenarios.noisy_neighbour import DEMO_CONTEXT, Scenario, runtime_options, scenario_context
 from local.scenarios.observations import (
     Observations,
     aws_requests,
@@ -33,6 +36,8 @@ from local.scenarios.observations import (
     queue_depths,
     tenant_counters,
 )
+from local.scenarios.outcomes import FaultSwitches, duplicated, outage_figures, read_effects
+from local.scenarios.plots import plot_scenario
 from local.scenarios.report import percentile, plot, summarize, table
 from local.scenarios.stream_load import consumed_events
 from local.scenarios.tenants import create_tenants
@@ -42,7 +47,17 @@ def run_config(
     name: str, context: dict[str, Any], scenario: Scenario, progress: bool = True
 ) -> dict[str, Any]:
     """One configuration (``context``) of the scenario, from synthesis to its report (:func:`summarize`)."""
-    runtime = LocalRuntime(context=context, options=runtime_options(ROOT / "out" / "local" / name))
+    workdir = ROOT / "out" / "local" / name
+    workdir.mkdir(parents=True, exist_ok=True)
+    # The processor hooks: the scenario's faults, and a line per message the processor ran.
+    faults_path, effects_path = workdir / "faults.json", workdir / "effects.jsonl"
+    effects_path.unlink(missing_ok=True)
+    switches = FaultSwitches(faults_path)
+    options = replace(
+        runtime_options(workdir),
+        extra_function_env={FAULTS_ENV: str(faults_path), EFFECTS_ENV: str(effects_path)},
+    )
+    runtime = LocalRuntime(context=context, options=options)
     began = time.time()
     runtime.start()
     setup_s = time.time() - began
@@ -62,6 +77,8 @@ def run_config(
                 samples, last_dlq = samples + 1, depths[2]
                 with obs.lock:
                     obs.depths.append((time.time() - obs.started, *depths))
+                if samples % 5 == 1:  # the alarms' metrics: one GetMetricData for every alarmed queue
+                    alarms.sample()
 
         def tick(t: float) -> None:
             if not progress:
@@ -88,8 +105,14 @@ def run_config(
         by_function_before = aws_requests_by_function(runtime)
         requests_before = aws_requests(runtime, by_function_before)
         obs.started = time.time()
+        alarms = AlarmWatch(runtime, obs.started)
         sampler = threading.Thread(target=sample, daemon=True)
         sampler.start()
+        outage = threading.Thread(
+            target=run_outage, args=(scenario, switches, obs.started, stop_sampling), daemon=True
+        )
+        if scenario.kind == "outage":
+            outage.start()
         generator.run(on_tick=tick)
         events_read_at = time.time() + 1.0  # the Kinesis mapping's last batches, a second after the load
         drain_until = time.time() + scenario.drain_s
@@ -107,6 +130,10 @@ def run_config(
         parked = None
         if scenario.replay and any(s.handler.startswith("archiver/") for s in runtime.functions.values()):
             parked = park_and_replay(runtime, scenario, obs, progress, tick)
+        live_effects = read_effects(effects_path)  # before the fix and the redrive
+        poison = None
+        if scenario.kind == "poison":
+            poison = fix_and_redrive(runtime, switches, obs, effects_path, progress, tick)
         stop_sampling.set()
         sampler.join(5)
         time.sleep(max(0.0, events_read_at - time.time()))
@@ -159,9 +186,113 @@ def run_config(
         )
         report["events"] = events
         report["aws_requests_by_function"] = {name: counts for name, counts in by_function.items() if counts}
+        # The template's alarms on what the run observed; their periods compressed like the schedules.
+        alarm_report = alarms.evaluate(time.time() - obs.started, time_scale=runtime.options.schedule_speedup)
+        report["alarms_fired"] = alarm_report.transitions
+        report["alarms"] = alarm_report.as_dict()
+        effects = read_effects(effects_path)
+        report["processed_twice"] = duplicated(effects)
+        if scenario.kind == "outage":
+            cut = parked["replay_started_t"] if parked and parked["replay_started_t"] is not None else None
+            served = [e for e in live_effects if cut is None or e["at"] / 1000 - obs.started < cut]
+            report.update(
+                outage_figures(scenario, obs.started, served, obs.accepted_at, obs.depths, first_attempts)
+            )
+            report["dlq_due_to_outage"] = report["accounting"]["in_dlq"]
+        if poison is not None:
+            poison_runs = {e["id"] for e in effects if e["poison"]}
+            report.update(
+                {
+                    **poison,
+                    "poison_sent": obs.accepted_tagged["poison"],
+                    "redriven_processed": len(poison_runs),
+                }
+            )
         return report
     finally:
         runtime.stop()
+
+
+def run_outage(scenario: Scenario, switches: FaultSwitches, started: float, stop: threading.Event) -> None:
+    """The processor's dependency goes down for the burst phase, then comes back (whatever happens)."""
+    if stop.wait(max(0.0, started + scenario.baseline_s - time.time())):
+        return
+    switches.set(dependency_down=True)
+    try:
+        stop.wait(max(0.0, started + scenario.baseline_s + scenario.burst_s - time.time()))
+    finally:
+        switches.set(dependency_down=False)
+
+
+def fix_and_redrive(
+    runtime: LocalRuntime,
+    switches: FaultSwitches,
+    obs: Observations,
+    effects_path: Path,
+    progress: bool,
+    tick: Any,
+) -> dict[str, Any]:
+    """The operator's part of the poison scenario: inspect the dead-letter queues, deploy the fix, redrive.
+
+    The inspection reads each DLQ's messages (hiding them for a few seconds, long enough to count them
+    once) and sorts them into poison and other; the redrive function then moves every one back to its
+    source queue, where the workers process it like any other message.
+    """
+    client = runtime.aws.client("sqs", counted=False)
+    dlqs = [
+        url
+        for key, url in (runtime.deployment.outputs if runtime.deployment else {}).items()
+        if key.endswith("Url") and "Dlq" in key and "sqs" in url
+    ]
+    inspected: Counter[str] = Counter()
+    for url in dlqs:
+        seen: set[str] = set()
+        while True:
+            messages = client.receive_message(
+                QueueUrl=url, MaxNumberOfMessages=10, VisibilityTimeout=5, WaitTimeSeconds=0
+            ).get("Messages", [])
+            fresh = [m for m in messages if m["MessageId"] not in seen]
+            if not fresh:
+                break
+            for message in fresh:
+                seen.add(message["MessageId"])
+                payload = json.loads(message["Body"]).get("payload")
+                inspected["poison" if isinstance(payload, dict) and payload.get("poison") else "other"] += 1
+    in_dlq = sum(inspected.values())
+    if progress:
+        sys.stdout.write(
+            f"\n   {in_dlq} messages in the dead-letter queues ({inspected['poison']} poison); "
+            "fix deployed, redriving ...\n"
+        )
+    switches.set(poison_fixed=True)
+    fixed_at = time.time() - obs.started
+    time.sleep(5.5)  # the inspection's receives have timed out: the redrive sees every message
+    moved = failed = 0
+    try:
+        function = runtime.function_id("redrive/")
+    except KeyError:
+        function = None
+    if function is not None:
+        invocation = runtime.invoke(function, {"use_move_task": False})
+        for result in (invocation.result or {}).get("results", []) if invocation.ok else []:
+            moved += int(result.get("moved", 0))
+            failed += int(result.get("failed", 0))
+    deadline = time.time() + 30.0
+    while time.time() < deadline:
+        runs = {e["id"] for e in read_effects(effects_path) if e["poison"]}
+        if len(runs) >= inspected["poison"]:
+            break
+        tick(time.time() - obs.started)
+        time.sleep(0.5)
+    return {
+        "in_dlq": in_dlq,
+        "in_dlq_poison": inspected["poison"],
+        "in_dlq_other": inspected["other"],
+        "fix_deployed_at_s": fixed_at,
+        "redrive_moved": moved,
+        "redrive_failed": failed,
+        "redrive_function": function,
+    }
 
 
 def park_and_replay(
@@ -211,7 +342,8 @@ def main(
     results = []
     for name, extra in (("breakwater", {}), ("naive", {"breakwater": {"mode": "naive"}})):
         print(f"== {name}: synthesizing, creating the stack in moto, starting the functions ...", flush=True)
-        result = run_config(name, merge_context(DEMO_CONTEXT, extra), scenario, progress=progress)
+        context = merge_context(merge_context(DEMO_CONTEXT, scenario_context(scenario.kind)), extra)
+        result = run_config(name, context, scenario, progress=progress)
         print(
             f"   ready in {result['setup_s']:.0f}s; not created by moto (emulated or reported): "
             f"{', '.join(result['runtime']['moto_skipped'])}"
@@ -222,6 +354,7 @@ def main(
     out.mkdir(parents=True, exist_ok=True)
     (out / "report.json").write_text(json.dumps(results, indent=1, default=str), encoding="utf-8")
     plot(results, out / "age_by_tenant.png")
+    plot_scenario(results, out / "timeline.png")
     print(table(results))
-    print(f"\nwrote {out / 'report.json'} and {out / 'age_by_tenant.png'}")
+    print(f"\nwrote {out / 'report.json'}, {out / 'age_by_tenant.png'} and {out / 'timeline.png'}")
     return results

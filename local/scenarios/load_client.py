@@ -59,7 +59,9 @@ class LoadGenerator:
             tenant, at = item
             if self.events.divert(tenant):
                 continue
-            body = json.dumps({"type": "demo", "payload": self.scenario.payload(tenant, at)})
+            payload = self.scenario.payload(tenant, at)
+            tag = "poison" if payload.get("poison") else ""
+            body = json.dumps({"type": "demo", "payload": payload})
             headers = {"Authorization": f"Bearer {self.keys[tenant]}", "Content-Type": "application/json"}
             try:
                 connection.request("POST", path, body=body, headers=headers)
@@ -70,10 +72,10 @@ class LoadGenerator:
                 connection.close()
                 connection = http.client.HTTPConnection(self.host, self.url.port, timeout=30)
                 status = 0
-            self._answered(tenant, status)
+            self._answered(tenant, status, tag)
 
-    def _answered(self, tenant: str, status: int) -> None:
-        self.obs.record(tenant, status, time.time() - self.obs.started)
+    def _answered(self, tenant: str, status: int, tag: str = "") -> None:
+        self.obs.record(tenant, status, time.time() - self.obs.started, tag)
 
     def run(self, on_tick: Any = None) -> None:
         senders = [threading.Thread(target=self._sender, daemon=True) for _ in range(self.scenario.senders)]
@@ -160,8 +162,8 @@ class ClientProcess:
             if isinstance(answer, dict):  # the last line: the event traffic's summary
                 final.update(answer)
                 continue
-            t, tenant, status = answer
-            self.obs.record(tenant, int(status), float(t))
+            t, tenant, status, tag = answer
+            self.obs.record(tenant, int(status), float(t), tag)
 
 
 class _StreamingGenerator(LoadGenerator):
@@ -172,8 +174,8 @@ class _StreamingGenerator(LoadGenerator):
         self._out = out
         self._out_lock = threading.Lock()
 
-    def _answered(self, tenant: str, status: int) -> None:
-        line = json.dumps([round(time.time() - self.obs.started, 4), tenant, status])
+    def _answered(self, tenant: str, status: int, tag: str = "") -> None:
+        line = json.dumps([round(time.time() - self.obs.started, 4), tenant, status, tag])
         with self._out_lock:
             self._out.write(line + "\n")
             self._out.flush()

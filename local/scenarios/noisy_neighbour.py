@@ -11,6 +11,7 @@ SparkSession.
 
 from __future__ import annotations
 
+import math
 import random
 from dataclasses import dataclass
 from pathlib import Path
@@ -39,6 +40,9 @@ DEMO_CONTEXT: dict[str, Any] = {
             "archive_age_seconds": 60,
             "archive_depth": 40,
         },
+        # The live p99 AgeOfFirstAttempt objective, at the demo's scale (its baseline p99 is under a
+        # second), and the shortest oldest-message age an alarm may have.
+        "alarms": {"age_of_first_attempt_p99_ms": 2000, "oldest_message_age_seconds": 60},
         "worker": {
             "batch_size": 10,
             "max_concurrency": 2,
@@ -46,9 +50,38 @@ DEMO_CONTEXT: dict[str, Any] = {
             "visibility_timeout_multiplier": 3,
             "heartbeat_seconds": 5,
             "simulated_work_ms": 100,
+            # The breaker on the processor's dependency, compressed like the rest: it probes again after a
+            # second, and never waits more than two while an outage lasts.
+            "outage_backoff_seconds": 1,
+            "outage_backoff_max_seconds": 2,
         },
     }
 }
+
+
+KINDS = ("noisy", "slow", "outage", "poison")
+EVENT_LABEL = {
+    "noisy": "burst",
+    "slow": "slowed downstream",
+    "outage": "dependency outage",
+    "poison": "poison messages",
+}
+
+
+def scenario_context(kind: str) -> dict[str, Any]:
+    """What a scenario adds to :data:`DEMO_CONTEXT` (both configurations), as keys a fork can set.
+
+    The poison scenario dead-letters after two receives, and a failed message is visible again after
+    one worker timeout, so a poison message reaches its dead-letter queue within the run.
+    """
+    if kind == "poison":
+        return {
+            "breakwater": {
+                "queue_set": {"max_receive_count": 2},
+                "worker": {"visibility_timeout_multiplier": 1},
+            }
+        }
+    return {}
 
 
 @dataclass(frozen=True)
@@ -83,14 +116,21 @@ class Scenario:
     phase_seed: int = 1
     # "noisy": the first tenant sends burst_rate during the burst. "slow": it keeps its rate, but each of
     # its messages in the burst costs slow_factor times the usual work (its downstream slowed down).
-    kind: Literal["noisy", "slow"] = "noisy"
+    # "outage": every tenant keeps its rate; during the burst phase the processor's dependency is down.
+    # "poison": the first tenant sends poison_rate all along, and poison_share of its messages fail
+    # every time (until the fix is deployed, after the load).
+    kind: Literal["noisy", "slow", "outage", "poison"] = "noisy"
     slow_factor: float = 20.0
+    poison_share: float = 0.02
+    poison_rate: float = 5.0  # the tier's consumer rate: a busy tenant, within its limits
 
     def __post_init__(self) -> None:
         if self.phases not in ("together", "spread"):
             raise ValueError(f"phases must be 'together' or 'spread', not {self.phases!r}")
-        if self.kind not in ("noisy", "slow"):
-            raise ValueError(f"kind must be 'noisy' or 'slow', not {self.kind!r}")
+        if self.kind not in KINDS:
+            raise ValueError(f"kind must be one of {', '.join(KINDS)}, not {self.kind!r}")
+        if not 0 < self.poison_share <= 1:
+            raise ValueError(f"poison_share must be in (0, 1], not {self.poison_share!r}")
 
     def first_sends(self) -> dict[str, float]:
         """Each tenant's first send, in seconds after the start of the load (see ``phases``)."""
@@ -114,6 +154,8 @@ class Scenario:
     def rate(self, tenant: str, t: float) -> float:
         if tenant != self.noisy:
             return self.quiet_rate
+        if self.kind == "poison":
+            return self.poison_rate
         return self.burst_rate if self.kind == "noisy" and self.in_burst(t) else self.noisy_rate
 
     def in_burst(self, t: float) -> bool:
@@ -124,7 +166,19 @@ class Scenario:
         messages ask the sample processor for ``slow_factor`` times the work."""
         if self.kind == "slow" and tenant == self.noisy and self.in_burst(t):
             return {"tenant": tenant, "work_factor": self.slow_factor}
+        if self.kind == "poison" and tenant == self.noisy and self.poisoned(t):
+            return {"tenant": tenant, "poison": True}
         return {"tenant": tenant}
+
+    def poisoned(self, t: float) -> bool:
+        """Whether the poison tenant's message scheduled at ``t`` is poison: one in ``1 / poison_share``.
+
+        Its n-th message is scheduled at first send + n / poison_rate, with the first send inside the
+        first period, so ``floor(t * poison_rate)`` numbers its messages 0, 1, 2, ... whatever the phase.
+        """
+        every = max(1, round(1 / self.poison_share))
+        # Halfway through each run of ``every``: clear of the requests the load sends as events instead.
+        return math.floor(t * self.poison_rate + 1e-6) % every == every // 2  # sums of 1 / rate drift down
 
     def phase(self, t: float) -> str:
         if t < self.baseline_s:

@@ -36,14 +36,18 @@ class Observations:
     first_attempts: list[tuple[float, str, float, str]] = field(default_factory=list)
     # (t, live visible+in flight, sideline visible+in flight, dlq)
     depths: list[tuple[float, int, int, int]] = field(default_factory=list)
+    # accepted messages per tag the scenario gave them ("poison")
+    accepted_tagged: Counter[str] = field(default_factory=Counter)
     lock: threading.Lock = field(default_factory=threading.Lock)
 
-    def record(self, tenant: str, status: int, t: float) -> None:
+    def record(self, tenant: str, status: int, t: float, tag: str = "") -> None:
         """One answer of the API to ``tenant``, ``t`` seconds after the start of the load."""
         with self.lock:
             if status == 202:
                 self.accepted[tenant] += 1
                 self.accepted_at.append((t, tenant))
+                if tag:
+                    self.accepted_tagged[tag] += 1
             elif status == 429:
                 self.throttled[tenant] += 1
             else:

@@ -191,6 +191,9 @@ def table(results: list[dict[str, Any]]) -> str:
             f"AWS requests per delivered message = {'-' if per_message is None else f'{per_message:.1f}'}; "
             f"unaccounted = {result['accounting']['unaccounted']}"
         )
+        scenario_line = _scenario_line(result)
+        if scenario_line:
+            lines.append(f"{result['config']:10s} {scenario_line}")
         parked = result.get("archive_and_replay")
         if parked and parked["archiver_runs"]:
             replay = parked["replay"] or {}
@@ -202,6 +205,30 @@ def table(results: list[dict[str, Any]]) -> str:
                 f"job {replay.get('job_seconds', 0):.0f} s on local[2])"
             )
     return "\n".join(lines)
+
+
+def _scenario_line(result: dict[str, Any]) -> str:
+    """The outage's or the poison scenario's own figures, when the report has them."""
+
+    def seconds(value: float | None) -> str:
+        return "not within the run" if value is None else f"{value:.1f} s"
+
+    if "fresh_recovery_s" in result:
+        return (
+            f"outage {result['outage_s']:.0f} s: fresh recovery = {seconds(result['fresh_recovery_s'])} "
+            f"(by first receive {seconds(result['fresh_recovery_first_receive_s'])}); "
+            f"drain = {seconds(result['drain_s'])}; backlog at its end = {result['backlog_at_outage_end']}, "
+            f"peak = {result['peak_backlog']}; dead-lettered because of it = {result['dlq_due_to_outage']}"
+        )
+    if "poison_sent" in result:
+        fired = sorted({a["alarm"] for a in result.get("alarms_fired") or [] if a["state"] == "ALARM"})
+        return (
+            f"poison sent = {result['poison_sent']}; in the DLQs = {result['in_dlq']} "
+            f"({result['in_dlq_poison']} poison, {result['in_dlq_other']} other); redriven = "
+            f"{result['redrive_moved']}, processed after the fix = {result['redriven_processed']}; "
+            f"processed twice = {result['processed_twice']}; alarms fired: {', '.join(fired) or 'none'}"
+        )
+    return ""
 
 
 def plot(results: list[dict[str, Any]], path: Path) -> None:

@@ -344,7 +344,8 @@ def test_the_stacks_queue_alarms_watch_its_queues(assembly: CloudAssembly) -> No
         assert (alarm.metric_name, alarm.statistic) == ("ApproximateAgeOfOldestMessage", "Maximum")
         assert (alarm.evaluation_periods, alarm.datapoints_to_alarm) == (3, 3)
         assert alarm.dimension_map["QueueName"] in queues and "Dlq" not in alarm.dimension_map["QueueName"]
-    assert {a.threshold for a in live_age} == {AlarmConfig().oldest_message_age_seconds}
+    expected = AlarmConfig.model_validate(DEMO_CONTEXT["breakwater"].get("alarms", {}))
+    assert {a.threshold for a in live_age} == {expected.oldest_message_age_seconds}
     p99 = by_prefix(definitions, "MonitoringAgeOfFirstAttemptP99")[0]
     assert (p99.statistic, p99.dimension_map["QueueRole"]) == ("p99", "live")
     assert (p99.evaluation_periods, p99.datapoints_to_alarm) == (5, 3)

@@ -49,9 +49,52 @@ def test_the_slow_scenario_keeps_the_rate_and_makes_the_burst_expensive() -> Non
 def test_all_runs_every_scenario_in_turn(monkeypatch: pytest.MonkeyPatch, tmp_path) -> None:
     import local.__main__ as cli
     from local.scenarios import demo as demo_module
+    from local.scenarios import html_report
 
     ran: list[tuple[str, str]] = []
+    pages: list[object] = []
     monkeypatch.setattr(cli, "ROOT", tmp_path)
     monkeypatch.setattr(demo_module, "main", lambda scenario, out, progress: ran.append((scenario.kind, out)))
+    monkeypatch.setattr(html_report, "write_html_report", lambda root: pages.append(root) or root)
     assert cli.demo(build_parser().parse_args(["demo", "--scenario", "all", "--quiet"])) == 0
-    assert ran == [("noisy", tmp_path / "out"), ("slow", tmp_path / "out" / "slow")]
+    assert ran == [
+        ("noisy", tmp_path / "out"),
+        ("slow", tmp_path / "out" / "slow"),
+        ("outage", tmp_path / "out" / "outage"),
+        ("poison", tmp_path / "out" / "poison"),
+    ]
+    assert pages == [tmp_path / "out"]  # one page with every scenario
+
+
+def test_the_outage_lasts_its_own_flag_and_every_tenant_keeps_its_rate() -> None:
+    args = build_parser().parse_args(["demo", "--scenario", "outage", "--outage-seconds", "12"])
+    scenario = scenario_of(args)
+    assert (scenario.kind, scenario.burst_s) == ("outage", 12.0)
+    assert scenario.rate(scenario.noisy, scenario.baseline_s + 1) == scenario.quiet_rate
+
+
+def test_the_poison_share_of_the_poison_tenant_s_messages_is_poison() -> None:
+    args = build_parser().parse_args(["demo", "--scenario", "poison", "--poison-share", "0.1"])
+    scenario = scenario_of(args)
+    poison = scenario.noisy
+    assert scenario.rate(poison, 0.0) == 5  # the tier's consumer rate, all along
+    sends = [n / scenario.rate(poison, 0.0) for n in range(200)]
+    poisoned = [t for t in sends if scenario.payload(poison, t).get("poison")]
+    assert len(poisoned) == 20
+    assert not any(scenario.payload("tenant-02", t).get("poison") for t in sends)
+
+
+@pytest.mark.parametrize(
+    ("flags", "message"),
+    [
+        (["--outage-seconds", "0"], "argument --outage-seconds: 0 is outside 1 to 600"),
+        (["--poison-share", "0.9"], "argument --poison-share: 0.9 is outside 0.001 to 0.5"),
+        (["--scenario", "flood"], "argument --scenario: invalid choice: 'flood'"),
+    ],
+)
+def test_a_bad_scenario_knob_names_the_flag_and_the_value(
+    flags: list[str], message: str, capsys: pytest.CaptureFixture[str]
+) -> None:
+    with pytest.raises(SystemExit):
+        build_parser().parse_args(["demo", *flags])
+    assert message in capsys.readouterr().err
