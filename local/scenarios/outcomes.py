@@ -66,7 +66,7 @@ def outage_figures(
 
     ``fresh_recovery_s``: the first ``s`` after the outage's end from which the p99 age at which the
     processor ran the messages enqueued since ``end + s`` is within :data:`FRESH_WITHIN` of the p99
-    of those enqueued before the outage. A message accepted in that span and not run during the live
+    of those enqueued and run before the outage. A message accepted in that span and not run during the live
     part of the run (set aside, parked) counts as infinitely old. ``fresh_recovery_first_receive_s``
     is the same on the age of first receive (what the AgeOfFirstAttempt metric measures), which does
     not see a message that was received and set aside.
@@ -81,7 +81,9 @@ def outage_figures(
             enqueued = effect["enqueued_at"] / 1000 - started
             first_runs[effect["id"]] = (enqueued, (effect["at"] - effect["enqueued_at"]) / 1000)
     runs = sorted(first_runs.values())
-    baseline = p99([age for (t, age) in runs if t < start])
+    # The service before the outage: messages enqueued and run before it began (one the outage caught
+    # is part of what it did, not of the baseline).
+    baseline = p99([age for (t, age) in runs if t + age < start])
     baseline_receive = p99(
         [age / 1000 for (t, _, age, role) in first_attempts if role == "live" and t < start]
     )

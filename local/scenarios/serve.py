@@ -1,7 +1,9 @@
 """``python -m local serve``: the stack up on the embedded AWS for your own traffic, until Ctrl-C.
 
 Three tenants are added; ``out/endpoint.json`` has the API's URL, their keys and the AWS endpoint
-for tools (``bin/replay --local``, the AWS CLI with ``--endpoint-url``).
+for tools (``bin/replay --local``, the AWS CLI with ``--endpoint-url``). The stack's alarms are
+evaluated on what the server sees, and each transition is printed as it happens
+(``local.scenarios.alarm_feed``).
 """
 
 from __future__ import annotations
@@ -10,9 +12,12 @@ import contextlib
 import json
 import signal
 import threading
+import time
 from pathlib import Path
 
+from local.emulator.alarms import AlarmWatch
 from local.emulator.runtime import ROOT, LocalRuntime, RuntimeOptions
+from local.scenarios.alarm_feed import WINDOW_PERIODS, AlarmFeed
 from local.scenarios.tenants import create_tenants
 
 TENANTS = ("acme", "globex", "initech")
@@ -53,9 +58,14 @@ def serve(*, naive: bool, schedule_speedup: float, out: Path = ROOT / "out" / "e
             flush=True,
         )
         stopped = threading.Event()
+        watch = AlarmWatch(runtime, time.time())
+        longest = max((d.period_s for d in watch.definitions), default=60.0) / schedule_speedup
+        feed = AlarmFeed(watch, schedule_speedup, window_s=WINDOW_PERIODS * longest)
+        threading.Thread(target=feed.run, args=(stopped,), daemon=True).start()
         signal.signal(signal.SIGTERM, lambda *_: stopped.set())
         with contextlib.suppress(KeyboardInterrupt):
             stopped.wait()
+        stopped.set()
     finally:
         runtime.stop()
     return 0

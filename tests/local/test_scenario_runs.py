@@ -88,3 +88,7 @@ def test_the_dlq_alarm_fires_while_poison_waits_and_clears_after_the_redrive(poi
     assert any(state == "ALARM" for _, state in transitions)
     fired = {alarm for alarm, state in transitions if state == "ALARM"}
     assert not set(poison["alarms"]["in_alarm_at_end"]) & fired
+
+
+def test_an_outage_fires_no_dead_letter_alarm(outage: dict[str, Any]) -> None:
+    assert "DlqVisible" not in " ".join(t["alarm"] for t in outage["alarms_fired"])
