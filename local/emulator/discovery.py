@@ -20,6 +20,10 @@ from local.emulator.deploy import Deployment, _substitute
 from local.emulator.embedded_aws import EmbeddedAws
 from local.emulator.functions import FunctionSpec
 
+# Lambda documents one provisioned event poller of an SQS mapping as handling up to 10 concurrent
+# invocations: what a poller may hold in flight in the emulator, and what it adds to its function's.
+INVOCATIONS_PER_POLLER = 10
+
 
 @dataclass(frozen=True)
 class MappingSpec:
@@ -136,14 +140,20 @@ def functions(
 def mapping_concurrency(assembly: CloudAssembly) -> dict[str, int]:
     """Per function (logical id): how many invocations its SQS mappings may run at once.
 
-    The sum of the template's ``ScalingConfig.MaximumConcurrency`` over the function's mappings. A
-    mapping without one (a Kinesis stream's, or an SQS mapping left to scale) adds nothing.
+    The sum over the function's mappings of the template's ``ScalingConfig.MaximumConcurrency``, or
+    for a mapping in provisioned mode, of what its ``MaximumPollers`` run (``INVOCATIONS_PER_POLLER``
+    each; 200 pollers when the bound is left out, as in Lambda). A mapping with neither (a Kinesis
+    stream's, or an SQS mapping left to scale) adds nothing.
     """
     out: dict[str, int] = {}
     for resource in assembly.resources("AWS::Lambda::EventSourceMapping").values():
         properties = resource.get("Properties", {})
         function = _ref(properties.get("FunctionName"))
         limit = (properties.get("ScalingConfig") or {}).get("MaximumConcurrency")
+        pollers = properties.get("ProvisionedPollerConfig")
+        if isinstance(pollers, dict):
+            maximum = pollers.get("MaximumPollers", 200)
+            limit = maximum * INVOCATIONS_PER_POLLER if isinstance(maximum, int) else None
         if function is not None and isinstance(limit, int):
             out[function] = out.get(function, 0) + limit
     return out

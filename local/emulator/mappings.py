@@ -13,6 +13,15 @@ deletes nothing. The batch's slot is free as soon as the function returns: the d
 service's, not an invocation, so the next batch does not wait for them. Whatever is not deleted
 becomes visible again when its visibility timeout ends, and SQS's redrive policy moves it to the
 DLQ after ``maxReceiveCount`` receives.
+
+A mapping in provisioned mode (``ProvisionedPollerConfig``) has several pollers instead: always
+``MinimumPollers`` of them receiving, even from an empty queue, each with up to
+:data:`INVOCATIONS_PER_POLLER` batches in flight, as Lambda documents a poller. When every poller
+holds all the batches it may and messages keep coming, one more starts, up to ``MaximumPollers``; a
+poller above the minimum that finds the queue empty stops. Such a mapping has no concurrency setting
+of its own beyond its pollers, so the function's execution environments bound it, as they bound a
+mapping without ``MaximumConcurrency``: no more batches in flight than the function has containers
+(the runtime gives it what the maximum pollers run, unless capped), and no more pollers either.
 """
 
 from __future__ import annotations
@@ -25,7 +34,7 @@ from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from typing import Any
 
-from local.emulator.discovery import MappingSpec
+from local.emulator.discovery import INVOCATIONS_PER_POLLER, MappingSpec
 from local.emulator.embedded_aws import REGION, AwsClients, EmbeddedAws
 from local.emulator.functions import FunctionPool, Invocation
 
@@ -46,6 +55,8 @@ class MappingStats:
     reported_failures: int = 0
     in_flight: int = 0
     max_in_flight: int = 0
+    pollers: int = 0  # receiving now
+    max_pollers: int = 0  # the most that received at once
     batch_sizes: list[int] = field(default_factory=list)
 
 
@@ -54,8 +65,11 @@ class MappingState:
     enabled: bool
     batch_size: int
     window_s: float
-    max_concurrency: int
+    max_concurrency: int  # batches in flight, on demand (the one poller's bound)
     report_failures: bool
+    # Provisioned mode: the bounds of ProvisionedPollerConfig; None: on demand, one poller.
+    minimum_pollers: int | None = None
+    maximum_pollers: int | None = None
 
 
 class MappingConfigs:
@@ -174,17 +188,22 @@ class SqsMapping:
         self._state: MappingState | None = None
         self._state_read_at = 0.0
         self.stats = MappingStats()
-        self._thread = threading.Thread(target=self._run, name=f"esm-{spec.uuid[:8]}", daemon=True)
+        self._threads: list[threading.Thread] = []
+        self._started = 0  # pollers started so far, which names them
 
     def start(self) -> SqsMapping:
-        self._thread.start()
+        with self._slots:
+            self._start_poller()
         return self
 
     def stop(self, timeout: float = 5.0) -> None:
         self._stop.set()
         with self._slots:
             self._slots.notify_all()
-        self._thread.join(timeout)
+            threads = list(self._threads)
+        deadline = time.monotonic() + timeout
+        for thread in threads:
+            thread.join(max(0.0, deadline - time.monotonic()))
 
     def drain(self, timeout: float = 30.0) -> None:
         """Wait until no invocation of this mapping is in flight and every returned batch is deleted."""
@@ -198,19 +217,76 @@ class SqsMapping:
         if self._state is None or now - self._state_read_at >= REFRESH_SECONDS:
             config = self._configs.get(self.spec.uuid, REFRESH_SECONDS)
             scaling = config.get("ScalingConfig") or {}
+            pollers = config.get("ProvisionedPollerConfig") or {}
             self._state = MappingState(
                 enabled=config.get("State") in ("Enabled", "Enabling", "Updating"),
                 batch_size=int(config.get("BatchSize") or 10),
                 window_s=float(config.get("MaximumBatchingWindowInSeconds") or 0),
                 max_concurrency=int(scaling.get("MaximumConcurrency") or self._default_max_concurrency),
                 report_failures="ReportBatchItemFailures" in (config.get("FunctionResponseTypes") or []),
+                # Lambda's defaults for an SQS mapping when a bound is left out.
+                minimum_pollers=int(pollers.get("MinimumPollers") or 2) if pollers else None,
+                maximum_pollers=int(pollers.get("MaximumPollers") or 200) if pollers else None,
             )
             self._state_read_at = now
         return self._state
 
-    def _acquire_slot(self, limit: int) -> bool:
+    def _poller_bounds(self, state: MappingState) -> tuple[int, int]:
+        """How few and how many pollers receive for the mapping now (one on demand, or disabled).
+
+        No more pollers than the function has containers: one that could never hold a batch in flight
+        would only add receives.
+        """
+        if state.maximum_pollers is None or state.minimum_pollers is None or not state.enabled:
+            return 1, 1
+        ceiling = max(1, min(state.maximum_pollers, self._default_max_concurrency))
+        return min(state.minimum_pollers, ceiling), ceiling
+
+    def _limit(self, state: MappingState) -> int:
+        """Batches in flight the mapping allows now (called holding ``_slots``)."""
+        if state.maximum_pollers is None:
+            return state.max_concurrency
+        return min(self.stats.pollers * INVOCATIONS_PER_POLLER, self._default_max_concurrency)
+
+    def _start_poller(self) -> None:
+        """One more poller (called holding ``_slots``)."""
+        self._started += 1
+        thread = threading.Thread(
+            target=self._run, name=f"esm-{self.spec.uuid[:8]}-{self._started}", daemon=True
+        )
+        # Pollers come and go with the load: keep only the running ones for stop() to join.
+        self._threads = [running for running in self._threads if running.is_alive()] + [thread]
+        self.stats.pollers += 1
+        self.stats.max_pollers = max(self.stats.max_pollers, self.stats.pollers)
+        thread.start()
+
+    def _fit_pollers(self, state: MappingState, *, idle: bool) -> bool:
+        """Start the pollers the minimum still lacks; True when the calling poller is one too many.
+
+        A poller is one too many above the maximum, or above the minimum when it found the queue empty.
+        """
+        floor, ceiling = self._poller_bounds(state)
         with self._slots:
-            while self.stats.in_flight >= limit and not self._stop.is_set():
+            while self.stats.pollers < floor and not self._stop.is_set():
+                self._start_poller()
+            if self.stats.pollers > ceiling or (idle and self.stats.pollers > floor):
+                self.stats.pollers -= 1
+                self._slots.notify_all()
+                return True
+            return False
+
+    def _scale_up(self, state: MappingState) -> None:
+        """After a batch: one more poller when every running poller holds all the batches it may."""
+        _, ceiling = self._poller_bounds(state)
+        with self._slots:
+            busy = self.stats.in_flight >= self.stats.pollers * INVOCATIONS_PER_POLLER
+            grow = state.maximum_pollers is not None and busy and self.stats.pollers < ceiling
+            if grow and not self._stop.is_set():
+                self._start_poller()
+
+    def _acquire_slot(self, state: MappingState) -> bool:
+        with self._slots:
+            while self.stats.in_flight >= self._limit(state) and not self._stop.is_set():
                 self._slots.wait(0.2)
             if self._stop.is_set():
                 return False
@@ -271,23 +347,41 @@ class SqsMapping:
         return batch
 
     def _run(self) -> None:
+        """One poller: receives while the mapping is enabled, until it is stopped or one too many."""
+        retired = False
+        try:
+            retired = self._poll()
+        finally:
+            if not retired:
+                with self._slots:
+                    self.stats.pollers -= 1
+
+    def _poll(self) -> bool:
+        """Poll until stopped (False) or until this poller is one too many (True, already uncounted)."""
+        idle = False
         while not self._stop.is_set():
             try:
                 state = self.state()
+                if self._fit_pollers(state, idle=idle):
+                    return True
+                idle = False
                 if not state.enabled:
                     self._stop.wait(REFRESH_SECONDS)
                     continue
-                if not self._acquire_slot(state.max_concurrency):
-                    return
+                if not self._acquire_slot(state):
+                    return False
                 batch = self._receive(state)
                 if not batch:
                     self._release_slot()
+                    idle = True
                     continue
                 self.stats.received += len(batch)
                 self._executor.submit(self._invoke, batch, state.report_failures)
+                self._scale_up(state)
             except Exception:  # keep polling, as the service does; the error is logged
                 log.exception("mapping %s: poll failed", self.spec.uuid)
                 self._stop.wait(1.0)
+        return False
 
     def _invoke(self, batch: list[dict[str, Any]], report_failures: bool) -> None:
         returned = False

@@ -17,7 +17,8 @@ from typing import Any
 import pytest
 
 from local.emulator import mappings as mappings_module
-from local.emulator.discovery import MappingSpec
+from local.emulator.assembly import CloudAssembly
+from local.emulator.discovery import INVOCATIONS_PER_POLLER, MappingSpec, mapping_concurrency
 from local.emulator.embedded_aws import EmbeddedAws
 from local.emulator.functions import FunctionPool, FunctionSpec
 from local.emulator.mappings import MappingConfigs, SqsMapping
@@ -219,3 +220,114 @@ def test_one_listing_serves_every_mapping_until_it_is_older_than_asked(
     assert calls == ["ListEventSourceMappings", "ListEventSourceMappings"]
     with pytest.raises(aws_lambda.exceptions.ResourceNotFoundException):
         configs.get("00000000-0000-0000-0000-000000000000", 60)
+
+
+def receiving_threads(mapping: SqsMapping) -> set[str]:
+    """The names of the threads that call ReceiveMessage for ``mapping`` from now on."""
+    names: set[str] = set()
+    mapping._sqs.meta.events.register(
+        "before-call.sqs.ReceiveMessage", lambda **_: names.add(threading.current_thread().name)
+    )
+    return names
+
+
+def test_minimum_pollers_always_poll_while_the_mapping_is_enabled(
+    aws: EmbeddedAws, pool: FunctionPool
+) -> None:
+    mapping, url, _ = make_mapping(
+        aws,
+        pool,
+        "provisioned-idle",
+        BatchSize=1,
+        Enabled=False,
+        ProvisionedPollerConfig={"MinimumPollers": 3, "MaximumPollers": 4},
+    )
+    lam = aws.client("lambda")
+    receivers = receiving_threads(mapping)
+    mapping.start()
+    try:
+        time.sleep(0.6)
+        assert mapping.stats.polls == 0 and mapping.stats.pollers == 1  # disabled: one waits, none polls
+        lam.update_event_source_mapping(UUID=mapping.spec.uuid, Enabled=True)
+        # An empty queue all along: three pollers receive from it all the same, and no fourth starts.
+        assert wait_for(lambda: len(receivers) == 3 and mapping.stats.empty_polls >= 9)
+        assert mapping.stats.pollers == 3
+        assert mapping.stats.max_pollers == 3
+        lam.update_event_source_mapping(UUID=mapping.spec.uuid, Enabled=False)
+        assert wait_for(lambda: mapping.stats.pollers == 1)
+    finally:
+        mapping.stop()
+    assert depth(aws, url) == 0
+
+
+def test_pollers_scale_to_the_maximum_under_load_and_back_to_the_minimum(
+    aws: EmbeddedAws, pool: FunctionPool, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # One batch per poller instead of Lambda's ten, so that four containers can keep every poller busy.
+    monkeypatch.setattr(mappings_module, "INVOCATIONS_PER_POLLER", 1)
+    mapping, url, _ = make_mapping(
+        aws,
+        pool,
+        "provisioned-busy",
+        BatchSize=1,
+        ProvisionedPollerConfig={"MinimumPollers": 2, "MaximumPollers": 3},
+    )
+    sqs = aws.client("sqs")
+    for index in range(12):
+        sqs.send_message(QueueUrl=url, MessageBody=f"sleep-{index}")
+    mapping.start()
+    try:
+        assert wait_for(lambda: depth(aws, url) == 0, timeout=30)
+        assert wait_for(lambda: mapping.stats.pollers == 2)  # the queue is empty: the third stopped
+    finally:
+        mapping.stop()
+    assert mapping.stats.max_pollers == 3  # reached, never exceeded, though the pool has 4 containers
+    assert mapping.stats.max_in_flight == 3  # each poller holds at most its own batches
+    assert mapping.stats.deleted == 12
+
+
+def test_the_functions_containers_bound_a_provisioned_mapping(aws: EmbeddedAws, pool: FunctionPool) -> None:
+    # Two pollers may hold twenty batches, but the function has four containers: four in flight, and
+    # no third poller, as the two are never all busy.
+    mapping, url, _ = make_mapping(
+        aws,
+        pool,
+        "provisioned-capped",
+        BatchSize=1,
+        ProvisionedPollerConfig={"MinimumPollers": 2, "MaximumPollers": 200},
+    )
+    sqs = aws.client("sqs")
+    for index in range(12):
+        sqs.send_message(QueueUrl=url, MessageBody=f"sleep-{index}")
+    mapping.start()
+    try:
+        assert wait_for(lambda: depth(aws, url) == 0, timeout=30)
+    finally:
+        mapping.stop()
+    assert mapping.stats.max_in_flight == 4
+    assert mapping.stats.max_pollers == 2
+    assert mapping.stats.deleted == 12
+
+
+def test_a_provisioned_mapping_gives_its_function_what_its_maximum_pollers_run() -> None:
+    def mapping(function: str, queue: str, **properties: Any) -> dict[str, Any]:
+        return {
+            "Type": "AWS::Lambda::EventSourceMapping",
+            "Properties": {
+                "FunctionName": {"Ref": function},
+                "EventSourceArn": {"Fn::GetAtt": [queue, "Arn"]},
+                **properties,
+            },
+        }
+
+    resources = {
+        "Live": mapping("Worker", "Live", ProvisionedPollerConfig={"MinimumPollers": 2, "MaximumPollers": 5}),
+        "Surge": mapping("Worker", "Surge", ScalingConfig={"MaximumConcurrency": 3}),
+        "Fifo": mapping("FifoWorker", "Fifo", ProvisionedPollerConfig={"MinimumPollers": 4}),
+    }
+    assembly = CloudAssembly(Path("cdk.out"), "Stack", {"Resources": resources})
+
+    assert mapping_concurrency(assembly) == {
+        "Worker": 5 * INVOCATIONS_PER_POLLER + 3,
+        "FifoWorker": 200 * INVOCATIONS_PER_POLLER,  # Lambda's default maximum
+    }
