@@ -82,11 +82,21 @@ def json_response(
 
 
 def error_response(error: ApiError) -> Response[str]:
-    """The error's JSON body and headers; counted as ``Throttled`` or ``Rejected``, logged with its code."""
+    """The error's JSON body and headers; counted as ``Throttled`` or ``Rejected``, logged with its code.
+
+    A refusal's line carries ``status`` and ``code`` as fields beside the ``tenant`` key
+    :func:`tenant_of` appended: the per-tenant refusal views (stacks/insights.py) rank tenants by them.
+    """
     if error.status == 429:
         metrics.add_metric(name="Throttled", unit=MetricUnit.Count, value=1)
         logger.info(
-            "throttled", extra={"retry_after": error.headers.get("Retry-After"), "error": error.message}
+            "throttled",
+            extra={
+                "status": error.status,
+                "code": error.code,
+                "retry_after": error.headers.get("Retry-After"),
+                "error": error.message,
+            },
         )
     elif error.status >= 500:
         logger.error("not stored", extra={"status": error.status, "error": error.message})

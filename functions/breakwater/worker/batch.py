@@ -512,6 +512,7 @@ class Worker:
 
     def _flush_aggregates(self, batch: _Batch) -> None:
         now = self.ports.clock_ms()
+        log_tenant_batches(batch)
         self._settle(batch)
         for role, oldest in batch.oldest.items():
             try:
@@ -519,6 +520,34 @@ class Worker:
             except Exception as exc:
                 logger.warning("health flush failed", extra={"role": role, "error": str(exc)})
         batch.metrics.emit(self.metrics)
+
+
+def log_tenant_batches(batch: _Batch) -> None:
+    """One ``tenant batch`` line per tenant of the batch, every field a scalar, for the per-tenant views
+    (Contributor Insights rules and Logs Insights queries, stacks/insights.py): the EMF blob's
+    ``AgeOfFirstAttemptByTenant`` is a dict, which Contributor Insights cannot aggregate.
+
+    Cheap on purpose: one line per tenant per batch, never one per message, built from what the batch
+    already counted; a batch of one tenant's messages is one line. ``first_attempts`` and
+    ``first_attempt_age_ms_max`` are about its live messages only (``QueueRole`` live, what the
+    ``AgeOfFirstAttemptP99`` alarm reads), 0 when it had none; ``set_aside`` is what was sidelined,
+    spilled or deferred instead of processed.
+    """
+    counted = ("processed", "dropped", "sidelined", "spilled", "deferred", "failed", "dead_lettered")
+    live_ages = batch.metrics.first_by_tenant.get("live", {})
+    for tenant in sorted(set(batch.counters) | set(live_ages)):
+        counts = batch.counters.get(tenant, Counter())
+        ages = live_ages.get(tenant, [])
+        logger.info(
+            "tenant batch",
+            extra={
+                "tenant": tenant,
+                "first_attempts": len(ages),
+                "first_attempt_age_ms_max": max(ages, default=0),
+                **{name: counts[name] for name in counted},
+                "set_aside": counts["sidelined"] + counts["spilled"] + counts["deferred"],
+            },
+        )
 
 
 def concurrency_limits(limits: TierLimits) -> ConcurrencyLimits:
