@@ -15,6 +15,7 @@ from stacks.control import ControlPlane
 from stacks.encryption import StackKey
 from stacks.functions import BreakwaterFunction, FunctionFactory
 from stacks.ingress import Ingress
+from stacks.insights import TenantInsights
 from stacks.monitoring import Monitoring
 from stacks.ordered import OrderedWorkload
 from stacks.queue_set import QueueSet
@@ -72,6 +73,7 @@ class BreakwaterStack(Stack):
             self.control.controller.function.add_environment(name, value)
         self.ordered = self._build_ordered() if config.ordered.enabled else None
         self.streaming = self._build_streaming() if config.streaming.enabled else None
+        self.insights = self._build_insights()  # after the workloads: their front doors are read too
         self.monitoring.add_alarm_overview()  # last: every alarm above, the workloads' included
         self._build_outputs()
 
@@ -97,6 +99,24 @@ class BreakwaterStack(Stack):
         monitoring.watch_polling_headroom(self.queues.live)
         monitoring.watch_throttling()
         return monitoring
+
+    def _build_insights(self) -> TenantInsights:
+        front_door = [self.ingest]
+        if self.ordered is not None:
+            front_door.append(self.ordered.ingest)
+        if self.streaming is not None:
+            front_door.append(self.streaming.events)
+        workers = [self.consumers.live_worker, self.consumers.sideline_worker]
+        insights = TenantInsights(
+            self,
+            "TenantInsights",
+            config=self.config,
+            live_worker=self.consumers.live_worker.log_group,
+            workers=[worker.log_group for worker in workers],
+            front_door=[function.log_group for function in front_door],
+        )
+        self.monitoring.show_tenant_insights(insights)
+        return insights
 
     def _build_ordered(self) -> OrderedWorkload:
         ordered = OrderedWorkload(

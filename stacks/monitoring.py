@@ -16,6 +16,7 @@ from aws_cdk import aws_sns_subscriptions as subscriptions
 from constructs import Construct
 
 from stacks.config import BlueprintConfig
+from stacks.insights import TenantInsights
 from stacks.queue_set import QueueWithDlq
 
 _MINUTE = Duration.minutes(1)
@@ -93,6 +94,35 @@ class Monitoring(Construct):
                 width=12,
             ),
             cloudwatch.AlarmStatusWidget(title=f"{title}: alarms", alarms=age_alarms + dlq_alarms, width=12),
+        )
+
+    def show_tenant_insights(self, insights: TenantInsights) -> None:
+        """Per rule: its top contributor's value and its number of contributors over time, and beside
+        it the same ranking with the tenants' names (a Logs Insights table over the rule's log groups)."""
+        for rule in insights.rules:
+            self.dashboard.add_widgets(
+                cloudwatch.GraphWidget(
+                    title=rule.title,
+                    left=[self._insight_rule_metric(rule.name, "MaxContributorValue", rule.value)],
+                    right=[self._insight_rule_metric(rule.name, "UniqueContributors", "tenants")],
+                    width=12,
+                ),
+                cloudwatch.LogQueryWidget(
+                    title=f"{rule.title}: top 10",
+                    log_group_names=[group.log_group_name for group in rule.log_groups],
+                    query_string=rule.top_tenants_query,
+                    view=cloudwatch.LogQueryVisualizationType.TABLE,
+                    width=12,
+                ),
+            )
+
+    @staticmethod
+    def _insight_rule_metric(rule_name: str, statistic: str, label: str) -> cloudwatch.MathExpression:
+        return cloudwatch.MathExpression(
+            expression=f"INSIGHT_RULE_METRIC('{rule_name}', '{statistic}')",
+            using_metrics={},
+            label=label,
+            period=Duration.minutes(5),
         )
 
     def add_alarm_overview(self) -> None:
