@@ -21,7 +21,7 @@ from stacks.ordered import OrderedWorkload
 from stacks.queue_set import QueueSet
 from stacks.request_schemas import events_schema, ordered_message_schema
 from stacks.streaming import StreamingWorkload
-from stacks.tables import INGEST_STATE, Tables, grant_items
+from stacks.tables import INGEST_KEYS, INGEST_STATE, Tables, grant_items
 
 
 class BreakwaterStack(Stack):
@@ -97,6 +97,9 @@ class BreakwaterStack(Stack):
         monitoring.watch_age_of_first_attempt()
         monitoring.watch_age_of_attempt()
         monitoring.watch_polling_headroom(self.queues.live)
+        # SQS publishes the quiet and noisy groups' metrics only for messages with a MessageGroupId.
+        if self.config.queue_set.fair_queues:
+            monitoring.watch_fair_queues(self.queues.live)
         monitoring.watch_throttling()
         return monitoring
 
@@ -179,12 +182,13 @@ class BreakwaterStack(Stack):
             handler="ingest/handler.handler",
             description="POST /v1/messages: validate, throttle per tenant, route to a live queue",
             environment=environment.ingest_environment(
-                self.config, state=self.tables.state, live_queues=live
+                self.config, state=self.tables.state, live_queues=live, keys=self.tables.idempotency
             ),
             memory_mb=self.config.ingest.memory_mb,
             timeout_seconds=self.config.ingest.timeout_seconds,
         )
         grant_items(self.tables.state, ingest.role, INGEST_STATE)
+        grant_items(self.tables.idempotency, ingest.role, INGEST_KEYS)
         for queue in live:
             queue.grant_send_messages(ingest.role)  # includes GetQueueAttributes for the cached depth
         return ingest

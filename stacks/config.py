@@ -73,6 +73,18 @@ class IngestConfig(_Strict):
         description="at most this share of a bucket's burst in one container's lease",
     )
     depth_refresh_seconds: float = Field(default=5.0, gt=0, le=300)
+    idempotency_window_seconds: int = Field(
+        default=86_400,
+        ge=60,
+        le=30 * 86_400,
+        description="how long an Idempotency-Key (and a keyed message's processing record) is held",
+    )
+    idempotency_pending_seconds: int = Field(
+        default=10,
+        ge=1,
+        le=900,
+        description="how long a key's claim waits for its message to be stored before a retry takes it over",
+    )
     timeout_seconds: int = Field(default=10, ge=1, le=29)
     memory_mb: int = Field(default=512, ge=128, le=10_240)
 
@@ -83,11 +95,54 @@ class ApiConfig(_Strict):
     authorizer_cache_seconds: int = Field(default=300, ge=0, le=3600)
 
 
+# Lambda documents what one provisioned event poller of an SQS mapping handles: up to 10 concurrent
+# invocations (and about 1 MB/s). With provisioned mode the mapping has no MaximumConcurrency, so its
+# pollers are what bounds the invocations it runs at once.
+INVOCATIONS_PER_POLLER = 10
+
+
+class ProvisionedPollersConfig(_Strict):
+    """Provisioned mode of a consumer's SQS mappings: dedicated event pollers, between these bounds.
+
+    The ranges are CloudFormation's for an SQS mapping (``ProvisionedPollerConfig``); the defaults are
+    the ones Lambda applies when a bound is left out, written into the template all the same.
+    """
+
+    minimum_pollers: int = Field(
+        default=2, ge=2, le=200, description="pollers kept running, and billed, even when the queue is empty"
+    )
+    maximum_pollers: int = Field(
+        default=200,
+        ge=2,
+        le=2000,
+        description=f"pollers the mapping may scale to; each runs up to {INVOCATIONS_PER_POLLER} invocations",
+    )
+
+    @model_validator(mode="after")
+    def _minimum_below_maximum(self) -> Self:
+        if self.minimum_pollers > self.maximum_pollers:
+            raise ValueError(
+                f"minimum_pollers ({self.minimum_pollers}) must not exceed "
+                f"maximum_pollers ({self.maximum_pollers})"
+            )
+        return self
+
+
 class _QueueConsumer(_Strict):
-    """A function consuming SQS queues: their visibility timeout follows its timeout (AWS guidance: 6x)."""
+    """A function consuming SQS queues: their visibility timeout follows its timeout (AWS guidance: 6x).
+
+    Its mappings scale either on demand up to ``max_concurrency`` (``ScalingConfig``) or with
+    ``provisioned_pollers`` (``ProvisionedPollerConfig``); Lambda takes one or the other on an SQS mapping.
+    """
 
     timeout_seconds: int
     visibility_timeout_multiplier: int
+    max_concurrency: int
+    provisioned_pollers: ProvisionedPollersConfig | None = Field(
+        default=None,
+        description="provisioned mode for every mapping of this consumer (replaces max_concurrency); "
+        "null: on demand",
+    )
 
     @model_validator(mode="after")
     def _visibility_fits(self) -> Self:
@@ -98,9 +153,34 @@ class _QueueConsumer(_Strict):
             )
         return self
 
+    @model_validator(mode="after")
+    def _one_scaling_mode(self) -> Self:
+        # max_concurrency has a default, so only a value the configuration sets conflicts: the default
+        # simply gives way to the pollers.
+        if self.provisioned_pollers is not None and "max_concurrency" in self.model_fields_set:
+            raise ValueError(
+                f"max_concurrency ({self.max_concurrency}) and provisioned_pollers are exclusive: an SQS "
+                "mapping takes either ScalingConfig.MaximumConcurrency or ProvisionedPollerConfig; remove "
+                "max_concurrency to use provisioned mode"
+            )
+        return self
+
     @property
     def visibility_timeout_seconds(self) -> int:
         return self.timeout_seconds * self.visibility_timeout_multiplier
+
+    @property
+    def scaling_max_concurrency(self) -> int | None:
+        """The mappings' ``ScalingConfig.MaximumConcurrency``: none in provisioned mode."""
+        return None if self.provisioned_pollers is not None else self.max_concurrency
+
+    @property
+    def mapping_concurrency(self) -> int:
+        """Invocations one of this consumer's mappings may run at once: its maximum concurrency, or in
+        provisioned mode what its largest set of pollers runs."""
+        if self.provisioned_pollers is None:
+            return self.max_concurrency
+        return self.provisioned_pollers.maximum_pollers * INVOCATIONS_PER_POLLER
 
 
 class WorkerConfig(_QueueConsumer):
@@ -224,6 +304,12 @@ class BackpressureConfig(_Strict):
 
 class AlarmConfig(_Strict):
     oldest_message_age_seconds: int = Field(default=300, ge=60)
+    quiet_groups_oldest_age_seconds: int | None = Field(
+        default=None,
+        ge=60,
+        description="fair queues: alarm when a live queue's oldest message outside its noisy message groups "
+        "(tenants) is older than this; null: oldest_message_age_seconds",
+    )
     sideline_oldest_message_age_seconds: int = Field(default=3600, ge=60)
     age_of_first_attempt_p99_ms: int = Field(default=30_000, ge=1)
     age_of_attempt_p99_ms: int = Field(
@@ -234,6 +320,25 @@ class AlarmConfig(_Strict):
     empty_receive_ratio_min: float = Field(default=0.1, ge=0, le=1)
     throttled_requests: int = Field(default=100, ge=1, description="429s per 5 minutes before alarming")
     email: str | None = Field(default=None, pattern=r"^[^@\s]+@[^@\s]+\.[^@\s]+$")
+
+    @model_validator(mode="after")
+    def _quiet_groups_alarm_fires_first(self) -> Self:
+        # The quiet groups' messages are some of the queue's: their oldest is never older than the
+        # queue's oldest, so a higher threshold could only fire after OldestAge already had.
+        quiet = self.quiet_groups_oldest_age_seconds
+        if quiet is not None and quiet > self.oldest_message_age_seconds:
+            raise ValueError(
+                f"quiet_groups_oldest_age_seconds ({quiet}) must not exceed oldest_message_age_seconds "
+                f"({self.oldest_message_age_seconds}): the quiet groups' oldest message is never older "
+                "than the queue's, so its alarm would only fire after the queue's"
+            )
+        return self
+
+    @property
+    def quiet_groups_threshold_seconds(self) -> int:
+        """The quiet groups' oldest-age threshold: its own key, else the live queues' one."""
+        quiet = self.quiet_groups_oldest_age_seconds
+        return self.oldest_message_age_seconds if quiet is None else quiet
 
 
 class OrderedConfig(_QueueConsumer):

@@ -9,16 +9,26 @@ queues are healthy, so draining old traffic never competes with fresh traffic du
 from __future__ import annotations
 
 from aws_cdk import Duration
+from aws_cdk import aws_lambda as lambda_
 from aws_cdk import aws_lambda_event_sources as sources
 from constructs import Construct
 
 from stacks import environment
-from stacks.config import BlueprintConfig
+from stacks.config import BlueprintConfig, ProvisionedPollersConfig
 from stacks.functions import BreakwaterFunction, FunctionFactory
 from stacks.queue_set import QueueSet, QueueWithDlq
 from stacks.tables import WORKER_STATE, Tables, grant_items
 
 WORKER_HANDLER = "worker/handler.handler"
+
+
+def poller_config(pollers: ProvisionedPollersConfig | None) -> lambda_.ProvisionedPollerConfig | None:
+    """The mapping's provisioned mode, both bounds written out; None leaves it on demand."""
+    if pollers is None:
+        return None
+    return lambda_.ProvisionedPollerConfig(
+        minimum_pollers=pollers.minimum_pollers, maximum_pollers=pollers.maximum_pollers
+    )
 
 
 class Consumers(Construct):
@@ -75,7 +85,8 @@ class Consumers(Construct):
             pair.queue,
             batch_size=settings.batch_size,
             max_batching_window=Duration.seconds(window) if window else None,
-            max_concurrency=settings.max_concurrency,
+            max_concurrency=settings.scaling_max_concurrency,
+            provisioned_poller_config=poller_config(settings.provisioned_pollers),
             report_batch_item_failures=True,
             enabled=enabled,
         )

@@ -39,7 +39,11 @@ def authorizer_environment(config: BlueprintConfig, *, tenants: dynamodb.ITable)
 
 
 def ingest_environment(
-    config: BlueprintConfig, *, state: dynamodb.ITable, live_queues: Sequence[sqs.IQueue]
+    config: BlueprintConfig,
+    *,
+    state: dynamodb.ITable,
+    live_queues: Sequence[sqs.IQueue],
+    keys: dynamodb.ITable | None = None,
 ) -> dict[str, str]:
     ingest = config.ingest
     return {
@@ -55,6 +59,16 @@ def ingest_environment(
         "DEPTH_REFRESH_SECONDS": str(ingest.depth_refresh_seconds),
         # The naive baseline accepts everything: the comparison the demo draws.
         "THROTTLING_ENABLED": flag(config.mode != "naive"),
+        # Idempotency keys are claimed in the idempotency table, for the window the workers keep theirs.
+        **(
+            {
+                "IDEMPOTENCY_TABLE_NAME": keys.table_name,
+                "IDEMPOTENCY_WINDOW_SECONDS": str(ingest.idempotency_window_seconds),
+                "IDEMPOTENCY_PENDING_SECONDS": str(ingest.idempotency_pending_seconds),
+            }
+            if keys is not None
+            else {}
+        ),
     }
 
 
@@ -70,8 +84,10 @@ def worker_environment(
     if worker.burst_share is not None:
         # Leases above the tenants' floors, over all tenants: the rest of the worker's concurrency
         # stays free for floors, so a crowd of bursting tenants cannot take a quiet tenant's floor.
+        # The worker's concurrency is what its mappings allow: their maximum concurrency, or in
+        # provisioned mode what their maximum pollers run.
         mapped = len(queues.live) + 1 if mode == "live" else len(queues.sideline)
-        slots = max(1, int(worker.burst_share * mapped * worker.max_concurrency))
+        slots = max(1, int(worker.burst_share * mapped * worker.mapping_concurrency))
         burst["CONCURRENCY_BURST_SLOTS"] = str(slots)
     return {
         **burst,
@@ -79,6 +95,7 @@ def worker_environment(
         "WORKER_MODE": mode,
         "STATE_TABLE_NAME": tables.state.table_name,
         "IDEMPOTENCY_TABLE_NAME": tables.idempotency.table_name,
+        "IDEMPOTENCY_TTL_SECONDS": str(ingest.idempotency_window_seconds),
         "TENANTS_TABLE_NAME": tables.tenants.table_name,
         "SPILLOVER_QUEUE_URL": queues.spillover.queue.queue_url,
         "BACKLOG_QUEUE_URL": queues.backlog.queue.queue_url,

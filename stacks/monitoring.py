@@ -20,6 +20,11 @@ from stacks.insights import TenantInsights
 from stacks.queue_set import QueueWithDlq
 
 _MINUTE = Duration.minutes(1)
+# What SQS publishes per queue (AWS/SQS, dimension QueueName) for messages with a MessageGroupId, which
+# ingest and the worker's moves set to the tenant: a noisy group is a tenant SQS found holding a
+# disproportionate share of the consumers; the quiet groups are every other tenant.
+QUIET_GROUPS_OLDEST_AGE = "ApproximateAgeOfOldestMessageInQuietGroups"
+NOISY_GROUPS = "ApproximateNumberOfNoisyGroups"
 
 
 def notifying_alarm(
@@ -94,6 +99,48 @@ class Monitoring(Construct):
                 width=12,
             ),
             cloudwatch.AlarmStatusWidget(title=f"{title}: alarms", alarms=age_alarms + dlq_alarms, width=12),
+        )
+
+    def watch_fair_queues(self, live: list[QueueWithDlq]) -> None:
+        """SQS fair queues' own view of each live queue: the age of its oldest message outside the noisy
+        tenants (alarmed), and how many tenants SQS counts as noisy.
+
+        The queue's ``OldestAge`` alarm fires for any backlog, one tenant's flood included, and fair
+        queues keep such a flood from delaying the other tenants; this one fires only when the quiet
+        tenants wait too: the consumers are behind everyone, not just one tenant.
+        """
+        threshold = self._config.alarms.quiet_groups_threshold_seconds
+        ages = [
+            pair.queue.metric(QUIET_GROUPS_OLDEST_AGE, period=_MINUTE, statistic="Maximum") for pair in live
+        ]
+        for pair, age in zip(live, ages, strict=True):
+            self.alarm(
+                f"QuietGroupsAge-{pair.role}",
+                description=(
+                    f"{pair.role}: oldest message outside the noisy tenants older than {threshold}s for "
+                    "3 minutes: quiet tenants wait too, so the consumers are behind everyone, not one tenant"
+                ),
+                metric=age,
+                threshold=threshold,
+                comparison=cloudwatch.ComparisonOperator.GREATER_THAN_THRESHOLD,
+                evaluation_periods=3,
+                datapoints_to_alarm=3,
+            )
+        self.dashboard.add_widgets(
+            cloudwatch.GraphWidget(
+                title="Live queues: age of oldest message outside noisy tenants (s)",
+                left=[age.with_(label=pair.role) for pair, age in zip(live, ages, strict=True)],
+                left_annotations=[cloudwatch.HorizontalAnnotation(value=threshold, label="alarm")],
+                width=12,
+            ),
+            cloudwatch.GraphWidget(
+                title="Live queues: noisy tenants (fair queues' noisy message groups)",
+                left=[
+                    pair.queue.metric(NOISY_GROUPS, period=_MINUTE, statistic="Maximum", label=pair.role)
+                    for pair in live
+                ],
+                width=12,
+            ),
         )
 
     def show_tenant_insights(self, insights: TenantInsights) -> None:

@@ -21,6 +21,7 @@ from constructs import Construct
 
 from stacks import environment
 from stacks.config import BlueprintConfig
+from stacks.consumers import poller_config
 from stacks.functions import BreakwaterFunction, FunctionFactory
 from stacks.queue_set import QueueWithDlq, dead_letter_queue
 from stacks.tables import BUCKET_ITEMS, build_table, grant_items
@@ -100,7 +101,8 @@ class OrderedWorkload(Construct):
                     pair.queue,
                     batch_size=ordered.batch_size,
                     report_batch_item_failures=True,
-                    max_concurrency=ordered.max_concurrency,
+                    max_concurrency=ordered.scaling_max_concurrency,
+                    provisioned_poller_config=poller_config(ordered.provisioned_pollers),
                 )
             )
         return worker

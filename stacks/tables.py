@@ -34,6 +34,8 @@ CONTROLLER_STATE = (
 )
 DIRTY_INDEX_NAME = "dirty"  # the state table's index of changed tenants (breakwater.backlog)
 REDRIVE_STATE = ("dynamodb:BatchGetItem", "dynamodb:BatchWriteItem", "dynamodb:PutItem")
+# Ingest's idempotency-key claims: claim (conditional put), read the holder, accept, take over, give back.
+INGEST_KEYS = ("dynamodb:PutItem", "dynamodb:GetItem", "dynamodb:UpdateItem", "dynamodb:DeleteItem")
 
 
 def grant_items(

@@ -29,7 +29,48 @@ ROOT = Path(__file__).resolve().parents[2]
             ["breakwater.worker", "batch_size 100 needs batching_window_seconds"],
         ),
         ({"worker": {"burst_share": 1.5}}, ["breakwater.worker.burst_share = 1.5"]),
+        (
+            {"ingest": {"idempotency_window_seconds": 10}},
+            ["breakwater.ingest.idempotency_window_seconds = 10", "greater than or equal to 60"],
+        ),
         ({"queue_set": {"size": 64}}, ["CloudFormation allows 500", "breakwater.queue_set.size (64"]),
+        (
+            {"worker": {"max_concurrency": None, "provisioned_pollers": {"minimum_pollers": 1}}},
+            ["breakwater.worker.provisioned_pollers.minimum_pollers = 1", "greater than or equal to 2"],
+        ),
+        (
+            {"worker": {"max_concurrency": None, "provisioned_pollers": {"minimum_pollers": 201}}},
+            ["breakwater.worker.provisioned_pollers.minimum_pollers = 201", "less than or equal to 200"],
+        ),
+        (
+            {"worker": {"max_concurrency": None, "provisioned_pollers": {"maximum_pollers": 1}}},
+            ["breakwater.worker.provisioned_pollers.maximum_pollers = 1", "greater than or equal to 2"],
+        ),
+        (
+            {"ordered": {"provisioned_pollers": {"maximum_pollers": 2001}}},
+            ["breakwater.ordered.provisioned_pollers.maximum_pollers = 2001", "less than or equal to 2000"],
+        ),
+        (
+            {
+                "worker": {
+                    "max_concurrency": None,
+                    "provisioned_pollers": {"minimum_pollers": 30, "maximum_pollers": 20},
+                }
+            },
+            [
+                "breakwater.worker.provisioned_pollers",
+                "minimum_pollers (30) must not exceed maximum_pollers (20)",
+            ],
+        ),
+        (
+            # cdk.json sets worker.max_concurrency: provisioned mode needs it removed, not ignored.
+            {"worker": {"provisioned_pollers": {"minimum_pollers": 4}}},
+            ["breakwater.worker", "max_concurrency (10) and provisioned_pollers are exclusive"],
+        ),
+        (
+            {"ordered": {"max_concurrency": 5, "provisioned_pollers": {}}},
+            ["breakwater.ordered", "max_concurrency (5) and provisioned_pollers are exclusive"],
+        ),
     ],
 )
 def test_invalid_context_names_key_and_value(override: dict[str, object], expected: list[str]) -> None:

@@ -292,3 +292,97 @@ def test_a_split_controller_may_invoke_itself_and_nothing_else_more(tmp_path: An
         ]
     )
     assert split.logical_id(controller.function) in invokes
+
+
+PROVISIONED_WORKER = {"minimum_pollers": 200, "maximum_pollers": 2000}  # the SQS bounds CloudFormation takes
+PROVISIONED_FIFO = {"minimum_pollers": 2, "maximum_pollers": 2}
+
+
+@pytest.fixture(scope="module")
+def provisioned_synth(tmp_path_factory: pytest.TempPathFactory) -> Synth:
+    """Provisioned mode on the workers (cdk.json's max_concurrency removed) and on the FIFO worker."""
+    from tests.infrastructure.conftest import synthesize
+
+    return synthesize(
+        tmp_path_factory.mktemp("cdk-provisioned"),
+        {
+            "breakwater": {
+                "worker": {"max_concurrency": None, "provisioned_pollers": PROVISIONED_WORKER},
+                "ordered": {"enabled": True, "provisioned_pollers": PROVISIONED_FIFO},
+            }
+        },
+    )
+
+
+def _sqs_mappings(synth: Synth) -> list[dict[str, Any]]:
+    """Every mapping of an SQS queue (not the stream's), whatever function it feeds."""
+    queues = set(synth.of_type("AWS::SQS::Queue"))
+    return [
+        m["Properties"]
+        for m in synth.of_type("AWS::Lambda::EventSourceMapping").values()
+        if m["Properties"]["EventSourceArn"].get("Fn::GetAtt", [None])[0] in queues
+    ]
+
+
+def test_mappings_scale_on_demand_up_to_max_concurrency_by_default(synth: Synth, naive_synth: Synth) -> None:
+    for default in (synth, naive_synth):
+        mappings = _sqs_mappings(default)
+        assert mappings
+        for props in mappings:
+            assert "ProvisionedPollerConfig" not in props
+            assert props["ScalingConfig"] == {"MaximumConcurrency": default.config.worker.max_concurrency}
+
+
+def test_provisioned_mode_replaces_the_scaling_config_on_every_worker_mapping(
+    provisioned_synth: Synth,
+) -> None:
+    consumers = provisioned_synth.stack.consumers
+    expected = {"MinimumPollers": 200, "MaximumPollers": 2000}
+    for worker in (consumers.live_worker, consumers.sideline_worker):
+        mappings = _mappings(provisioned_synth, worker)
+        assert mappings
+        for props in mappings.values():
+            assert props["ProvisionedPollerConfig"] == expected
+            assert "ScalingConfig" not in props
+            assert props["FunctionResponseTypes"] == ["ReportBatchItemFailures"]
+
+
+def test_provisioned_mode_on_the_fifo_worker(provisioned_synth: Synth) -> None:
+    ordered = provisioned_synth.stack.ordered
+    assert ordered is not None
+    mappings = _mappings(provisioned_synth, ordered.worker)
+    assert set(mappings) == {provisioned_synth.logical_id(pair.queue) for pair in ordered.queues}
+    for props in mappings.values():
+        assert props["ProvisionedPollerConfig"] == {"MinimumPollers": 2, "MaximumPollers": 2}
+        assert "ScalingConfig" not in props
+
+
+def test_the_burst_pool_follows_what_the_maximum_pollers_run(provisioned_synth: Synth) -> None:
+    worker = provisioned_synth.config.worker
+    assert worker.burst_share is not None
+    live = _env(provisioned_synth, provisioned_synth.stack.consumers.live_worker)
+    mapped = provisioned_synth.config.queue_set.size + 1
+    per_mapping = PROVISIONED_WORKER["maximum_pollers"] * 10  # Lambda: up to 10 invocations per poller
+    assert int(live["CONCURRENCY_BURST_SLOTS"]) == int(worker.burst_share * mapped * per_mapping)
+
+
+def test_naive_mode_takes_provisioned_pollers_too(tmp_path: Any) -> None:
+    from tests.infrastructure.conftest import synthesize
+
+    naive = synthesize(
+        tmp_path,
+        {
+            "breakwater": {
+                "mode": "naive",
+                "worker": {
+                    "max_concurrency": None,
+                    "provisioned_pollers": {"minimum_pollers": 3, "maximum_pollers": 12},
+                },
+            }
+        },
+    )
+    mappings = _sqs_mappings(naive)
+    assert len(mappings) == 4  # the single live queue and surge, spillover and backlog
+    for props in mappings:
+        assert props["ProvisionedPollerConfig"] == {"MinimumPollers": 3, "MaximumPollers": 12}
+        assert "ScalingConfig" not in props

@@ -5,7 +5,7 @@ from __future__ import annotations
 from typing import Any
 
 from tests.infrastructure.conftest import Synth
-from tests.infrastructure.test_foundation import _as_list, _statements
+from tests.infrastructure.test_foundation import _as_list, _env, _statements
 
 
 def _grants_on(synth: Synth, role: Any, table: Any) -> set[str]:
@@ -44,6 +44,20 @@ def test_the_front_door_only_updates_buckets_and_tallies(synth: Synth) -> None:
     }
     assert synth.stack.streaming is not None
     assert _grants_on(synth, synth.stack.streaming.events.role, state) == {"dynamodb:UpdateItem"}
+
+
+def test_the_front_door_claims_idempotency_keys_and_the_workers_share_the_window(synth: Synth) -> None:
+    keys = synth.stack.tables.idempotency
+    assert _grants_on(synth, synth.stack.ingest.role, keys) == {
+        "dynamodb:PutItem",
+        "dynamodb:GetItem",
+        "dynamodb:UpdateItem",
+        "dynamodb:DeleteItem",
+    }
+    ingest, worker = _env(synth, synth.stack.ingest), _env(synth, synth.stack.consumers.live_worker)
+    assert ingest["IDEMPOTENCY_TABLE_NAME"] == {"Ref": synth.logical_id(keys)}
+    window = str(synth.config.ingest.idempotency_window_seconds)
+    assert ingest["IDEMPOTENCY_WINDOW_SECONDS"] == worker["IDEMPOTENCY_TTL_SECONDS"] == window
 
 
 def test_nobody_scans_or_deletes_state(synth: Synth) -> None:
