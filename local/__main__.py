@@ -1,13 +1,15 @@
-"""``python -m local serve`` keeps the blueprint up; ``python -m local demo`` runs the demo."""
+"""``python -m local serve`` keeps the blueprint up; ``python -m local demo`` runs the demo;
+``python -m local chaos`` injects faults under a keyed load and checks that nothing was lost."""
 
 from __future__ import annotations
 
 import argparse
 import sys
 from collections.abc import Callable
-from typing import TYPE_CHECKING, Literal
+from typing import TYPE_CHECKING, Any, Literal
 
 if TYPE_CHECKING:
+    from local.scenarios.chaos import ChaosConfig
     from local.scenarios.noisy_neighbour import Scenario
 from pathlib import Path
 
@@ -24,6 +26,9 @@ def serve(args: argparse.Namespace) -> int:
 def demo(args: argparse.Namespace) -> int:
     from local.scenarios import demo as demo_module
     from local.scenarios.html_report import write_html_report
+
+    if args.scenario == "chaos":  # its own run and report (out/chaos/), with its defaults
+        return chaos(build_parser().parse_args(["chaos", *(["--quiet"] if args.quiet else [])]))
 
     for kind in SCENARIOS if args.scenario == "all" else (args.scenario,):
         scenario = scenario_of(args, kind)
@@ -67,6 +72,53 @@ def scenario_of(args: argparse.Namespace, kind: Kind | None = None) -> Scenario:
     return scenario
 
 
+def chaos(args: argparse.Namespace) -> int:
+    from local.scenarios import chaos as chaos_module
+
+    report = chaos_module.main(chaos_config(args), progress=not args.quiet)
+    return chaos_module.exit_status(report)
+
+
+# The chaos run's fault flags: (flag, ChaosConfig field, default, help). The defaults are modest rates
+# that still inject every kind within a thousand messages.
+CHAOS_FAULTS: tuple[tuple[str, str, float, str], ...] = (
+    ("--kill-rate", "kill_rate", 0.03, "share of worker invocations SIGKILLed mid-batch"),
+    ("--transient-rate", "transient_rate", 0.03, "share of messages whose first processing fails"),
+    ("--permanent-share", "permanent_share", 0.005, "share of messages that fail every time (end in a DLQ)"),
+    (
+        "--long-share",
+        "long_share",
+        0.005,
+        "share of messages whose first run outlasts the visibility timeout",
+    ),
+    ("--duplicate-rate", "duplicate_rate", 0.02, "share of received messages the SQS mappings deliver twice"),
+    (
+        "--lost-ack-rate",
+        "lost_ack_rate",
+        0.03,
+        "share of 202 answers the client drops (it retries, same key)",
+    ),
+    ("--aws-throttle-rate", "aws_throttle_rate", 0.02, "share of the handlers' AWS requests throttled"),
+    ("--aws-error-rate", "aws_error_rate", 0.01, "share of the handlers' AWS requests answered with a 500"),
+    ("--controller-crash-rate", "controller_crash_rate", 0.3, "share of controller runs SIGKILLed mid-run"),
+)
+
+
+def chaos_config(args: argparse.Namespace) -> ChaosConfig:
+    """The chaos run the flags describe."""
+    from local.scenarios.chaos import ChaosConfig
+
+    return ChaosConfig(
+        messages=args.messages,
+        tenants=args.tenants,
+        rate=args.rate,
+        seed=args.seed,
+        visibility_s=args.visibility_seconds,
+        drain_s=args.drain_seconds,
+        **{field: getattr(args, field) for _, field, _, _ in CHAOS_FAULTS},
+    )
+
+
 def bounded(kind: type[int] | type[float], low: float, high: float) -> Callable[[str], int | float]:
     """An argparse type: a number in [low, high]; anything else is an error naming the flag and value."""
 
@@ -104,13 +156,14 @@ def build_parser() -> argparse.ArgumentParser:
     demo_parser.add_argument("--quiet", action="store_true", help="no progress line")
     demo_parser.add_argument(
         "--scenario",
-        choices=(*SCENARIOS, "all"),
+        choices=(*SCENARIOS, "chaos", "all"),
         default="noisy",
         help="noisy: the first tenant sends --noisy-factor x its consumer rate in the burst; slow: it keeps "
         "its rate but its messages cost --slow-factor x the work (its downstream slowed down); outage: "
         "the processor's dependency is down for --outage-seconds after the baseline; poison: the first "
         "tenant sends at its consumer rate and --poison-share of its messages fail every time until the "
-        "fix is deployed and the dead-letter queues redriven; all: each in turn",
+        "fix is deployed and the dead-letter queues redriven; chaos: python -m local chaos with its "
+        "defaults; all: each in turn (chaos aside)",
     )
     demo_parser.add_argument(
         "--outage-seconds",
@@ -160,7 +213,47 @@ def build_parser() -> argparse.ArgumentParser:
             help=f"length of the {phase} phase",
         )
     demo_parser.set_defaults(func=demo)
+    add_chaos_parser(commands)
     return parser
+
+
+def add_chaos_parser(commands: Any) -> None:
+    chaos_parser = commands.add_parser(
+        "chaos",
+        help="faults injected under a keyed load; checks nothing was lost, done twice or unexpected",
+        description="Every fault kind at its rate (0 turns it off) while a bounded open-loop load of "
+        "uniquely keyed messages runs; then a drain and a check of the request log against the "
+        "processor's effects and the dead-letter queues. Report: out/chaos/report.json. Exit status 1 "
+        "when the check fails or a fault kind that was on was never injected.",
+    )
+    chaos_parser.add_argument("--quiet", action="store_true", help="no progress line")
+    chaos_parser.add_argument(
+        "--messages", type=bounded(int, 1, 100_000), default=1000, help="messages to send (each its key)"
+    )
+    chaos_parser.add_argument("--tenants", type=bounded(int, 1, 100), default=4, help="tenants sending")
+    chaos_parser.add_argument(
+        "--rate", type=bounded(float, 0.1, 500.0), default=40.0, help="messages/s, all tenants together"
+    )
+    chaos_parser.add_argument(
+        "--seed", type=int, default=1, help="which messages and answers the faults pick"
+    )
+    chaos_parser.add_argument(
+        "--visibility-seconds",
+        type=bounded(int, 1, 5),
+        default=3,
+        help="the consumed queues' visibility timeout, below the worker's 8 s timeout",
+    )
+    chaos_parser.add_argument(
+        "--drain-seconds",
+        type=bounded(float, 1.0, 3600.0),
+        default=120.0,
+        help="at most this long after the load for the queues to empty",
+    )
+    for flag, field, default, text in CHAOS_FAULTS:
+        chaos_parser.add_argument(
+            flag, dest=field, type=bounded(float, 0.0, 1.0), default=default, help=f"{text} (0 to 1)"
+        )
+    chaos_parser.set_defaults(func=chaos)
 
 
 if __name__ == "__main__":

@@ -21,6 +21,8 @@ from collections import Counter
 from pathlib import Path
 from typing import Any
 
+REQUEST_ID_ENV = "BREAKWATER_LOCAL_REQUEST_ID"  # processor_hooks.REQUEST_ID_ENV
+
 
 class LambdaContext:
     """The context object the Python runtime passes; the deadline honours the function's timeout."""
@@ -69,6 +71,7 @@ def _processor_hooks() -> Any:
     spec = importlib.util.spec_from_file_location("breakwater_local_processor_hooks", path)
     assert spec is not None and spec.loader is not None
     module = importlib.util.module_from_spec(spec)
+    sys.modules[spec.name] = module  # where its dataclasses look their module up
     spec.loader.exec_module(module)
     return module
 
@@ -115,6 +118,7 @@ def main() -> None:
         request = json.loads(line)
         context = LambdaContext(request["request_id"], int(request["deadline_ms"]))
         os.environ["_X_AMZN_TRACE_ID"] = request.get("trace_id") or ""
+        os.environ[REQUEST_ID_ENV] = request["request_id"]  # for the hooks' records of what ran where
         began = time.perf_counter()
         try:
             result = handler(request["event"], context)

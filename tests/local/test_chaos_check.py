@@ -1,0 +1,129 @@
+"""The chaos checker's verdicts on request logs and effects made by hand, and the chaos run's flags."""
+
+from __future__ import annotations
+
+from collections import Counter
+
+import pytest
+
+from local.__main__ import build_parser, chaos_config
+from local.emulator.processor_hooks import ChaosFaults, draw
+from local.scenarios.chaos_check import Accounting, Run, check, classify_runs, passed, table
+from local.scenarios.chaos_client import Attempt, LoadPlan
+
+
+def attempt(key: str, status: int, n: int = 1, message_id: str | None = None, **more: object) -> Attempt:
+    return Attempt(t=float(n), tenant="t1", key=key, attempt=n, status=status, message_id=message_id, **more)
+
+
+def run(request_id: str, started: int, ended: int, envelope_id: str = "e") -> Run:
+    return Run(request_id, started, ended, envelope_id, 1)
+
+
+def test_a_clean_run_passes() -> None:
+    attempts = [attempt("a", 202, message_id="m1"), attempt("b", 202, message_id="m2")]
+    runs = {("t1", "a"): [run("r1", 1, 2)], ("t1", "b"): [run("r1", 3, 4)]}
+    report = check(attempts, Accounting(runs=runs))
+    assert (report["attempted"], report["acknowledged"], report["processed"]) == (2, 2, 2)
+    assert passed(report)
+    assert "PASS" in table(report)
+
+
+def test_an_acknowledged_message_nowhere_is_lost_and_a_dead_letter_is_accounted_for() -> None:
+    attempts = [attempt(key, 202, message_id=key.upper()) for key in ("a", "b", "c", "d")]
+    accounting = Accounting(
+        runs={("t1", "a"): [run("r1", 1, 2)]},
+        dead_letters=Counter({("t1", "b"): 1}),
+        dropped={("t1", "c")},
+    )
+    report = check(attempts, accounting, permanent=lambda _tenant, key: key == "b")
+    assert report["lost"] == 1 and report["samples"]["lost"] == [["t1", "d"]]
+    assert (report["in_dlq"], report["in_dlq_permanent"], report["in_dlq_other"]) == (1, 1, 0)
+    assert not passed(report)
+
+
+def test_a_dropped_202_counts_as_acknowledged_and_its_replay_must_keep_the_id() -> None:
+    attempts = [
+        attempt("a", 202, 1, "m1", dropped=True),
+        attempt("a", 202, 2, "m1", replayed=True),
+        attempt("b", 202, 1, "m2", dropped=True),
+        attempt("b", 202, 2, "m3"),  # a second message: the key did not hold
+    ]
+    runs = {("t1", "a"): [run("r1", 1, 2)], ("t1", "b"): [run("r1", 3, 4)]}
+    report = check(attempts, Accounting(runs=runs))
+    assert report["acknowledged"] == 2 and report["acknowledged_then_dropped"] == 2
+    assert report["id_mismatches"] == 1 and report["replayed_without_flag"] == 1
+    assert not passed(report)
+
+
+def test_effects_of_a_refused_message_are_unexpected_unless_a_request_went_unanswered() -> None:
+    attempts = [attempt("a", 503), attempt("a", 429, 2), attempt("b", 0), attempt("b", 503, 2)]
+    runs = {("t1", "a"): [run("r1", 1, 2)], ("t1", "b"): [run("r2", 1, 2)]}
+    report = check(attempts, Accounting(runs=runs))
+    assert report["unexpected"] == 1 and report["samples"]["unexpected"] == [["t1", "a"]]
+    assert report["stored_unanswered"] == 1
+    assert report["refused_by_final_status"] == {"429": 1, "503": 1}
+
+
+def test_only_503_is_an_acceptable_server_error() -> None:
+    report = check([attempt("a", 503), attempt("a", 500, 2), attempt("a", 502, 3)], Accounting())
+    assert report["server_errors"] == 2 and report["server_errors_by_status"] == {"500": 1, "502": 1}
+    assert not passed(report)
+
+
+def test_a_rerun_after_invocations_that_died_is_not_a_duplicate() -> None:
+    crashed = {"dead-1", "dead-2"}
+    assert classify_runs([run("dead-1", 0, 10), run("dead-2", 20, 30), run("ok", 40, 50)], crashed) == (0, 2)
+    # after an invocation that finished, or alongside one still running, it is
+    assert classify_runs([run("ok-1", 0, 10), run("ok-2", 20, 30)], crashed) == (1, 0)
+    assert classify_runs([run("dead-1", 0, 30), run("ok", 20, 40)], crashed) == (1, 0)
+    assert classify_runs([run("dead-1", 0, 10), run("ok-1", 20, 30), run("ok-2", 40, 50)], crashed) == (1, 1)
+
+
+def test_duplicated_counts_every_extra_run() -> None:
+    runs = {("t1", "a"): [run("r1", 1, 2), run("r2", 3, 4), run("r3", 5, 6)]}
+    report = check([attempt("a", 202, message_id="m")], Accounting(runs=runs))
+    assert report["duplicated"] == 2 and report["samples"]["duplicated"] == [["t1", "a", 2]]
+
+
+def test_the_processor_faults_pick_the_same_messages_everywhere() -> None:
+    faults = ChaosFaults(seed=7, permanent_share=0.1, transient_rate=0.2)
+    keys = [f"7-t1-{n}" for n in range(2000)]
+    permanent = [key for key in keys if faults.permanent("t1", key)]
+    assert 140 < len(permanent) < 260
+    assert permanent == [key for key in keys if draw(7, "t1", key, "permanent") < 0.1]
+    assert sum(faults.transient("t1", key) for key in keys) != len(permanent)  # drawn apart per kind
+
+
+def test_the_load_plan_gives_every_message_a_key_of_its_own() -> None:
+    plan = LoadPlan(api_url="http://x", keys={"t2": "k2", "t1": "k1"}, messages=10, rate=1.0, seed=3)
+    messages = [plan.message(n) for n in range(10)]
+    assert [tenant for tenant, _ in messages[:3]] == ["t1", "t2", "t1"]
+    assert len({key for _, key in messages}) == 10
+
+
+def test_the_flags_describe_the_run() -> None:
+    args = build_parser().parse_args(["chaos", "--messages", "50", "--kill-rate", "0.5", "--seed", "9"])
+    config = chaos_config(args)
+    assert (config.messages, config.kill_rate, config.seed) == (50, 0.5, 9)
+    assert "worker_killed" in config.injected()
+    off = chaos_config(build_parser().parse_args(["chaos", "--lost-ack-rate", "0"]))
+    assert "lost_ack" not in off.injected()
+
+
+@pytest.mark.parametrize(
+    ("flags", "message"),
+    [
+        (["--kill-rate", "1.5"], "argument --kill-rate: 1.5 is outside 0 to 1"),
+        (["--duplicate-rate", "often"], "argument --duplicate-rate: 'often' is not a number"),
+        (["--messages", "0"], "argument --messages: 0 is outside 1 to 100000"),
+        (["--visibility-seconds", "9"], "argument --visibility-seconds: 9 is outside 1 to 5"),
+    ],
+)
+def test_a_bad_value_names_the_flag_and_the_value(
+    flags: list[str], message: str, capsys: pytest.CaptureFixture[str]
+) -> None:
+    with pytest.raises(SystemExit) as exited:
+        build_parser().parse_args(["chaos", *flags])
+    assert exited.value.code == 2
+    assert message in capsys.readouterr().err
