@@ -19,6 +19,7 @@ from aws_lambda_powertools.utilities.data_classes import APIGatewayProxyEvent
 from breakwater.errors import ApiError, RouteNotFoundError
 from breakwater.ingest import TenantContext
 from breakwater.observability import logger, metrics
+from breakwater.request_keys import HEADER
 
 
 def request_body(event: APIGatewayProxyEvent) -> bytes | None:
@@ -56,17 +57,30 @@ class FrontDoorService(Protocol[Answer]):
     """A route's service (``IngestService``, ``OrderedIngestService``, ``EventsService``)."""
 
     def accept(
-        self, raw_body: bytes | None, tenant: TenantContext, *, request_id: str | None, trace_id: str | None
+        self,
+        raw_body: bytes | None,
+        tenant: TenantContext,
+        *,
+        request_id: str | None,
+        trace_id: str | None,
+        idempotency_key: str | None = None,
     ) -> Answer: ...
 
 
+def idempotency_key(event: APIGatewayProxyEvent) -> str | None:
+    """The ``Idempotency-Key`` header (any case), or None."""
+    return event.headers.get(HEADER) if HEADER in event.headers else None
+
+
 def accept(service: FrontDoorService[Answer], event: APIGatewayProxyEvent) -> Answer:
-    """Hand the request to the route's service: its body, its tenant, its request and trace ids."""
+    """Hand the request to the route's service: its body, its tenant, its request and trace ids, and
+    the client's idempotency key."""
     return service.accept(
         request_body(event),
         tenant_of(event),
         request_id=event.request_context.request_id,
         trace_id=trace_id(event),
+        idempotency_key=idempotency_key(event),
     )
 
 

@@ -73,6 +73,14 @@ class Envelope(BaseModel):
         return self.model_copy(update={"origin": origin, "attempt": next_attempt})
 
 
+def processing_id(envelope: Envelope) -> str:
+    """What processing idempotency is keyed on: ``(tenant, dedup_key)`` when the client gave a key (its
+    retries and any copy of it are one piece of work), else the envelope id."""
+    if envelope.dedup_key:
+        return f"key:{json.dumps([envelope.tenant, envelope.dedup_key], separators=(',', ':'))}"
+    return envelope.id
+
+
 def new_envelope_id(now_ms: int | None = None, randomness: bytes | None = None) -> str:
     """A 26-character, lexicographically time-ordered id: 48 bits of epoch ms + 80 random bits (ULID layout).
 

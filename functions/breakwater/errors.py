@@ -54,6 +54,13 @@ class PayloadTooLargeError(ApiError):
     code = "payload_too_large"
 
 
+class UnsupportedMediaTypeError(ApiError):
+    """The body is not declared as JSON: it is never parsed as JSON on a guess."""
+
+    status = 415
+    code = "unsupported_media_type"
+
+
 class ThrottledError(ApiError):
     """Over the tenant's rate: come back after ``retry_after`` seconds (the header is whole seconds)."""
 
@@ -63,6 +70,24 @@ class ThrottledError(ApiError):
     def __init__(self, message: str, *, retry_after: float) -> None:
         super().__init__(message, headers={"Retry-After": retry_after_header(retry_after)})
         self.retry_after = retry_after
+
+
+class IdempotencyConflictError(ApiError):
+    """A request with the same idempotency key is still being stored: retry after ``retry_after`` seconds."""
+
+    status = 409
+    code = "idempotency_key_in_use"
+
+    def __init__(self, message: str, *, retry_after: float) -> None:
+        super().__init__(message, headers={"Retry-After": retry_after_header(retry_after)})
+        self.retry_after = retry_after
+
+
+class IdempotencyKeyReusedError(ApiError):
+    """The idempotency key was used for a different request within its window."""
+
+    status = 422
+    code = "idempotency_key_reused"
 
 
 class UnavailableError(ApiError):

@@ -13,9 +13,11 @@ from dataclasses import dataclass
 from typing import Any, Protocol
 
 from breakwater.envelope import new_envelope_id
+from breakwater.errors import BadRequestError
 from breakwater.events import KinesisRecord, PartitionKeyMode, StreamEvent, to_record
 from breakwater.fairness import BucketLimits, retry_after_header
 from breakwater.ingest import TenantContext, TokenGate, admit_up_to
+from breakwater.request_keys import HEADER
 from breakwater.requests import RequestLimits, parse_events
 
 
@@ -96,8 +98,20 @@ class EventsService:
         self._clock = clock
 
     def accept(
-        self, raw_body: bytes | None, tenant: TenantContext, *, request_id: str | None, trace_id: str | None
+        self,
+        raw_body: bytes | None,
+        tenant: TenantContext,
+        *,
+        request_id: str | None,
+        trace_id: str | None,
+        idempotency_key: str | None = None,
     ) -> EventsAnswer:
+        if idempotency_key is not None:
+            raise BadRequestError(
+                f"{HEADER} is not supported on /v1/events: a batch is answered per event; "
+                "retry only the events the 207 names as failed",
+                code="invalid_idempotency_key",
+            )
         incoming = parse_events(raw_body, self.limits)
         limits = BucketLimits(
             rate=tenant.rate * self.rate_multiplier, burst=max(1.0, tenant.burst * self.rate_multiplier)

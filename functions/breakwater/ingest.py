@@ -6,6 +6,7 @@ turns the API Gateway event into plain values and calls :meth:`IngestService.acc
 
 from __future__ import annotations
 
+import contextlib
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import Any, Protocol
@@ -16,6 +17,7 @@ from breakwater.counting import CounterBuffer
 from breakwater.envelope import Envelope, Origin, new_envelope_id
 from breakwater.errors import ThrottledError, UnauthenticatedError, UnavailableError
 from breakwater.fairness import BucketLimits
+from breakwater.request_keys import RequestKeys, fingerprint, request_key
 from breakwater.requests import MessageRequest, OrderedMessageRequest, RequestLimits, parse_message
 from breakwater.routing import QueueDepths, choose_queue, shard_for
 
@@ -50,6 +52,7 @@ def build_envelope(
     request_id: str | None,
     trace_id: str | None,
     envelope_id: str | None = None,
+    dedup_key: str | None = None,
 ) -> Envelope:
     """The envelope of DESIGN §2; ``enqueued_at`` is stamped here, never taken from the client."""
     return Envelope(
@@ -61,7 +64,7 @@ def build_envelope(
         trace_id=trace_id,
         enqueued_at=now_ms,
         expires_at=now_ms + request.ttl_seconds * 1000 if request.ttl_seconds is not None else None,
-        dedup_key=request.dedup_key,
+        dedup_key=dedup_key or request.dedup_key,
         ordering_key=request.ordering_key,
         origin=Origin.LIVE,
     )
@@ -170,11 +173,15 @@ class Router:
 
 @dataclass(frozen=True)
 class Accepted:
-    envelope: Envelope
-    queue: int
+    """A stored message; ``replayed``: a client's retry answered with its original id, nothing stored."""
+
+    message_id: str
+    queue: int | None
+    envelope: Envelope | None = None  # None when replayed
+    replayed: bool = False
 
     def body(self) -> dict[str, Any]:
-        return {"id": self.envelope.id, "queue": self.queue}
+        return {"id": self.message_id, "queue": self.queue}
 
 
 class CounterSink(Protocol):
@@ -196,8 +203,10 @@ class IngestService:
         max_ttl_seconds: int,
         counters: CounterSink | None = None,
         counter_flush_seconds: float = 10.0,
+        keys: RequestKeys | None = None,
     ) -> None:
         self.router = router
+        self.keys = keys  # None: no idempotency keys (a key only dedups through processing)
         self.gate = gate  # None: throttling disabled (the naive baseline)
         self._clock = clock
         self.limits = RequestLimits(max_payload_bytes=max_payload_bytes, max_ttl_seconds=max_ttl_seconds)
@@ -215,20 +224,51 @@ class IngestService:
         *,
         request_id: str | None,
         trace_id: str | None,
+        idempotency_key: str | None = None,
     ) -> Accepted:
+        """Parse, admit, then store the message; a keyed retry gets its original answer
+        (``breakwater.request_keys``)."""
         request = parse_message(MessageRequest, raw_body, self.limits)
+        key = request_key(idempotency_key, request.dedup_key)
         try:
             admit(self.gate, tenant)
         except ThrottledError:
             self._count(tenant.tenant, "throttled")
             raise
         now_ms = int(self._clock() * 1000)
+        message_id = new_envelope_id(now_ms)
+        if key is not None and self.keys is not None:
+            decision = self.keys.decide(tenant.tenant, key, fingerprint(request, key), message_id, now_ms)
+            if decision.replay:
+                return Accepted(message_id=decision.message_id, queue=decision.queue, replayed=True)
+            message_id = decision.message_id
         envelope = build_envelope(
-            request, tenant=tenant.tenant, now_ms=now_ms, request_id=request_id, trace_id=trace_id
+            request,
+            tenant=tenant.tenant,
+            now_ms=now_ms,
+            request_id=request_id,
+            trace_id=trace_id,
+            envelope_id=message_id,
+            dedup_key=key,
         )
-        queue = self.router.send(envelope)
+        try:
+            queue = self.router.send(envelope)
+        except UnavailableError:
+            if key is not None and self.keys is not None:
+                self._release(tenant.tenant, key, message_id)
+            raise
+        if key is not None and self.keys is not None:
+            # If this fails the claim stays pending: a retry after its window resends the same id, and
+            # processing runs it once.
+            with contextlib.suppress(Exception):
+                self.keys.store.accepted(tenant.tenant, key, message_id, queue)
         self._count(tenant.tenant, "accepted")
-        return Accepted(envelope=envelope, queue=queue)
+        return Accepted(message_id=message_id, queue=queue, envelope=envelope)
+
+    def _release(self, tenant: str, key: str, message_id: str) -> None:
+        assert self.keys is not None
+        with contextlib.suppress(Exception):  # the claim's pending window ends on its own
+            self.keys.store.release(tenant, key, message_id)
 
     def _count(self, tenant: str, name: str) -> None:
         """Tally for the controller's backlog estimate; flushed in aggregate, never per request."""

@@ -18,6 +18,7 @@ from breakwater.envelope import Envelope
 from breakwater.errors import ThrottledError
 from breakwater.ingest import TenantContext, TokenGate, admit, build_envelope
 from breakwater.ordered import GroupBacklogs, GroupBound, deduplication_id, message_group_id
+from breakwater.request_keys import request_key
 from breakwater.requests import OrderedMessageRequest, RequestLimits, parse_message
 
 GROUP_FULL_RETRY_AFTER_SECONDS = 5.0
@@ -90,9 +91,17 @@ class OrderedIngestService:
         self._clock = clock
 
     def accept(
-        self, raw_body: bytes | None, tenant: TenantContext, *, request_id: str | None, trace_id: str | None
+        self,
+        raw_body: bytes | None,
+        tenant: TenantContext,
+        *,
+        request_id: str | None,
+        trace_id: str | None,
+        idempotency_key: str | None = None,
     ) -> AcceptedOrdered:
+        """An ``Idempotency-Key`` is the message's ``dedup_key``: its deduplication id in the FIFO queue."""
         request = parse_message(OrderedMessageRequest, raw_body, self.limits)
+        key = request_key(idempotency_key, request.dedup_key)
         admit(self.gate, tenant)
         now_ms = int(self._clock() * 1000)
         envelope = build_envelope(
@@ -101,6 +110,7 @@ class OrderedIngestService:
             now_ms=now_ms,
             request_id=request_id,
             trace_id=trace_id,
+            dedup_key=key,
         )
         if self.backlogs is None or self.bound is None:
             self.sender.send(envelope)

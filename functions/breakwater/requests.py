@@ -7,13 +7,17 @@ The limits mean one thing on every route:
 - ``max_ttl_seconds``: the largest ``ttl_seconds`` a message may ask for;
 - ``max_events``: the most events one ``/v1/events`` request may hold.
 
-A body far larger than those limits allow is refused before it is parsed.
+A body far larger than those limits allow is refused before it is parsed. A body is read only as
+JSON (RFC 8259) and only when the request declares it JSON: UTF-8, no ``NaN`` or ``Infinity``, no
+field twice in one object, arrays and objects nested at most ``MAX_JSON_DEPTH`` deep, every string
+valid Unicode. API Gateway's body validation does not stand in for these checks: it applies only
+when the Content-Type selects the route's model, and its JSON reader is not Python's.
 """
 
 from __future__ import annotations
 
 import json
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, TypeVar
 
@@ -22,7 +26,7 @@ from pydantic import BaseModel, ConfigDict, Field, StrictInt, ValidationError
 from pydantic_core import ErrorDetails
 
 from breakwater.envelope import payload_size
-from breakwater.errors import BadRequestError, PayloadTooLargeError
+from breakwater.errors import BadRequestError, PayloadTooLargeError, UnsupportedMediaTypeError
 
 MAX_KEY_LENGTH = 128
 MAX_TENANT_LENGTH = 64  # as in the envelope
@@ -33,6 +37,14 @@ MAX_ORDERING_KEY_LENGTH = MAX_SQS_ID_LENGTH - MAX_TENANT_LENGTH - len(GROUP_SEPA
 SQS_ID_PATTERN = r"^[!-~]+$"
 MAX_EVENTS_PER_REQUEST = 500  # also PutRecords' limit
 BODY_OVERHEAD_BYTES = 4096  # room for the fields around the payloads before a body is refused unread
+JSON_MEDIA_TYPE = "application/json"
+# How deep arrays and objects may nest in a body (the body itself is level 1). A payload travels in an
+# envelope that pydantic writes and the worker reads back, and both stop a few hundred levels deep: a
+# deeper payload would fail on its way to the queue (a 5xx) or be unreadable for the worker (poison).
+MAX_JSON_DEPTH = 64
+# SQS refuses a message body holding either of these (its characters stop at U+FFFD in that plane),
+# and the envelope carries non-ASCII characters as they are: such a message could never be stored.
+SQS_REFUSED_CHARACTERS = ("\ufffe", "\uffff")
 
 
 class MessageRequest(BaseModel):
@@ -101,7 +113,7 @@ Model = TypeVar("Model", bound=BaseModel)
 
 def parse_message(model: type[Model], raw_body: bytes | None, limits: RequestLimits) -> Model:
     """A ``/v1/messages`` or ``/v1/ordered`` body as ``model``, or the 400/413 that names the problem."""
-    body = _json_object(raw_body, limits)
+    body = _json_object(raw_body, limits, refused_characters=SQS_REFUSED_CHARACTERS)
     request = _validate(model, body, limits)
     ttl = getattr(request, "ttl_seconds", None)
     if ttl is not None and ttl > limits.max_ttl_seconds:
@@ -128,6 +140,30 @@ def parse_events(raw_body: bytes | None, limits: RequestLimits) -> list[EventIn]
     return [event]
 
 
+def require_json(headers: Mapping[str, str] | None) -> None:
+    """A 415 naming what was sent unless the request declares its body ``application/json`` (UTF-8).
+
+    A body of another declared type is not checked against the route's JSON model by API Gateway,
+    and is never parsed as JSON on a guess here.
+    """
+    declared = next(
+        (value for name, value in (headers or {}).items() if name.lower() == "content-type"), None
+    )
+    if declared is None:
+        raise UnsupportedMediaTypeError(f"Content-Type header is missing; send {JSON_MEDIA_TYPE}")
+    media_type, *parameters = declared.split(";")
+    if media_type.strip().lower() != JSON_MEDIA_TYPE:
+        raise UnsupportedMediaTypeError(
+            f"Content-Type is {json.dumps(declared[:100])}; send {JSON_MEDIA_TYPE}"
+        )
+    for parameter in parameters:
+        name, _, value = parameter.partition("=")
+        if name.strip().lower() == "charset" and value.strip().strip('"').lower() not in ("utf-8", "utf8"):
+            raise UnsupportedMediaTypeError(
+                f"charset is {json.dumps(value.strip()[:40])}; JSON bodies are UTF-8 ({JSON_MEDIA_TYPE})"
+            )
+
+
 def json_type(value: Any) -> str:
     """The JSON name of a value's type, for messages that say what the client sent."""
     if value is None:
@@ -143,7 +179,9 @@ def json_type(value: Any) -> str:
     return "object"
 
 
-def _json_object(raw_body: bytes | None, limits: RequestLimits) -> dict[str, Any]:
+def _json_object(
+    raw_body: bytes | None, limits: RequestLimits, *, refused_characters: tuple[str, ...] = ()
+) -> dict[str, Any]:
     if not raw_body:
         raise BadRequestError(
             "request body is empty; expected a JSON object with at least 'type'", code="invalid_json"
@@ -153,10 +191,7 @@ def _json_object(raw_body: bytes | None, limits: RequestLimits) -> dict[str, Any
             f"request body is {len(raw_body)} bytes; no valid request is larger than "
             f"{limits.max_body_bytes} bytes (payloads are limited to {limits.max_payload_bytes} bytes)"
         )
-    try:
-        body = json.loads(raw_body)
-    except (UnicodeDecodeError, json.JSONDecodeError) as exc:
-        raise BadRequestError(f"request body is not valid JSON: {exc}", code="invalid_json") from None
+    body = _parse_json(raw_body, refused_characters)
     if not isinstance(body, dict):
         raise BadRequestError(
             f"request body must be a JSON object, got {json_type(body)}", code="invalid_json"
@@ -167,6 +202,93 @@ def _json_object(raw_body: bytes | None, limits: RequestLimits) -> dict[str, Any
             code="tenant_in_body",
         )
     return body
+
+
+class _NotJsonError(ValueError):
+    """Raised from inside the JSON reader: a body it could read, but that is not JSON as RFC 8259 has it."""
+
+    def __init__(self, message: str, code: str) -> None:
+        super().__init__(message)
+        self.code = code
+
+
+def _parse_json(raw_body: bytes, refused_characters: tuple[str, ...]) -> Any:
+    """The body as JSON, or the 400 that says which rule it breaks (see the module's docstring)."""
+    try:
+        text = raw_body.decode("utf-8")
+    except UnicodeDecodeError as exc:
+        raise BadRequestError(
+            f"request body is not valid JSON: not UTF-8 "
+            f"(byte {raw_body[exc.start]:#04x} at offset {exc.start})",
+            code="invalid_json",
+        ) from None
+    try:
+        body = json.loads(text, object_pairs_hook=_without_duplicates, parse_constant=_no_constants)
+    except _NotJsonError as exc:
+        raise BadRequestError(str(exc), code=exc.code) from None
+    except RecursionError:  # nested far deeper than MAX_JSON_DEPTH
+        raise BadRequestError(_too_deep(), code="too_deep") from None
+    except json.JSONDecodeError as exc:
+        raise BadRequestError(f"request body is not valid JSON: {exc}", code="invalid_json") from None
+    except ValueError:  # an integer longer than Python reads (sys.get_int_max_str_digits)
+        raise BadRequestError(
+            "request body is not valid JSON: a number with too many digits", code="invalid_json"
+        ) from None
+    _check_depth(body)
+    try:
+        # A \ud800-\udfff escape outside a surrogate pair reads as a string no UTF-8 writer can write.
+        text = json.dumps(body, ensure_ascii=False)
+        text.encode("utf-8")
+    except UnicodeEncodeError:
+        raise BadRequestError(
+            "request body holds a string that is not valid Unicode (a \\u escape of half a surrogate pair)",
+            code="invalid_json",
+        ) from None
+    for character in refused_characters:
+        if character in text:
+            raise BadRequestError(
+                f"request body holds U+{ord(character):04X}, a character SQS cannot carry in a message",
+                code="unsupported_character",
+            )
+    return body
+
+
+def _without_duplicates(pairs: list[tuple[str, Any]]) -> dict[str, Any]:
+    """One JSON object; a field given twice is refused: readers disagree on which value wins."""
+    fields = dict(pairs)
+    if len(fields) != len(pairs):
+        seen: set[str] = set()
+        for name, _ in pairs:
+            if name in seen:
+                raise _NotJsonError(
+                    f"field {json.dumps(name)[:64]} appears more than once in one object", "duplicate_field"
+                )
+            seen.add(name)
+    return fields
+
+
+def _no_constants(name: str) -> Any:
+    raise _NotJsonError(f"request body is not valid JSON: {name} is not a JSON number", "invalid_json")
+
+
+def _check_depth(body: Any) -> None:
+    """Arrays and objects at most MAX_JSON_DEPTH deep, walked level by level (no recursion)."""
+    level = [body] if isinstance(body, dict | list) else []
+    depth = 0
+    while level:
+        depth += 1
+        if depth > MAX_JSON_DEPTH:
+            raise BadRequestError(_too_deep(), code="too_deep")
+        level = [
+            child
+            for node in level
+            for child in (node.values() if isinstance(node, dict) else node)
+            if isinstance(child, dict | list)
+        ]
+
+
+def _too_deep() -> str:
+    return f"request body nests arrays and objects more than {MAX_JSON_DEPTH} levels deep"
 
 
 def _check_payload(payload: Any, name: str, limits: RequestLimits) -> None:

@@ -91,6 +91,15 @@ class IngestSettings(TierSettings):
     depth_refresh_seconds: float = Field(gt=0)
     throttling_enabled: bool = True
     counter_flush_seconds: float = Field(default=10.0, ge=0, description="seconds between tally flushes")
+    idempotency_table_name: str | None = Field(
+        default=None, description="where idempotency keys are claimed (None: keys only dedup processing)"
+    )
+    idempotency_window_seconds: int = Field(default=86_400, ge=60, description="how long a key is held")
+    idempotency_pending_seconds: int = Field(
+        default=10,
+        ge=1,
+        description="how long a claim waits for its message to be stored before a retry takes it",
+    )
 
     _parse_urls = field_validator("live_queue_urls", mode="before")(_split_csv)
 

@@ -16,6 +16,7 @@ from breakwater.api import accept, error_response, json_response
 from breakwater.aws.front_door import build_events
 from breakwater.errors import ApiError
 from breakwater.observability import logger, metrics, tracer
+from breakwater.requests import require_json
 from breakwater.settings import EventsSettings
 
 app = APIGatewayRestResolver()
@@ -25,6 +26,7 @@ SERVICE = build_events(EventsSettings.from_env())
 @app.post("/v1/events")
 @tracer.capture_method
 def post_events() -> Response[str]:
+    require_json(app.current_event.headers)
     answer = accept(SERVICE, app.current_event)
     metrics.add_metric(name="EventsWritten", unit=MetricUnit.Count, value=answer.body["written"])
     metrics.add_metric(name="EventsFailed", unit=MetricUnit.Count, value=answer.body["failed"])

@@ -13,6 +13,7 @@ from breakwater.api import accept, error_response, json_response, not_found
 from breakwater.aws.front_door import build_ingest, flush_tallies_in_the_background
 from breakwater.errors import ApiError
 from breakwater.observability import logger, metrics, tracer
+from breakwater.requests import require_json
 from breakwater.settings import IngestSettings
 
 app = APIGatewayRestResolver()
@@ -23,8 +24,14 @@ flush_tallies_in_the_background(SERVICE)
 @app.post("/v1/messages")
 @tracer.capture_method
 def post_message() -> Response[str]:
+    require_json(app.current_event.headers)
     accepted = accept(SERVICE, app.current_event)
-    logger.append_keys(envelope_id=accepted.envelope.id, trace_id=accepted.envelope.trace_id)
+    trace = accepted.envelope.trace_id if accepted.envelope is not None else None
+    logger.append_keys(envelope_id=accepted.message_id, trace_id=trace)
+    if accepted.replayed:  # a client's retry: the original answer, nothing stored again
+        logger.info("accepted earlier", extra={"queue": accepted.queue})
+        metrics.add_metric(name="Replayed", unit=MetricUnit.Count, value=1)
+        return json_response(202, accepted.body(), {"Idempotent-Replayed": "true"})
     logger.info("accepted", extra={"queue": accepted.queue})
     metrics.add_metric(name="Accepted", unit=MetricUnit.Count, value=1)
     return json_response(202, accepted.body())

@@ -17,6 +17,7 @@ from breakwater.api import accept, error_response, json_response
 from breakwater.aws.front_door import build_ordered
 from breakwater.errors import ApiError
 from breakwater.observability import logger, metrics, tracer
+from breakwater.requests import require_json
 from breakwater.settings import OrderedIngestSettings
 
 app = APIGatewayRestResolver()
@@ -26,6 +27,7 @@ SERVICE = build_ordered(OrderedIngestSettings.from_env())
 @app.post("/v1/ordered")
 @tracer.capture_method
 def post_ordered() -> Response[str]:
+    require_json(app.current_event.headers)
     accepted = accept(SERVICE, app.current_event)
     logger.info(
         "accepted ordered",

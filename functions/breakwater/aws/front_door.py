@@ -18,12 +18,14 @@ from breakwater.aws.fifo_queues import FifoQueues
 from breakwater.aws.group_backlogs import DynamoGroupBacklogs
 from breakwater.aws.kinesis import StreamWriter
 from breakwater.aws.queues import EnqueueError, LiveQueues
+from breakwater.aws.request_keys import DynamoClaimStore
 from breakwater.aws.tenants import TenantTable
 from breakwater.events import PartitionKeyMode
 from breakwater.events_ingest import EventsService
 from breakwater.ingest import IngestService, Router
 from breakwater.ordered import BacklogWindow, GroupBound
 from breakwater.ordered_ingest import OrderedIngestService
+from breakwater.request_keys import RequestKeys
 from breakwater.requests import RequestLimits
 from breakwater.settings import AuthorizerSettings, EventsSettings, IngestSettings, OrderedIngestSettings
 
@@ -57,6 +59,15 @@ def build_ingest(settings: IngestSettings, clock: Callable[[], float] = time.tim
         max_ttl_seconds=settings.max_ttl_seconds,
         counters=TenantCounters(settings.state_table_name),
         counter_flush_seconds=settings.counter_flush_seconds,
+        keys=(
+            RequestKeys(
+                DynamoClaimStore(boto3.client("dynamodb"), settings.idempotency_table_name),
+                window_seconds=settings.idempotency_window_seconds,
+                pending_seconds=settings.idempotency_pending_seconds,
+            )
+            if settings.idempotency_table_name
+            else None
+        ),
     )
 
 

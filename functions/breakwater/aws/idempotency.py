@@ -36,7 +36,7 @@ from aws_lambda_powertools.utilities.idempotency.persistence.datarecord import D
 from aws_lambda_powertools.utilities.typing import LambdaContext
 from botocore.exceptions import ClientError
 
-from breakwater.envelope import Envelope
+from breakwater.envelope import Envelope, processing_id
 from breakwater.observability import PowertoolsSettings, logger
 from breakwater.processor import WorkContext
 
@@ -84,7 +84,7 @@ class BatchedPersistenceLayer(DynamoDBPersistenceLayer):
         return True
 
     def key_of(self, envelope: Envelope) -> str:
-        return self._key_of_id(envelope.id)
+        return self._key_of_id(processing_id(envelope))
 
     def _key_of_id(self, envelope_id: str) -> str:
         key = self._keys.get(envelope_id)
@@ -96,9 +96,12 @@ class BatchedPersistenceLayer(DynamoDBPersistenceLayer):
 
     def _get_hashed_idempotency_key(self, data: dict[str, Any]) -> str | None:
         # The key is ``id`` (event_key_jmespath="id"): the same hash as Powertools' JMESPath search,
-        # without a search per call (two per message).
+        # without a search per call (two per message). A whole envelope (Powertools' per-call path)
+        # is keyed by its processing id, as the batch's locks are.
         envelope_id = data.get("id") if isinstance(data, dict) else None
         if isinstance(envelope_id, str) and envelope_id:
+            if data.get("dedup_key") and data.get("tenant"):
+                envelope_id = processing_id(Envelope.model_validate(data))
             return self._key_of_id(envelope_id)
         return super()._get_hashed_idempotency_key(data)
 
@@ -337,7 +340,7 @@ class IdempotentProcessor:
         three times) cost more than the rest of the message; the steps and records are Powertools'
         own: run, then ``save_success`` (buffered COMPLETED record), or ``delete_record`` and re-raise.
         """
-        data = {"id": envelope.id}
+        data = {"id": processing_id(envelope)}
         try:
             result = self._process(envelope, work)
         except Exception as exc:
