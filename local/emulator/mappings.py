@@ -14,6 +14,9 @@ service's, not an invocation, so the next batch does not wait for them. Whatever
 becomes visible again when its visibility timeout ends, and SQS's redrive policy moves it to the
 DLQ after ``maxReceiveCount`` receives.
 
+A chaos run may give a mapping :class:`DeliveryFaults`: the duplicate deliveries SQS's at-least-once
+delivery allows, at a rate per received message.
+
 A mapping in provisioned mode (``ProvisionedPollerConfig``) has several pollers instead: always
 ``MinimumPollers`` of them receiving, even from an empty queue, each with up to
 :data:`INVOCATIONS_PER_POLLER` batches in flight, as Lambda documents a poller. When every poller
@@ -27,8 +30,10 @@ mapping without ``MaximumConcurrency``: no more batches in flight than the funct
 from __future__ import annotations
 
 import logging
+import random
 import threading
 import time
+from collections import Counter
 from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
@@ -106,6 +111,40 @@ class MappingConfigs:
         if config is None:
             return dict(self._lambda.get_event_source_mapping(UUID=uuid))  # raises moto's not-found error
         return config
+
+
+class DeliveryFaults:
+    """Duplicate deliveries, each received message picked at ``rate``, in one of three ways (:data:`KINDS`).
+
+    - ``same_batch``: its record twice in the batch;
+    - ``concurrent``: also in a batch of its own, invoked at once beside the batch (two consumers
+      received it);
+    - ``undeleted``: after the function succeeded with it, it is not deleted: it comes back after its
+      visibility timeout (a delete that was lost).
+
+    ``counts`` is per kind, shared by every mapping given this instance.
+    """
+
+    KINDS = ("same_batch", "concurrent", "undeleted")
+
+    def __init__(self, rate: float, seed: int) -> None:
+        if not 0.0 <= rate <= 1.0:
+            raise ValueError(f"rate must be between 0 and 1, not {rate!r}")
+        self.rate = rate
+        self.counts: Counter[str] = Counter()
+        self._draw = random.Random(seed)  # which messages: a fault schedule, not a secret
+        self._lock = threading.Lock()
+
+    def pick(self, batch: list[dict[str, Any]]) -> dict[str, list[dict[str, Any]]]:
+        """The batch's messages each kind picked (most lists empty)."""
+        picked: dict[str, list[dict[str, Any]]] = {kind: [] for kind in self.KINDS}
+        with self._lock:
+            for message in batch:
+                if self._draw.random() < self.rate:
+                    kind = self._draw.choice(self.KINDS)
+                    picked[kind].append(message)
+                    self.counts[kind] += 1
+        return picked
 
 
 def sqs_record(message: dict[str, Any], source_arn: str) -> dict[str, Any]:
@@ -188,6 +227,7 @@ class SqsMapping:
         self._state: MappingState | None = None
         self._state_read_at = 0.0
         self.stats = MappingStats()
+        self.faults: DeliveryFaults | None = None  # a chaos run's duplicate deliveries
         self._threads: list[threading.Thread] = []
         self._started = 0  # pollers started so far, which names them
 
@@ -386,22 +426,22 @@ class SqsMapping:
     def _invoke(self, batch: list[dict[str, Any]], report_failures: bool) -> None:
         returned = False
         try:
+            undeleted: set[str] = set()
+            if self.faults is not None:
+                picked = self.faults.pick(batch)
+                batch = batch + picked["same_batch"]
+                for message in picked["concurrent"]:
+                    self._invoke_copy(message, report_failures)
+                undeleted = {message["MessageId"] for message in picked["undeleted"]}
             event = {"Records": [sqs_record(message, self.spec.source_arn) for message in batch]}
             delivered_at = time.time()
             invocation = self._pool.invoke(event, source=self.spec.source_arn)
             self._invocation_returned()
             returned = True
             ids = [message["MessageId"] for message in batch]
-            keep = failed_ids(invocation, ids, report_failures)
-            done = [m for m in batch if m["MessageId"] not in keep]
-            for start in range(0, len(done), 10):
-                chunk = done[start : start + 10]
-                self._sqs.delete_message_batch(
-                    QueueUrl=self.queue_url,
-                    Entries=[
-                        {"Id": str(i), "ReceiptHandle": m["ReceiptHandle"]} for i, m in enumerate(chunk)
-                    ],
-                )
+            keep = failed_ids(invocation, ids, report_failures) | undeleted
+            done = list({m["MessageId"]: m for m in batch if m["MessageId"] not in keep}.values())
+            self._delete(done)
             self.stats.invocations += 1
             self.stats.batch_sizes.append(len(batch))
             self.stats.deleted += len(done)
@@ -418,3 +458,36 @@ class SqsMapping:
                 self._settled()
             else:
                 self._release_slot()
+
+    def _delete(self, messages: list[dict[str, Any]]) -> None:
+        for start in range(0, len(messages), 10):
+            chunk = messages[start : start + 10]
+            self._sqs.delete_message_batch(
+                QueueUrl=self.queue_url,
+                Entries=[{"Id": str(i), "ReceiptHandle": m["ReceiptHandle"]} for i, m in enumerate(chunk)],
+            )
+
+    def _invoke_copy(self, message: dict[str, Any], report_failures: bool) -> None:
+        """A duplicate delivery of ``message`` in a batch of its own, beside the batch that has it.
+
+        Outside the mapping's concurrency (another consumer received it), but waited for by
+        :meth:`drain` like a batch being deleted.
+        """
+        with self._slots:
+            self._settling += 1
+
+        def run() -> None:
+            try:
+                event = {"Records": [sqs_record(message, self.spec.source_arn)]}
+                delivered_at = time.time()
+                invocation = self._pool.invoke(event, source=self.spec.source_arn)
+                if not failed_ids(invocation, [message["MessageId"]], report_failures):
+                    self._delete([message])
+                if self._on_invocation is not None:
+                    self._on_invocation(self.spec, [message], invocation, delivered_at)
+            except Exception:
+                log.exception("mapping %s: duplicate delivery failed", self.spec.uuid)
+            finally:
+                self._settled()
+
+        self._executor.submit(run)

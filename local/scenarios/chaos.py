@@ -42,6 +42,7 @@ from typing import Any
 
 from app import merge_context
 from local.emulator.functions import Invocation
+from local.emulator.mappings import DeliveryFaults
 from local.emulator.processor_hooks import (
     EFFECTS_TABLE_ENV,
     FAULT_LOG_ENV,
@@ -307,6 +308,10 @@ def run_chaos(config: ChaosConfig, *, name: str = "chaos", progress: bool = True
         create_effects_table(runtime)
         shorten_visibility(runtime, config.visibility_s)
         keys = create_tenants(runtime, config.tenant_ids)
+        deliveries = DeliveryFaults(config.duplicate_rate, config.seed)
+        if config.duplicate_rate:
+            for mapping in runtime.mappings:
+                mapping.faults = deliveries
         invocations = _Invocations(set(), threading.Lock())
         runtime.on_invocation = invocations
         setup_s = time.time() - began
@@ -345,6 +350,8 @@ def run_chaos(config: ChaosConfig, *, name: str = "chaos", progress: bool = True
         )
         faults = Counter(dict.fromkeys(config.injected(), 0))  # a kind that is on shows, even at 0
         faults.update(injected_faults(fault_log))
+        if config.duplicate_rate:
+            faults["duplicate_delivery"] = sum(deliveries.counts.values())
         if config.lost_ack_rate:
             faults["lost_ack"] = sum(1 for a in attempts if a.dropped)
         report = check(attempts, accounting, permanent=config.processor_faults.permanent, faults=faults)
@@ -356,6 +363,7 @@ def run_chaos(config: ChaosConfig, *, name: str = "chaos", progress: bool = True
                 "drain_s": round(drain_s, 1),
                 "archived_by_counters": sum(c.get("archived", 0) for c in counters.values()),
                 "crashed_invocations": len(invocations.crashed),
+                "duplicate_deliveries_by_kind": dict(deliveries.counts),
                 "fault_kinds_missing": [k for k in config.injected() if not report["faults_injected"].get(k)],
             }
         )

@@ -177,7 +177,8 @@ def table(report: Mapping[str, Any]) -> str:
         (
             "in_dlq",
             report["in_dlq"],
-            f"{report['in_dlq_permanent']} of {report['permanent_failures']} permanent",
+            f"{report['in_dlq_permanent']} of {report['permanent_failures']} meant to fail for good, "
+            f"{report['in_dlq_other']} others",
         ),
         ("dropped/archived", report["dropped"] + report["archived"], ""),
         ("still_queued", report["still_queued"], ""),

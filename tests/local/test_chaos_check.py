@@ -7,6 +7,7 @@ from collections import Counter
 import pytest
 
 from local.__main__ import build_parser, chaos_config
+from local.emulator.mappings import DeliveryFaults
 from local.emulator.processor_hooks import ChaosFaults, draw
 from local.scenarios.chaos_check import Accounting, Run, check, classify_runs, passed, table
 from local.scenarios.chaos_client import Attempt, LoadPlan
@@ -127,3 +128,14 @@ def test_a_bad_value_names_the_flag_and_the_value(
         build_parser().parse_args(["chaos", *flags])
     assert exited.value.code == 2
     assert message in capsys.readouterr().err
+
+
+def test_duplicate_deliveries_pick_messages_at_their_rate_in_every_way() -> None:
+    batch = [{"MessageId": str(n)} for n in range(10)]
+    assert not any(DeliveryFaults(0.0, 1).pick(batch).values())
+    always = DeliveryFaults(1.0, 1)
+    picks = [always.pick(batch) for _ in range(30)]
+    assert all(sum(len(found) for found in pick.values()) == 10 for pick in picks)
+    assert set(always.counts) == set(DeliveryFaults.KINDS) and sum(always.counts.values()) == 300
+    with pytest.raises(ValueError, match="rate must be between 0 and 1"):
+        DeliveryFaults(2.0, 1)

@@ -1,8 +1,8 @@
 """A short chaos run on the embedded runtime: keyed load, faults, drain, and the checker's verdicts.
 
 The same code path as ``python -m local chaos`` (``local.scenarios.chaos.run_chaos``): the stack created
-in moto with an effects table beside it, the keyed client in its own process, the checker on the
-request log, the effects, the dead-letter queues and the worker's drops.
+in moto with an effects table beside it, the keyed client in its own process, the faults at modest
+rates, the checker on the request log, the effects, the dead-letter queues and the worker's drops.
 """
 
 from __future__ import annotations
@@ -15,17 +15,42 @@ from local.scenarios.chaos import ChaosConfig, run_chaos
 
 pytestmark = [pytest.mark.slow, pytest.mark.filterwarnings("ignore:Tried to parse:UserWarning")]
 
-CLEAN = ChaosConfig(messages=300, tenants=3, rate=40.0, seed=11, drain_s=60.0)
+SHORT = ChaosConfig(
+    messages=600,
+    tenants=4,
+    rate=40.0,
+    seed=11,
+    drain_s=90.0,
+    transient_rate=0.05,
+    permanent_share=0.01,
+    duplicate_rate=0.05,
+    lost_ack_rate=0.05,
+)
 
 
 @pytest.fixture(scope="module")
-def clean() -> dict[str, Any]:
-    return run_chaos(CLEAN, name="test-chaos-clean", progress=False)
+def report() -> dict[str, Any]:
+    return run_chaos(SHORT, name="test-chaos", progress=False)
 
 
-def test_without_faults_every_message_is_acknowledged_and_processed_once(clean: dict[str, Any]) -> None:
-    assert clean["attempted"] == clean["acknowledged"] == CLEAN.messages
-    assert clean["processed"] == clean["runs"] == CLEAN.messages
-    assert clean["lost"] == clean["duplicated"] == clean["unexpected"] == 0
-    assert clean["in_dlq"] == clean["still_queued"] == clean["server_errors"] == 0
-    assert clean["faults_injected"] == {} and clean["fault_kinds_missing"] == []
+def test_nothing_is_lost_done_twice_or_unexpected(report: dict[str, Any]) -> None:
+    assert report["attempted"] == SHORT.messages
+    assert report["lost"] == report["duplicated"] == report["unexpected"] == 0, report["samples"]
+    assert report["server_errors"] == report["id_mismatches"] == report["replayed_without_flag"] == 0
+
+
+def test_every_acknowledged_message_is_processed_or_dead_lettered_for_a_permanent_failure(
+    report: dict[str, Any],
+) -> None:
+    assert report["acknowledged"] == SHORT.messages  # nothing here refuses a request for good
+    assert report["processed"] + report["in_dlq"] == report["acknowledged"]
+    assert report["in_dlq"] == report["in_dlq_permanent"] == report["permanent_failures"] > 0
+    assert report["permanent_processed"] == report["still_queued"] == 0
+
+
+def test_every_fault_kind_was_injected(report: dict[str, Any]) -> None:
+    assert set(report["faults_injected"]) == set(SHORT.injected())
+    assert report["fault_kinds_missing"] == []
+    assert all(count > 0 for count in report["faults_injected"].values()), report["faults_injected"]
+    # the client's dropped answers were retried and answered again with the same id
+    assert report["acknowledged_then_dropped"] == report["faults_injected"]["lost_ack"]
