@@ -13,7 +13,7 @@ export JSII_SILENCE_WARNING_UNTESTED_NODE_VERSION := 1
 export SPARK_LOCAL_IP := 127.0.0.1
 export PYTHONDONTWRITEBYTECODE := 1
 
-.PHONY: help install chromium test lint types unit integration infrastructure spark local synth nag cfn-lint deploy bootstrap demo scenarios serve bench bench-demo bench-scenarios clean
+.PHONY: help install chromium test lint types unit integration infrastructure spark local synth openapi nag cfn-lint deploy bootstrap demo scenarios serve bench bench-demo bench-scenarios clean
 
 help:  ## list the targets
 	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  make %-15s %s\n", $$1, $$2}'
@@ -57,6 +57,9 @@ synth: install  ## synthesize the CloudFormation template into cdk.out/ (runs cd
 
 cfn-lint: synth  ## cfn-lint on the synthesized template
 	$(VENV)/bin/cfn-lint $(CDK_OUTDIR)/Breakwater.template.json
+
+openapi: $(VENV)/.stamp-installed  ## write docs/openapi.json, the API's OpenAPI 3.0 document (routes, models, answers)
+	PYTHONPATH=functions:. $(PY) -m stacks.openapi --out docs/openapi.json
 
 test: install  ## ruff + mypy + every test tier + cdk-nag + cfn-lint on the synthesized template
 	$(MAKE) lint
