@@ -12,6 +12,13 @@ over its plan's throttle -> 429 THROTTLED, before any integration runs), request
 the authorizer's context plus ``principalId``. Error bodies come from the template's gateway
 responses. Usage plans and keys are read from the embedded API Gateway (moto), where the stack
 and onboarding (``breakwater.aws.usage_plans``) put them; quotas are not enforced.
+
+The body is checked against the route's model only when the Content-Type selects it: the model's
+``application/json``, or no Content-Type at all (API Gateway then takes the body as JSON); a body of
+another type reaches the function unchecked, as in API Gateway. Every request is answered, the way
+API Gateway answers: a malformed request (its framing, its headers, a method or path no route has)
+with a JSON error from the gateway responses, never a dropped connection or an HTML page; a failure
+of the emulator itself with a JSON 500 naming it.
 """
 
 from __future__ import annotations
@@ -19,8 +26,10 @@ from __future__ import annotations
 import base64
 import fnmatch
 import json
+import re
 import threading
 import time
+import traceback
 import uuid
 from datetime import UTC, datetime
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
@@ -57,7 +66,14 @@ DEFAULT_MESSAGE = {
     "INTEGRATION_FAILURE": "Internal server error",
 }
 MAX_BODY_BYTES = 10 * 1024 * 1024
+MAX_HEADER_BYTES = 10 * 1024  # API Gateway: the request line and the header values together
 INTEGRATION_TIMEOUT_S = 29.0
+# How long a body may take to arrive once its headers have: a client that stops sending mid-body is
+# answered instead of holding a thread. Idle keep-alive connections are not timed.
+BODY_TIMEOUT_S = 10.0
+MAX_CHUNK_LINE = 1024
+JSON_MEDIA_TYPE = "application/json"
+_DIGITS = re.compile(r"[0-9]{1,19}")
 
 
 class _StageThrottle:
@@ -178,11 +194,30 @@ class _UsagePlanThrottles:
 
 
 class _GatewayError(Exception):
-    def __init__(self, response_type: str, message: str | None = None, validation: str = "") -> None:
+    """An answer of the gateway itself; ``status`` overrides the response type's (protocol errors)."""
+
+    def __init__(
+        self,
+        response_type: str,
+        message: str | None = None,
+        validation: str = "",
+        *,
+        status: int | None = None,
+    ) -> None:
         super().__init__(response_type)
         self.response_type = response_type
         self.message = message or DEFAULT_MESSAGE.get(response_type, "Error")
         self.validation = validation
+        self.status = status
+
+
+def _bad_request(message: str, status: int = 400) -> _GatewayError:
+    """A request API Gateway cannot read (its framing or its headers): DEFAULT_4XX's body."""
+    return _GatewayError("DEFAULT_4XX", message, status=status)
+
+
+def _no_json_constants(name: str) -> Any:
+    raise ValueError(f"{name} is not JSON")
 
 
 def policy_allows(policy: dict[str, Any], method_arn: str) -> bool:
@@ -230,20 +265,103 @@ class LocalApi:
             def log_message(self, format: str, *args: Any) -> None:
                 return None
 
+            def __getattr__(self, name: str) -> Any:
+                # Any method token is routed (a method no route has is API Gateway's 403), never a 501.
+                if name.startswith("do_"):
+                    return self._serve
+                raise AttributeError(name)
+
             def _serve(self) -> None:
-                length = int(self.headers.get("Content-Length") or 0)
-                body = self.rfile.read(length) if length else b""
-                status, headers, payload = api.handle(
-                    self.command, self.path, dict(self.headers.items()), body
-                )
+                try:
+                    body = self._read_body()
+                except _GatewayError as error:
+                    self.close_connection = True  # what is left of the body cannot be told from a request
+                    answer = api.error_answer(error)
+                else:
+                    answer = api.handle(self.command, self.path, dict(self.headers.items()), body)
+                self._answer(*answer)
+
+            def _read_body(self) -> bytes:
+                """The body as framed by Content-Length or chunked transfer coding; a 4xx if it is not."""
+                line = len(self.requestline) + sum(len(value) for value in self.headers.values())
+                if line > MAX_HEADER_BYTES:
+                    raise _GatewayError(
+                        "REQUEST_TOO_LARGE", f"HTTP header is larger than {MAX_HEADER_BYTES} bytes."
+                    )
+                lengths = self.headers.get_all("Content-Length") or []
+                codings = self.headers.get_all("Transfer-Encoding") or []
+                if lengths and codings:
+                    raise _bad_request("a request may not have both Content-Length and Transfer-Encoding")
+                self.connection.settimeout(BODY_TIMEOUT_S)
+                try:
+                    if codings:
+                        if [coding.strip().lower() for coding in codings] != ["chunked"]:
+                            raise _bad_request(f"Transfer-Encoding {', '.join(codings)!r} is not supported")
+                        return self._read_chunked()
+                    if not lengths:
+                        return b""
+                    if len(set(lengths)) > 1 or not _DIGITS.fullmatch(lengths[0].strip()):
+                        raise _bad_request(f"invalid Content-Length {', '.join(lengths)!r}")
+                    length = int(lengths[0])
+                    if length > MAX_BODY_BYTES:
+                        raise _GatewayError("REQUEST_TOO_LARGE")
+                    return self._read_exactly(length)
+                except TimeoutError:
+                    raise _bad_request(
+                        f"the request body did not arrive within {BODY_TIMEOUT_S:g} s"
+                    ) from None
+                finally:
+                    self.connection.settimeout(None)
+
+            def _read_exactly(self, length: int) -> bytes:
+                data = self.rfile.read(length)
+                if len(data) < length:
+                    raise _bad_request(f"the request body ended after {len(data)} of its {length} bytes")
+                return data
+
+            def _read_chunked(self) -> bytes:
+                chunks: list[bytes] = []
+                total = 0
+                while True:
+                    size_line = self.rfile.readline(MAX_CHUNK_LINE + 1)
+                    size_text = size_line.split(b";", 1)[0].strip()
+                    if not size_line.endswith(b"\n") or not re.fullmatch(rb"[0-9A-Fa-f]{1,8}", size_text):
+                        raise _bad_request(f"invalid chunk size line {size_line[:40]!r}")
+                    size = int(size_text, 16)
+                    if size == 0:
+                        break
+                    total += size
+                    if total > MAX_BODY_BYTES:
+                        raise _GatewayError("REQUEST_TOO_LARGE")
+                    chunks.append(self._read_exactly(size))
+                    if self.rfile.readline(MAX_CHUNK_LINE + 1).strip():
+                        raise _bad_request("a chunk is longer than its size line says")
+                for _ in range(100):  # trailer fields, up to the empty line
+                    trailer = self.rfile.readline(MAX_CHUNK_LINE + 1)
+                    if not trailer.strip():
+                        return b"".join(chunks)
+                raise _bad_request("too many trailer fields after the last chunk")
+
+            def _answer(self, status: int, headers: dict[str, str], payload: bytes) -> None:
                 self.send_response(status)
                 for name, value in headers.items():
                     self.send_header(name, value)
                 self.send_header("Content-Length", str(len(payload)))
+                if self.close_connection:
+                    self.send_header("Connection", "close")
                 self.end_headers()
-                self.wfile.write(payload)
+                if self.command != "HEAD":  # a HEAD answer has the headers of the GET, never a body
+                    self.wfile.write(payload)
 
-            do_GET = do_POST = do_PUT = do_DELETE = do_PATCH = do_HEAD = do_OPTIONS = _serve  # noqa: N815
+            def send_error(self, code: int, message: str | None = None, explain: str | None = None) -> None:
+                """A request http.server cannot parse (request line, headers): a JSON 4xx, not HTML."""
+                self.close_connection = True
+                # A request line http.server could not read leaves it in HTTP/0.9, whose answers have no
+                # status line: every client sent HTTP/1.x framing and expects one.
+                self.request_version = self.protocol_version
+                text = message or self.responses.get(code, ("Bad Request",))[0]
+                # A client's malformed request is a 4xx, the HTTP version it asked for included.
+                self._answer(*api.error_answer(_bad_request(text, code if code < 500 else 400)))
 
         self._server = ThreadingHTTPServer(("127.0.0.1", port), Handler)
         self._server.daemon_threads = True
@@ -273,6 +391,22 @@ class LocalApi:
             status, out_headers, payload = self._handle(method, raw_path, headers, body, request_id, started)
         except _GatewayError as error:
             status, out_headers, payload = self._gateway_response(error, request_id)
+        except Exception as exc:  # the emulator's own failure: answered and shown, never a dropped connection
+            traceback.print_exc()
+            failure = _GatewayError(
+                "INTERNAL_ERROR", f"local API emulator failed: {type(exc).__name__}: {exc}"
+            )
+            status, out_headers, payload = self._gateway_response(failure, request_id)
+        return self._counted(status, out_headers, payload, request_id)
+
+    def error_answer(self, error: _GatewayError) -> tuple[int, dict[str, str], bytes]:
+        """The gateway's answer to a request it could not read far enough to route."""
+        request_id = str(uuid.uuid4())
+        return self._counted(*self._gateway_response(error, request_id), request_id)
+
+    def _counted(
+        self, status: int, out_headers: dict[str, str], payload: bytes, request_id: str
+    ) -> tuple[int, dict[str, str], bytes]:
         with self._status_lock:
             self.status_counts[status] = self.status_counts.get(status, 0) + 1
         out_headers.setdefault("x-amzn-RequestId", request_id)
@@ -348,7 +482,7 @@ class LocalApi:
                 raise _GatewayError("INVALID_API_KEY")
             if not admitted:
                 raise _GatewayError("THROTTLED")
-        if route.request_schema is not None:
+        if route.request_schema is not None and _selects_json_model(headers):
             self._validate(route.request_schema, body)
         event = {
             **common,
@@ -416,10 +550,14 @@ class LocalApi:
         import jsonschema  # type: ignore[import-untyped]
 
         try:
-            document = json.loads(body or b"null")
-        except ValueError:
+            document = json.loads(body or b"null", parse_constant=_no_json_constants)
+        except (ValueError, RecursionError):  # not UTF-8, not JSON (NaN neither), nested past the stack
             raise _GatewayError("BAD_REQUEST_BODY", validation="[Invalid JSON in request body]") from None
-        errors = sorted(jsonschema.Draft4Validator(schema).iter_errors(document), key=lambda e: list(e.path))
+        try:
+            found = list(jsonschema.Draft4Validator(schema).iter_errors(document))
+        except RecursionError:
+            raise _GatewayError("BAD_REQUEST_BODY", validation="[JSON nested too deeply]") from None
+        errors = sorted(found, key=lambda e: list(e.path))
         if errors:
             raise _GatewayError(
                 "BAD_REQUEST_BODY", validation="[" + ", ".join(e.message for e in errors) + "]"
@@ -427,15 +565,18 @@ class LocalApi:
 
     def _gateway_response(self, error: _GatewayError, request_id: str) -> tuple[int, dict[str, str], bytes]:
         responses = self.spec.gateway_responses
-        family = "DEFAULT_5XX" if DEFAULT_STATUS.get(error.response_type, 500) >= 500 else "DEFAULT_4XX"
+        default_status = error.status or DEFAULT_STATUS.get(error.response_type, 500)
+        family = "DEFAULT_5XX" if default_status >= 500 else "DEFAULT_4XX"
         configured = responses.get(error.response_type) or responses.get(family) or {}
-        status = configured.get("status") or DEFAULT_STATUS.get(error.response_type, 500)
+        status = error.status or configured.get("status") or default_status
         template = configured.get("template")
         if template:
             body = (
                 template.replace("$context.error.messageString", json.dumps(error.message))
                 .replace("$context.error.message", error.message)
-                .replace("$context.error.validationErrorString", error.validation.replace('"', '\\"'))
+                # Escaped as a JSON string's content (API Gateway escapes its quotes): the validator's
+                # messages quote what the client sent, backslashes and control characters included.
+                .replace("$context.error.validationErrorString", json.dumps(error.validation)[1:-1])
                 .replace("$context.error.responseType", error.response_type)
                 .replace("$context.requestId", request_id)
             )
@@ -446,3 +587,9 @@ class LocalApi:
             if name.startswith("gatewayresponse.header."):
                 headers[name.removeprefix("gatewayresponse.header.")] = str(value).strip("'")
         return int(status), headers, body.encode()
+
+
+def _selects_json_model(headers: dict[str, str]) -> bool:
+    """Whether the request's Content-Type selects the route's ``application/json`` model (none does too)."""
+    declared = next((value for name, value in headers.items() if name.lower() == "content-type"), None)
+    return declared is None or declared.split(";")[0].strip().lower() == JSON_MEDIA_TYPE
