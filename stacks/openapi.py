@@ -45,12 +45,19 @@ from breakwater.errors import (
     UnsupportedMediaTypeError,
 )
 from breakwater.request_keys import HEADER as IDEMPOTENCY_HEADER
-from breakwater.requests import JSON_MEDIA_TYPE, MAX_JSON_DEPTH, MAX_KEY_LENGTH
+from breakwater.requests import (
+    JSON_MEDIA_TYPE,
+    MAX_JSON_DEPTH,
+    MAX_KEY_LENGTH,
+    MAX_SQS_ID_LENGTH,
+    SQS_ID_PATTERN,
+)
 from stacks.config import BlueprintConfig
 from stacks.ingress import STAGE_NAME
 from stacks.request_schemas import events_schema, message_schema, ordered_message_schema
 
 OPENAPI_VERSION = "3.0.3"
+ORDERED_KEY_PARAMETER = "OrderedIdempotencyKey"
 ROOT = Path(__file__).resolve().parent.parent
 DOCUMENT = ROOT / "docs" / "openapi.json"
 SECURITY_SCHEME = "TenantKey"
@@ -119,11 +126,13 @@ def routes(config: BlueprintConfig) -> list[Route]:
                     "Sent to a FIFO queue in the message group `<tenant>:<ordering_key>`, deduplicated "
                     "by `dedup_key` (else the message's id). A group holding its limit of messages "
                     "accepted and not yet processed is refused with 429 `group_backlog_full`. Strings "
-                    "may not hold U+FFFE or U+FFFF (SQS cannot carry them)."
+                    "may not hold U+FFFE or U+FFFF (SQS cannot carry them). An "
+                    f"`{IDEMPOTENCY_HEADER}` is the message's `dedup_key`."
                 ),
                 model_name="OrderedMessage",
                 body=ordered_message_schema(config),
                 responses=_message_responses("AcceptedOrdered"),
+                parameters=(_ref("parameters", ORDERED_KEY_PARAMETER),),
             )
         )
     if config.streaming.enabled:
@@ -213,7 +222,22 @@ def build_document(config: BlueprintConfig) -> dict[str, Any]:
                         "maxLength": MAX_KEY_LENGTH,
                         "pattern": "^[ -~]*[!-~][ -~]*$",  # printable ASCII, not only spaces
                     },
-                }
+                },
+                ORDERED_KEY_PARAMETER: {
+                    "name": IDEMPOTENCY_HEADER,
+                    "in": "header",
+                    "required": False,
+                    "description": (
+                        "The message's deduplication id in its FIFO queue (else the body's `dedup_key`; "
+                        "if both, the same): printable ASCII without spaces, as SQS takes it."
+                    ),
+                    "schema": {
+                        "type": "string",
+                        "minLength": 1,
+                        "maxLength": MAX_SQS_ID_LENGTH,
+                        "pattern": SQS_ID_PATTERN,
+                    },
+                },
             },
             "headers": {
                 "Retry-After": {

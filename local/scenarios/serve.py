@@ -53,7 +53,8 @@ def serve(*, naive: bool, schedule_speedup: float, out: Path = ROOT / "out" / "e
         for tenant, key in keys.items():
             print(f"  {tenant}: {key}")
         print(
-            f"\nwrote {out}. Try:\n  curl -s -X POST {runtime.api.url}v1/messages -H 'Authorization: Bearer "
+            f"\nwrote {out}. Try:\n  curl -s -X POST {runtime.api.url}v1/messages "
+            "-H 'Content-Type: application/json' -H 'Authorization: Bearer "
             f'{keys[TENANTS[0]]}\' -d \'{{"type": "hello", "payload": {{}}}}\'\nCtrl-C stops.',
             flush=True,
         )

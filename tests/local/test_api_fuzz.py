@@ -324,13 +324,6 @@ HOSTILE = [
         path="/v1/ordered",
         headers=["Idempotency-Key: with space"],
         body=b'{"type": "t", "ordering_key": "k"}',
-        marks=(
-            pytest.mark.xfail(
-                strict=True,
-                reason="the ordered route sends the header as MessageDeduplicationId unchecked: SQS "
-                "refuses a space there (moto does not, so this is a 202 here and a 5xx in AWS)",
-            ),
-        ),
     ),
     # Headers.
     hostile(
