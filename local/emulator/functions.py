@@ -14,6 +14,7 @@ from __future__ import annotations
 import contextlib
 import json
 import os
+import signal
 import subprocess
 import sys
 import threading
@@ -119,12 +120,20 @@ class _Container:
             log_sink(self.spec.logical_id, line.rstrip("\n"))
 
     def _read_answer(self, timeout_s: float) -> dict[str, Any] | None:
-        """The next answer, or None if none came within ``timeout_s`` (the container is then killed)."""
+        """The next answer, or None if none came within ``timeout_s`` or the process is gone.
+
+        The answer pipe ends (an empty read) only when the process died: it is reaped here, so
+        :attr:`alive` says so at once and the caller reports the runtime's exit, not a timeout.
+        """
         box: list[str] = []
         reader = threading.Thread(target=lambda: box.append(self._answers.readline()), daemon=True)
         reader.start()
         reader.join(timeout_s)
-        if reader.is_alive() or not box or not box[0]:
+        if reader.is_alive() or not box:
+            return None
+        if not box[0]:
+            with contextlib.suppress(subprocess.TimeoutExpired):
+                self.process.wait(5)
             return None
         return dict(json.loads(box[0]))
 
@@ -148,7 +157,12 @@ class _Container:
         answer = self._read_answer(self.spec.timeout_s + 1.0)
         invocation = Invocation(function=self.spec.logical_id, request_id=request_id)
         if answer is None and not self.alive:
-            invocation.error = {"errorType": "Runtime.ExitError", "errorMessage": "the runtime exited"}
+            # As Lambda reports an environment that died mid-invocation (a crash, SIGKILL, out of memory).
+            signal_name = _signal_name(self.process.returncode)
+            invocation.error = {
+                "errorType": "Runtime.ExitError",
+                "errorMessage": f"RequestId: {request_id} Error: Runtime exited with error: {signal_name}",
+            }
             return invocation
         if answer is None:
             self.kill()
@@ -180,6 +194,16 @@ class _Container:
             self.process.wait(2)
         except subprocess.TimeoutExpired:
             self.kill()
+        with contextlib.suppress(OSError):
+            self._answers.close()
+
+
+def _signal_name(returncode: int | None) -> str:
+    """How Lambda words a runtime's end: ``signal: killed``, ``exit status 1``."""
+    if returncode is not None and returncode < 0:
+        with contextlib.suppress(ValueError):
+            return f"signal: {(signal.strsignal(-returncode) or str(-returncode)).lower()}"
+    return f"exit status {returncode}"
 
 
 class FairSlots:
@@ -257,6 +281,7 @@ class FunctionPool:
         self.requests: Counter[str] = Counter()
         self.invocations = 0
         self.errors = 0
+        self.crashes = 0  # containers that died in an invocation (crashed, killed, timed out)
 
     def _container(self) -> tuple[_Container, float | None]:
         with self._lock:
@@ -291,8 +316,16 @@ class FunctionPool:
                 self.invocations += 1
                 self.errors += 0 if invocation.ok else 1
                 self.requests.update(invocation.requests)
+                dead = None
                 if container.alive and container.init_error is None:
                     self._idle.append(container)
+                elif container.init_error is None:  # died or killed: the next invocation starts another
+                    self.crashes += 1
+                    dead = container
+                    if container in self._all:
+                        self._all.remove(container)
+            if dead is not None:
+                dead.stop()  # its pipes
         return invocation
 
     def warm(self, count: int = 1) -> None:

@@ -41,6 +41,7 @@ from pathlib import Path
 from typing import Any
 
 from app import merge_context
+from local.emulator.container import AWS_FAULTS_ENV, KILLS_ENV
 from local.emulator.functions import Invocation
 from local.emulator.mappings import DeliveryFaults
 from local.emulator.processor_hooks import (
@@ -57,6 +58,10 @@ from local.scenarios.observations import queue_depths, tenant_counters
 from local.scenarios.tenants import create_tenants
 
 EFFECTS_TABLE = "breakwater-local-chaos-effects"
+# A kill is armed this far into an invocation at most (a moment drawn uniformly): about a worker's
+# batch here, and less than a controller run; an invocation that ends first is not killed.
+WORKER_KILL_WITHIN_S = 0.3
+CONTROLLER_KILL_WITHIN_S = 0.05
 CRASHED = frozenset({"Runtime.ExitError", "Sandbox.Timedout"})
 
 # The demo's compressed configuration, with room for the chaos: tiers the load stays well within
@@ -289,17 +294,29 @@ def run_chaos(config: ChaosConfig, *, name: str = "chaos", progress: bool = True
     fault_log.unlink(missing_ok=True)
     switches = {"chaos": asdict(config.processor_faults)}
     faults_path.write_text(json.dumps(switches), encoding="utf-8")
+    chaos_env = {FAULT_LOG_ENV: str(fault_log)}
+    if config.aws_throttle_rate or config.aws_error_rate:
+        chaos_env[AWS_FAULTS_ENV] = json.dumps(
+            {"throttle": config.aws_throttle_rate, "server_error": config.aws_error_rate, "seed": config.seed}
+        )
+    kills = {
+        "worker/": {"rate": config.kill_rate, "within_s": WORKER_KILL_WITHIN_S, "kind": "worker_killed"},
+        "controller/": {
+            "rate": config.controller_crash_rate,
+            "within_s": CONTROLLER_KILL_WITHIN_S,
+            "kind": "controller_crash",
+        },
+    }
+    chaos_env[KILLS_ENV] = json.dumps(
+        {prefix: {**kill, "seed": config.seed} for prefix, kill in kills.items()}
+    )
     options = RuntimeOptions(
         workdir=workdir,
         max_containers=4,
         mapping_containers=8,
         warm_containers=2,
         schedule_speedup=12.0,
-        extra_function_env={
-            FAULTS_ENV: str(faults_path),
-            EFFECTS_TABLE_ENV: EFFECTS_TABLE,
-            FAULT_LOG_ENV: str(fault_log),
-        },
+        extra_function_env={FAULTS_ENV: str(faults_path), EFFECTS_TABLE_ENV: EFFECTS_TABLE, **chaos_env},
     )
     runtime = LocalRuntime(context=CHAOS_CONTEXT, options=options)
     began = time.time()
