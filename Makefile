@@ -13,7 +13,7 @@ export JSII_SILENCE_WARNING_UNTESTED_NODE_VERSION := 1
 export SPARK_LOCAL_IP := 127.0.0.1
 export PYTHONDONTWRITEBYTECODE := 1
 
-.PHONY: help install chromium test lint types unit integration infrastructure spark local synth openapi nag cfn-lint deploy bootstrap demo scenarios serve bench bench-demo bench-scenarios clean
+.PHONY: help install chromium test lint types unit integration infrastructure spark local synth openapi nag cfn-lint deploy bootstrap demo scenarios chaos serve bench bench-demo bench-scenarios clean
 
 help:  ## list the targets
 	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  make %-15s %s\n", $$1, $$2}'
@@ -93,6 +93,9 @@ demo: install  ## run the main job on the embedded AWS (moto): a noisy neighbour
 
 scenarios: install  ## every scenario in turn (python -m local demo --scenario all), reports under out/
 	$(PY) -m local demo --scenario all
+
+chaos: install  ## faults injected under 10,000 keyed messages; checks nothing lost, done twice or unexpected (out/chaos/)
+	$(PY) -m local chaos --messages 10000 --drain-seconds 300
 
 serve: install  ## keep the embedded AWS up for your own traffic (URL and keys in out/endpoint.json)
 	$(PY) -m local serve
