@@ -170,6 +170,36 @@ class ChaosConfig:
         return [kind for kind, rate in kinds.items() if rate > 0]
 
 
+def _last_own_frame(trace: list[str], code_dir: str) -> str:
+    """The innermost frame of a stack trace in the function's own code: where its error got away."""
+    frames = [line.strip() for line in trace if line.strip().startswith(f'File "{code_dir}')]
+    return frames[-1].replace(code_dir + "/", "") if frames else ""
+
+
+class _FunctionErrors:
+    """Every invocation that ended in a function error, per function and error (its last frame kept)."""
+
+    def __init__(self) -> None:
+        self.counts: Counter[str] = Counter()
+        self._lock = threading.Lock()
+
+    def watch(self, pool: Any) -> None:
+        invoke = pool.invoke
+
+        def invoke_and_note(event: Any, **kwargs: Any) -> Invocation:
+            invocation: Invocation = invoke(event, **kwargs)
+            error = invocation.error
+            if error is not None and error.get("errorType") not in CRASHED:
+                where = _last_own_frame(error.get("stackTrace") or [], str(pool.spec.code_dir))
+                message = str(error.get("errorMessage"))[:160]
+                note = f"{pool.spec.handler}: {error.get('errorType')}: {message}"
+                with self._lock:
+                    self.counts[f"{note} ({where})" if where else note] += 1
+            return invocation
+
+        pool.invoke = invoke_and_note
+
+
 @dataclass
 class _Invocations:
     """The mappings' invocations as they end: which died (their runs were never acknowledged)."""
@@ -329,6 +359,9 @@ def run_chaos(config: ChaosConfig, *, name: str = "chaos", progress: bool = True
         if config.duplicate_rate:
             for mapping in runtime.mappings:
                 mapping.faults = deliveries
+        errors = _FunctionErrors()
+        for pool in runtime.pools.values():
+            errors.watch(pool)
         invocations = _Invocations(set(), threading.Lock())
         runtime.on_invocation = invocations
         setup_s = time.time() - began
@@ -381,6 +414,7 @@ def run_chaos(config: ChaosConfig, *, name: str = "chaos", progress: bool = True
                 "archived_by_counters": sum(c.get("archived", 0) for c in counters.values()),
                 "crashed_invocations": len(invocations.crashed),
                 "duplicate_deliveries_by_kind": dict(deliveries.counts),
+                "function_errors": dict(errors.counts.most_common()),
                 "fault_kinds_missing": [k for k in config.injected() if not report["faults_injected"].get(k)],
             }
         )

@@ -11,8 +11,9 @@ import hashlib
 import json
 from typing import TYPE_CHECKING, Any
 
-from botocore.exceptions import ClientError
+from botocore.exceptions import BotoCoreError, ClientError
 
+from breakwater.errors import UnavailableError
 from breakwater.request_keys import Claim, ClaimState
 
 if TYPE_CHECKING:
@@ -47,6 +48,12 @@ class DynamoClaimStore:
         self.table = table_name
 
     def claim(self, tenant: str, key: str, claim: Claim, expires_at_s: int, now_s: int) -> Claim | None:
+        try:
+            return self._claim(tenant, key, claim, expires_at_s, now_s)
+        except (ClientError, BotoCoreError) as exc:  # before anything is sent: the client retries the key
+            raise UnavailableError(f"the message was not stored, please retry: {exc}") from exc
+
+    def _claim(self, tenant: str, key: str, claim: Claim, expires_at_s: int, now_s: int) -> Claim | None:
         item_id = claim_id(tenant, key)
         try:
             self.client.put_item(
@@ -77,7 +84,7 @@ class DynamoClaimStore:
                     TableName=self.table, Key={ID: {"S": item_id}}, ConsistentRead=True
                 ).get("Item")
             if not item:  # deleted between the two calls (released): claim it again
-                return self.claim(tenant, key, claim, expires_at_s, now_s)
+                return self._claim(tenant, key, claim, expires_at_s, now_s)
             return _claim_of(dict(item))
         return None
 
@@ -99,7 +106,9 @@ class DynamoClaimStore:
         except ClientError as exc:
             if _failed_condition(exc):
                 return False
-            raise
+            raise UnavailableError(f"the message was not stored, please retry: {exc}") from exc
+        except BotoCoreError as exc:
+            raise UnavailableError(f"the message was not stored, please retry: {exc}") from exc
         return True
 
     def accepted(self, tenant: str, key: str, message_id: str, queue: int) -> None:
