@@ -9,7 +9,9 @@ import pytest
 from local.__main__ import build_parser, chaos_config
 from local.emulator.mappings import DeliveryFaults
 from local.emulator.processor_hooks import ChaosFaults, draw
-from local.scenarios.chaos_check import Accounting, Run, check, classify_runs, passed, table
+from local.scenarios import chaos as chaos_module
+from local.scenarios.chaos import ChaosConfig
+from local.scenarios.chaos_check import VERDICTS, Accounting, Run, check, classify_runs, passed, table
 from local.scenarios.chaos_client import Attempt, LoadPlan
 
 
@@ -139,3 +141,22 @@ def test_duplicate_deliveries_pick_messages_at_their_rate_in_every_way() -> None
     assert set(always.counts) == set(DeliveryFaults.KINDS) and sum(always.counts.values()) == 300
     with pytest.raises(ValueError, match="rate must be between 0 and 1"):
         DeliveryFaults(2.0, 1)
+
+
+def test_the_demo_s_chaos_scenario_is_the_chaos_run_with_its_defaults(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    runs: list[ChaosConfig] = []
+
+    def run(config: ChaosConfig, progress: bool = True) -> dict[str, object]:
+        runs.append(config)
+        return {**dict.fromkeys(VERDICTS, 0), "fault_kinds_missing": []}
+
+    monkeypatch.setattr(chaos_module, "main", run)
+    args = build_parser().parse_args(["demo", "--scenario", "chaos", "--quiet"])
+    assert args.func(args) == 0
+    assert runs == [chaos_config(build_parser().parse_args(["chaos"]))]
+    assert set(runs[0].injected()) == {
+        "worker_killed", "processor_transient", "processor_permanent", "long_handler", "duplicate_delivery",
+        "lost_ack", "aws_throttle", "aws_server_error", "controller_crash",
+    }  # fmt: skip
