@@ -7,6 +7,7 @@ import threading
 import time
 from collections.abc import Iterator
 from pathlib import Path
+from types import SimpleNamespace
 from typing import Any
 
 import boto3
@@ -14,8 +15,11 @@ import pytest
 from botocore.config import Config
 from botocore.exceptions import ClientError
 
+from breakwater.archive import encode_ndjson_gz
 from local.emulator.container import FAULT_LOG_ENV, KILLS_ENV, AwsFaults, FaultLog
+from local.emulator.embedded_aws import EmbeddedAws
 from local.emulator.functions import FunctionPool, FunctionSpec
+from local.scenarios.chaos import archived
 
 PROBE = Path(__file__).parent / "handlers"
 SLEEPY = {"Records": [{"messageId": "m", "body": "sleep"}]}  # the probe sleeps a moment on it
@@ -117,3 +121,18 @@ def test_aws_faults_wait_until_armed_and_keep_to_their_rate() -> None:
     answers = [faults(request=request, event_name="before-send.sqs.SendMessage") for _ in range(4000)]
     statuses = [answer.status_code for answer in answers if answer is not None]
     assert 300 < statuses.count(400) < 500 and 120 < statuses.count(500) < 280
+
+
+def test_the_archive_s_envelopes_are_accounted_for_by_tenant_and_key(aws: EmbeddedAws) -> None:
+    s3 = aws.client("s3")
+    s3.create_bucket(Bucket="archive")
+    bodies = [
+        json.dumps({"id": "01A", "tenant": "t1", "dedup_key": "k-1"}),
+        json.dumps({"id": "01B", "tenant": "t2"}),  # no key: its id stands for it
+        "not an envelope",
+    ]
+    s3.put_object(
+        Bucket="archive", Key="tenant=t1/dt=2026-01-01/hour=00/a.ndjson.gz", Body=encode_ndjson_gz(bodies)
+    )
+    runtime = SimpleNamespace(aws=aws, deployment=SimpleNamespace(outputs={"ArchiveBucketName": "archive"}))
+    assert archived(runtime) == {("t1", "k-1"), ("t2", "id:01B")}  # type: ignore[arg-type]
