@@ -31,7 +31,7 @@ SHORT = ChaosConfig(
     lost_ack_rate=0.03,
     aws_throttle_rate=0.02,
     aws_error_rate=0.01,
-    controller_crash_rate=0.5,
+    controller_crash_rate=0.7,
 )
 
 
