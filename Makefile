@@ -65,7 +65,7 @@ test: install  ## ruff + mypy + every test tier + cdk-nag + cfn-lint on the synt
 	$(MAKE) lint
 	$(MAKE) types
 	$(MAKE) cfn-lint
-	$(PY) -m pytest -q -p no:cacheprovider
+	$(PY) -m pytest -q -p no:cacheprovider -n 2 --dist loadfile
 
 unit: install  ## only tests/unit
 	$(PY) -m pytest -q tests/unit

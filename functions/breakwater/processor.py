@@ -12,7 +12,9 @@ contract for a replacement:
 - check ``work.check()`` (or ``work.cancelled``) between steps of long work: when the message's
   deadline or the Lambda's remaining time is about to run out it raises :class:`WorkCancelledError`, so
   the work stops before SQS could hand the message to another worker;
-- write side effects idempotently or keyed by ``envelope.id`` where they leave this function.
+- write side effects idempotently, keyed by ``envelope.id`` (or the client's ``dedup_key``) where they
+  leave this function: a worker that dies mid-batch, after this function returned but before the
+  batch recorded it, runs the message again once its lock expires.
 """
 
 from __future__ import annotations

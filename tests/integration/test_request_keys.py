@@ -63,7 +63,7 @@ def test_the_store_holds_one_claim_per_tenant_and_key_until_it_expires(aws: None
 
     store.release("acme", "k", "id-1")  # accepted: a release does not undo it
     assert store.claim("acme", "k", pending("id-5", 1_000), later, now) is not None
-    assert store.claim("initech", "k", pending("id-6", 1_000), int(time.time()) - 1, now) is None
+    assert store.claim("initech", "k", pending("id-6", 1_000), now - 1, now) is None
     assert (
         store.claim("initech", "k", pending("id-7", 1_000), later, now) is None
     )  # the first one's window passed
