@@ -57,7 +57,7 @@ from local.emulator.runtime import ROOT, LocalRuntime, RuntimeOptions
 from local.scenarios.chaos_check import Accounting, Key, Run, check, passed, table
 from local.scenarios.chaos_client import ChaosClient, LoadPlan
 from local.scenarios.noisy_neighbour import DEMO_CONTEXT
-from local.scenarios.observations import queue_depths
+from local.scenarios.observations import dead_letter_messages, queue_depths
 from local.scenarios.tenants import create_tenants
 
 EFFECTS_TABLE = "breakwater-local-chaos-effects"
@@ -259,27 +259,13 @@ def shorten_visibility(runtime: LocalRuntime, seconds: int) -> None:
 
 def dead_letters(runtime: LocalRuntime) -> Counter[Key]:
     """Every message in the dead-letter queues, per ``(tenant, key)`` of its envelope (read, not removed)."""
-    assert runtime.deployment is not None
-    client = runtime.aws.client("sqs", counted=False)
     found: Counter[Key] = Counter()
-    for name, url in runtime.deployment.outputs.items():
-        if not (name.endswith("Url") and "Dlq" in name and "sqs" in url):
-            continue
-        seen: set[str] = set()
-        while True:
-            messages = client.receive_message(
-                QueueUrl=url, MaxNumberOfMessages=10, VisibilityTimeout=300, WaitTimeSeconds=0
-            ).get("Messages", [])
-            fresh = [m for m in messages if m["MessageId"] not in seen]
-            if not fresh:
-                break
-            for message in fresh:
-                seen.add(message["MessageId"])
-                try:
-                    body = json.loads(message["Body"])
-                    found[(str(body["tenant"]), _key_of(body))] += 1
-                except (ValueError, KeyError, TypeError):
-                    found[("?", message["MessageId"])] += 1
+    for message in dead_letter_messages(runtime, hide_seconds=300):
+        try:
+            body = json.loads(message["Body"])
+            found[(str(body["tenant"]), _key_of(body))] += 1
+        except (ValueError, KeyError, TypeError):
+            found[("?", message["MessageId"])] += 1
     return found
 
 

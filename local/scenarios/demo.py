@@ -31,6 +31,7 @@ from local.scenarios.observations import (
     Observations,
     aws_requests,
     aws_requests_by_function,
+    dead_letter_messages,
     emf_first_attempts,
     observe_deliveries,
     queue_depths,
@@ -238,26 +239,10 @@ def fix_and_redrive(
     once) and sorts them into poison and other; the redrive function then moves every one back to its
     source queue, where the workers process it like any other message.
     """
-    client = runtime.aws.client("sqs", counted=False)
-    dlqs = [
-        url
-        for key, url in (runtime.deployment.outputs if runtime.deployment else {}).items()
-        if key.endswith("Url") and "Dlq" in key and "sqs" in url
-    ]
     inspected: Counter[str] = Counter()
-    for url in dlqs:
-        seen: set[str] = set()
-        while True:
-            messages = client.receive_message(
-                QueueUrl=url, MaxNumberOfMessages=10, VisibilityTimeout=5, WaitTimeSeconds=0
-            ).get("Messages", [])
-            fresh = [m for m in messages if m["MessageId"] not in seen]
-            if not fresh:
-                break
-            for message in fresh:
-                seen.add(message["MessageId"])
-                payload = json.loads(message["Body"]).get("payload")
-                inspected["poison" if isinstance(payload, dict) and payload.get("poison") else "other"] += 1
+    for message in dead_letter_messages(runtime, hide_seconds=5):
+        payload = json.loads(message["Body"]).get("payload")
+        inspected["poison" if isinstance(payload, dict) and payload.get("poison") else "other"] += 1
     in_dlq = sum(inspected.values())
     if progress:
         sys.stdout.write(

@@ -163,3 +163,25 @@ def aws_requests(runtime: LocalRuntime, by_function: dict[str, Counter[str]]) ->
 def aws_requests_by_function(runtime: LocalRuntime) -> dict[str, Counter[str]]:
     """The requests each function's containers made (the runtime's own clients are not in here)."""
     return {pool.spec.name: Counter(pool.requests) for pool in runtime.pools.values()}
+
+
+def dead_letter_messages(runtime: LocalRuntime, *, hide_seconds: int) -> list[dict[str, Any]]:
+    """Every message in the stack's dead-letter queues, each once: received and hidden for ``hide_seconds``
+    (long enough to read each queue to its end; they come back after it), not deleted."""
+    assert runtime.deployment is not None
+    client = runtime.aws.client("sqs", counted=False)
+    found: list[dict[str, Any]] = []
+    for name, url in runtime.deployment.outputs.items():
+        if not (name.endswith("Url") and "Dlq" in name and "sqs" in url):
+            continue
+        seen: set[str] = set()
+        while True:
+            messages = client.receive_message(
+                QueueUrl=url, MaxNumberOfMessages=10, VisibilityTimeout=hide_seconds, WaitTimeSeconds=0
+            ).get("Messages", [])
+            fresh = [m for m in messages if m["MessageId"] not in seen]
+            if not fresh:
+                break
+            seen.update(m["MessageId"] for m in fresh)
+            found.extend(fresh)
+    return found
