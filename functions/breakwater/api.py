@@ -69,7 +69,7 @@ class FrontDoorService(Protocol[Answer]):
 
 def idempotency_key(event: APIGatewayProxyEvent) -> str | None:
     """The ``Idempotency-Key`` header (any case), or None."""
-    return event.headers.get(HEADER) if HEADER in event.headers else None
+    return event.headers.get(HEADER)
 
 
 def accept(service: FrontDoorService[Answer], event: APIGatewayProxyEvent) -> Answer:

@@ -237,8 +237,9 @@ class IngestService:
             raise
         now_ms = int(self._clock() * 1000)
         message_id = new_envelope_id(now_ms)
-        if key is not None and self.keys is not None:
-            decision = self.keys.decide(tenant.tenant, key, fingerprint(request, key), message_id, now_ms)
+        keys = self.keys if key is not None else None  # the claims this request takes part in
+        if keys is not None and key is not None:
+            decision = keys.decide(tenant.tenant, key, fingerprint(request, key), message_id, now_ms)
             if decision.replay:
                 return Accepted(message_id=decision.message_id, queue=decision.queue, replayed=True)
             message_id = decision.message_id
@@ -254,21 +255,17 @@ class IngestService:
         try:
             queue = self.router.send(envelope)
         except UnavailableError:
-            if key is not None and self.keys is not None:
-                self._release(tenant.tenant, key, message_id)
+            if keys is not None and key is not None:
+                with contextlib.suppress(Exception):  # the claim's pending window ends on its own
+                    keys.store.release(tenant.tenant, key, message_id)
             raise
-        if key is not None and self.keys is not None:
+        if keys is not None and key is not None:
             # If this fails the claim stays pending: a retry after its window resends the same id, and
             # processing runs it once.
             with contextlib.suppress(Exception):
-                self.keys.store.accepted(tenant.tenant, key, message_id, queue)
+                keys.store.accepted(tenant.tenant, key, message_id, queue)
         self._count(tenant.tenant, "accepted")
         return Accepted(message_id=message_id, queue=queue, envelope=envelope)
-
-    def _release(self, tenant: str, key: str, message_id: str) -> None:
-        assert self.keys is not None
-        with contextlib.suppress(Exception):  # the claim's pending window ends on its own
-            self.keys.store.release(tenant, key, message_id)
 
     def _count(self, tenant: str, name: str) -> None:
         """Tally for the controller's backlog estimate; flushed in aggregate, never per request."""

@@ -30,10 +30,15 @@ from breakwater.requests import GROUP_SEPARATOR, MAX_SQS_ID_LENGTH, SQS_ID_PATTE
 _SQS_ID = re.compile(SQS_ID_PATTERN)
 
 
+def is_sqs_id(value: str) -> bool:
+    """Whether SQS takes ``value`` as a FIFO MessageGroupId or MessageDeduplicationId."""
+    return len(value) <= MAX_SQS_ID_LENGTH and _SQS_ID.match(value) is not None
+
+
 def message_group_id(tenant: str, ordering_key: str) -> str:
     """``tenant:ordering_key``; the tenant comes first so groups of different tenants can never collide."""
     group = f"{tenant}{GROUP_SEPARATOR}{ordering_key}"
-    if len(group) > MAX_SQS_ID_LENGTH or not _SQS_ID.match(group):
+    if not is_sqs_id(group):
         raise ValueError(f"message group id {group!r} is not a valid SQS MessageGroupId")
     return group
 

@@ -10,7 +10,6 @@ fill the FIFO queue's scan window (docs/ordering-and-streams.md).
 
 from __future__ import annotations
 
-import re
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any, Protocol
@@ -18,15 +17,9 @@ from typing import Any, Protocol
 from breakwater.envelope import Envelope
 from breakwater.errors import BadRequestError, ThrottledError
 from breakwater.ingest import TenantContext, TokenGate, admit, build_envelope
-from breakwater.ordered import GroupBacklogs, GroupBound, deduplication_id, message_group_id
+from breakwater.ordered import GroupBacklogs, GroupBound, deduplication_id, is_sqs_id, message_group_id
 from breakwater.request_keys import HEADER, request_key
-from breakwater.requests import (
-    MAX_SQS_ID_LENGTH,
-    SQS_ID_PATTERN,
-    OrderedMessageRequest,
-    RequestLimits,
-    parse_message,
-)
+from breakwater.requests import MAX_SQS_ID_LENGTH, OrderedMessageRequest, RequestLimits, parse_message
 
 GROUP_FULL_RETRY_AFTER_SECONDS = 5.0
 """A full group gains room only as its consumer finishes messages, one at a time in order; asking the
@@ -109,7 +102,7 @@ class OrderedIngestService:
         """An ``Idempotency-Key`` is the message's ``dedup_key``: its deduplication id in the FIFO queue."""
         request = parse_message(OrderedMessageRequest, raw_body, self.limits)
         key = request_key(idempotency_key, request.dedup_key)
-        if key is not None and not (len(key) <= MAX_SQS_ID_LENGTH and re.fullmatch(SQS_ID_PATTERN, key)):
+        if key is not None and not is_sqs_id(key):
             raise BadRequestError(
                 f"{HEADER} {key[:40]!r} cannot be a FIFO deduplication id: at most {MAX_SQS_ID_LENGTH} "
                 "printable ASCII characters without spaces",

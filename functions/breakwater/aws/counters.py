@@ -10,11 +10,12 @@ if nothing was written since it read the counters). The controller keeps its own
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from typing import TYPE_CHECKING, Any
 
 import boto3
 from boto3.dynamodb.types import TypeDeserializer
+from botocore.exceptions import ClientError
 
 from breakwater.backlog import COUNTER_NAMES, shard_key, shard_of
 
@@ -23,6 +24,17 @@ if TYPE_CHECKING:
 
 COUNTERS_SK = "counters"
 _deserializer = TypeDeserializer()
+
+
+def condition_held(write: Callable[[], object]) -> bool:
+    """Make a conditional write; False if its condition failed (any other error is raised)."""
+    try:
+        write()
+    except ClientError as exc:
+        if exc.response.get("Error", {}).get("Code") == "ConditionalCheckFailedException":
+            return False
+        raise
+    return True
 
 
 def tenant_pk(tenant: str) -> str:

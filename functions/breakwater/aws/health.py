@@ -11,10 +11,8 @@ from __future__ import annotations
 from collections.abc import Iterable, Sequence
 from typing import TYPE_CHECKING
 
-from botocore.exceptions import ClientError
-
 from breakwater.age_reports import ThrottledAgeReports
-from breakwater.aws.counters import plain
+from breakwater.aws.counters import condition_held, plain
 
 if TYPE_CHECKING:
     from mypy_boto3_dynamodb import DynamoDBClient
@@ -33,8 +31,8 @@ def record_oldest_age(
     client: DynamoDBClient, table_name: str, role: str, oldest_age_ms: int, now_ms: int
 ) -> bool:
     """Raise the window's maximum to ``oldest_age_ms`` (or open a window); False if a larger one stands."""
-    try:
-        client.update_item(
+    return condition_held(
+        lambda: client.update_item(
             TableName=table_name,
             Key={"pk": {"S": queue_pk(role)}, "sk": {"S": HEALTH_SK}},
             UpdateExpression="SET oldest_age_ms = :age, observed_at = :now",
@@ -47,11 +45,7 @@ def record_oldest_age(
                 ":window": {"N": str(now_ms - WINDOW_MS)},
             },
         )
-    except ClientError as exc:
-        if exc.response.get("Error", {}).get("Code") == "ConditionalCheckFailedException":
-            return False
-        raise
-    return True
+    )
 
 
 DEPENDENCY_PK = "dependency"
@@ -62,19 +56,15 @@ def record_dependency_down(client: DynamoDBClient, table_name: str, until_ms: in
 
     Conditional, so the item keeps the latest end any container reported; False if a later one stands.
     """
-    try:
-        client.update_item(
+    return condition_held(
+        lambda: client.update_item(
             TableName=table_name,
             Key={"pk": {"S": DEPENDENCY_PK}, "sk": {"S": HEALTH_SK}},
             UpdateExpression="SET down_until = :until",
             ConditionExpression="attribute_not_exists(down_until) OR down_until < :until",
             ExpressionAttributeValues={":until": {"N": str(until_ms)}},
         )
-    except ClientError as exc:
-        if exc.response.get("Error", {}).get("Code") == "ConditionalCheckFailedException":
-            return False
-        raise
-    return True
+    )
 
 
 def read_dependency_down_until(client: DynamoDBClient, table_name: str) -> int | None:

@@ -13,6 +13,7 @@ from typing import TYPE_CHECKING, Any
 
 from botocore.exceptions import BotoCoreError, ClientError
 
+from breakwater.aws.counters import condition_held
 from breakwater.errors import UnavailableError
 from breakwater.request_keys import Claim, ClaimState
 
@@ -90,30 +91,27 @@ class DynamoClaimStore:
 
     def take_over(self, tenant: str, key: str, stale: Claim, pending_until_ms: int) -> bool:
         try:
-            self.client.update_item(
-                TableName=self.table,
-                Key={ID: {"S": claim_id(tenant, key)}},
-                UpdateExpression="SET pending_until = :until",
-                ConditionExpression="#state = :pending AND message_id = :id AND pending_until = :stale",
-                ExpressionAttributeNames={"#state": "state"},
-                ExpressionAttributeValues={
-                    ":until": {"N": str(pending_until_ms)},
-                    ":pending": {"S": ClaimState.PENDING.value},
-                    ":id": {"S": stale.message_id},
-                    ":stale": {"N": str(stale.pending_until_ms)},
-                },
+            return condition_held(
+                lambda: self.client.update_item(
+                    TableName=self.table,
+                    Key={ID: {"S": claim_id(tenant, key)}},
+                    UpdateExpression="SET pending_until = :until",
+                    ConditionExpression="#state = :pending AND message_id = :id AND pending_until = :stale",
+                    ExpressionAttributeNames={"#state": "state"},
+                    ExpressionAttributeValues={
+                        ":until": {"N": str(pending_until_ms)},
+                        ":pending": {"S": ClaimState.PENDING.value},
+                        ":id": {"S": stale.message_id},
+                        ":stale": {"N": str(stale.pending_until_ms)},
+                    },
+                )
             )
-        except ClientError as exc:
-            if _failed_condition(exc):
-                return False
+        except (ClientError, BotoCoreError) as exc:
             raise UnavailableError(f"the message was not stored, please retry: {exc}") from exc
-        except BotoCoreError as exc:
-            raise UnavailableError(f"the message was not stored, please retry: {exc}") from exc
-        return True
 
     def accepted(self, tenant: str, key: str, message_id: str, queue: int) -> None:
-        try:
-            self.client.update_item(
+        condition_held(
+            lambda: self.client.update_item(
                 TableName=self.table,
                 Key={ID: {"S": claim_id(tenant, key)}},
                 UpdateExpression="SET #state = :accepted, queue = :queue",
@@ -125,13 +123,11 @@ class DynamoClaimStore:
                     ":id": {"S": message_id},
                 },
             )
-        except ClientError as exc:
-            if not _failed_condition(exc):
-                raise
+        )
 
     def release(self, tenant: str, key: str, message_id: str) -> None:
-        try:
-            self.client.delete_item(
+        condition_held(
+            lambda: self.client.delete_item(
                 TableName=self.table,
                 Key={ID: {"S": claim_id(tenant, key)}},
                 ConditionExpression="message_id = :id AND #state = :pending",
@@ -141,6 +137,4 @@ class DynamoClaimStore:
                     ":pending": {"S": ClaimState.PENDING.value},
                 },
             )
-        except ClientError as exc:
-            if not _failed_condition(exc):
-                raise
+        )

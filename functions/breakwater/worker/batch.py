@@ -316,16 +316,13 @@ class Worker:
             except OutOfTimeError:
                 failures.add(each.record.messageId)
                 continue
-            except DependencyUnavailableError as exc:
-                if breaker is None:  # no breaker (the naive baseline): a failure like any other
-                    batch.count(envelope.tenant, role, "failed", FAILED)
-                    logger.warning("processing failed: dependency unavailable", extra={"error": str(exc)})
-                    failures.add(each.record.messageId)
+            except Exception as exc:
+                # An outage opens the breaker and the message is held; without a breaker (the naive
+                # baseline) it is a failure like any other.
+                if breaker is not None and isinstance(exc, DependencyUnavailableError):
+                    self._trip(breaker, exc, batch, role)  # its lock went with the failure
+                    self._hold(breaker, each, batch)
                     continue
-                self._trip(breaker, exc, batch, role)  # its lock went with the failure
-                self._hold(breaker, each, batch)
-                continue
-            except Exception:
                 batch.count(envelope.tenant, role, "failed", FAILED)
                 logger.exception("processing failed")
                 failures.add(each.record.messageId)
