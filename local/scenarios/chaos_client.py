@@ -22,7 +22,6 @@ from __future__ import annotations
 import heapq
 import http.client
 import json
-import os
 import queue
 import random
 import sys
@@ -34,10 +33,9 @@ from pathlib import Path
 from typing import IO
 from urllib.parse import urlsplit
 
-from local.emulator.child_process import ROOT, start_module
+from local.emulator.child_process import read_request, start_ready_child
 
 CLIENT_NICE = 10
-READY = "ready"
 IDEMPOTENCY_HEADER = "Idempotency-Key"
 REPLAYED_HEADER = "Idempotent-Replayed"
 RETRIED_STATUSES = frozenset({0, 409, 429, 500, 502, 503, 504})
@@ -216,14 +214,7 @@ class ChaosClient:
         self.progress: dict[str, float] = {"answered": 0, "acknowledged": 0}
         log_path.unlink(missing_ok=True)
         self._request = {"plan": asdict(plan), "log": str(log_path), "nice": nice}
-        self._child = start_module(
-            "local.scenarios.chaos_client", {**os.environ, "PYTHONPATH": str(ROOT / "functions")}
-        )
-        assert self._child.stdout is not None
-        if self._child.stdout.readline().strip() != READY:
-            self._child.kill()
-            status = self._child.wait()
-            raise RuntimeError(f"the chaos client's process did not start (exit status {status})")
+        self._child = start_ready_child("local.scenarios.chaos_client", "the chaos client's process")
 
     def run(self, started: float, on_tick: Callable[[float], None] | None = None) -> list[Attempt]:
         """Start the load at ``started``; return the request log once every message is finished."""
@@ -241,11 +232,7 @@ class ChaosClient:
 
 
 def main() -> int:
-    sys.stdout.write(READY + "\n")
-    sys.stdout.flush()
-    request = json.loads(sys.stdin.readline())
-    if request.get("nice"):
-        os.nice(int(request["nice"]))
+    request = read_request()
     plan = LoadPlan(**request["plan"])
     with Path(request["log"]).open("w", encoding="utf-8", buffering=1) as log:
         load = KeyedLoad(plan, log, float(request["started"]))

@@ -17,7 +17,6 @@ from __future__ import annotations
 
 import http.client
 import json
-import os
 import queue
 import sys
 import threading
@@ -26,13 +25,12 @@ from dataclasses import asdict
 from typing import IO, Any
 from urllib.parse import urlsplit
 
-from local.emulator.child_process import ROOT, start_module
+from local.emulator.child_process import read_request, start_ready_child
 from local.scenarios.noisy_neighbour import Scenario
 from local.scenarios.observations import Observations
 from local.scenarios.stream_load import EventTraffic
 
 CLIENT_NICE = 10  # added to the runtime's own niceness: the system under test comes first
-READY = "ready"
 
 
 class LoadGenerator:
@@ -127,14 +125,7 @@ class ClientProcess:
         self.obs = observations
         self.events = _Summary({})
         self._request = {"api_url": api_url, "keys": keys, "scenario": asdict(scenario), "nice": nice}
-        self._child = start_module(
-            "local.scenarios.load_client", {**os.environ, "PYTHONPATH": str(ROOT / "functions")}
-        )
-        assert self._child.stdout is not None
-        if self._child.stdout.readline().strip() != READY:  # its imports done: the load can start on time
-            self._child.kill()
-            status = self._child.wait()
-            raise RuntimeError(f"the load generator's process did not start (exit status {status})")
+        self._child = start_ready_child("local.scenarios.load_client", "the load generator's process")
 
     def run(self, on_tick: Any = None) -> None:
         """Start the load at ``observations.started`` and return when the child has sent everything."""
@@ -182,11 +173,7 @@ class _StreamingGenerator(LoadGenerator):
 
 
 def main() -> int:
-    sys.stdout.write(READY + "\n")
-    sys.stdout.flush()
-    request = json.loads(sys.stdin.readline())
-    if request.get("nice"):
-        os.nice(int(request["nice"]))
+    request = read_request()
     observations = Observations(started=float(request["started"]))
     generator = _StreamingGenerator(
         request["api_url"], request["keys"], Scenario(**request["scenario"]), observations, out=sys.stdout

@@ -87,6 +87,6 @@ def test_every_answer_of_the_child_reaches_the_observations(api: _Api) -> None:
 
 
 def test_a_child_that_cannot_start_is_an_error(monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setattr("local.scenarios.load_client.READY", "never said")
+    monkeypatch.setattr("local.emulator.child_process.READY", "never said")  # what the parent waits for
     with pytest.raises(RuntimeError, match="did not start"):
         ClientProcess("http://127.0.0.1:9/prod/", KEYS, Scenario(tenants=3), Observations())
