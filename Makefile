@@ -13,7 +13,7 @@ export JSII_SILENCE_WARNING_UNTESTED_NODE_VERSION := 1
 export SPARK_LOCAL_IP := 127.0.0.1
 export PYTHONDONTWRITEBYTECODE := 1
 
-.PHONY: help install chromium test lint types unit integration infrastructure spark local synth openapi nag cfn-lint deploy bootstrap demo scenarios chaos serve bench bench-demo bench-scenarios clean
+.PHONY: help install chromium test lint types unit integration infrastructure spark local synth openapi nag cfn-lint deploy bootstrap demo scenarios chaos serve bench bench-demo bench-scenarios bench-cost simulate clean
 
 help:  ## list the targets
 	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  make %-15s %s\n", $$1, $$2}'
@@ -49,7 +49,7 @@ lint: $(VENV)/.stamp-installed  ## ruff: lint and format check
 	$(VENV)/bin/ruff format --check .
 
 types: $(VENV)/.stamp-installed  ## mypy over the stacks, the runtime library, the handlers and local/
-	$(VENV)/bin/mypy app.py stacks functions local bin bench glue_jobs
+	$(VENV)/bin/mypy app.py stacks functions local bin bench glue_jobs sim
 
 synth: install  ## synthesize the CloudFormation template into cdk.out/ (runs cdk-nag)
 	$(CDK) synth --quiet --output $(CDK_OUTDIR) > /dev/null
@@ -113,6 +113,12 @@ bench-demo: install  ## the demo's goal over 5 runs of its Breakwater half (quie
 
 bench-scenarios: install  ## make scenarios timed, and each scenario's goal judged on its reports (~15 min)
 	$(PY) bench/scenarios.py
+
+simulate: install  ## the seed-scale scenarios in virtual time (1,000 tenants, hours of traffic), out/sim/
+	$(PY) -m sim --scenario all
+
+bench-cost: install  ## $ per million delivered messages by service, Breakwater beside naive (bench/cost.py)
+	$(PY) bench/cost.py
 
 clean:  ## remove build output (keeps .venv and node_modules)
 	rm -rf $(CDK_OUTDIR) out .pytest_cache .mypy_cache .ruff_cache
