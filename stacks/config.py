@@ -8,9 +8,10 @@ read context themselves.
 from __future__ import annotations
 
 import math
+import re
 from typing import Any, Literal, Self
 
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 
 CONTEXT_KEY = "breakwater"
 
@@ -422,6 +423,30 @@ class StreamingConfig(_Strict):
     throughput_exceeded_alarm: int = Field(default=1, ge=1, description="throttled reads or writes in 5 min")
 
 
+class ProcessingConfig(_Strict):
+    """How the processor's effects are made (``functions/breakwater/processor.py``)."""
+
+    effect_tables: list[str] = Field(
+        default_factory=list,
+        description="DynamoDB tables (names, this account and region) the processor's transactional "
+        "effects (work.add_effect) write to: the workers may put, update, delete and condition-check "
+        "their items, nothing else",
+    )
+
+    @field_validator("effect_tables")
+    @classmethod
+    def _table_names(cls, names: list[str]) -> list[str]:
+        for name in names:
+            if not re.fullmatch(r"[A-Za-z0-9_.-]{3,255}", name):
+                raise ValueError(
+                    f"effect_tables entry {name!r} is not a DynamoDB table name "
+                    "(3-255 letters, digits, '_', '-', '.')"
+                )
+        if len(set(names)) != len(names):
+            raise ValueError(f"effect_tables lists a table twice: {names}")
+        return names
+
+
 class LambdaConfig(_Strict):
     runtime: Literal["python3.11", "python3.12", "python3.13"] = "python3.13"
     architecture: Literal["arm64", "x86_64"] = "arm64"
@@ -455,6 +480,7 @@ class BlueprintConfig(_Strict):
     functions: LambdaConfig = LambdaConfig()
     ordered: OrderedConfig = OrderedConfig()
     streaming: StreamingConfig = StreamingConfig()
+    processing: ProcessingConfig = ProcessingConfig()
 
     @model_validator(mode="after")
     def _default_tier_exists(self) -> BlueprintConfig:

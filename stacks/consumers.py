@@ -17,7 +17,7 @@ from stacks import environment
 from stacks.config import BlueprintConfig, ProvisionedPollersConfig
 from stacks.functions import BreakwaterFunction, FunctionFactory
 from stacks.queue_set import QueueSet, QueueWithDlq
-from stacks.tables import WORKER_STATE, Tables, grant_items
+from stacks.tables import WORKER_STATE, Tables, grant_effect_tables, grant_items
 
 WORKER_HANDLER = "worker/handler.handler"
 
@@ -70,6 +70,7 @@ class Consumers(Construct):
         grant_items(self._tables.state, worker.role, WORKER_STATE)
         self._tables.idempotency.grant_read_write_data(worker.role)
         self._tables.tenants.grant_read_data(worker.role)
+        grant_effect_tables(worker, worker.role, self._config.processing.effect_tables)
         # Moves: SIDELINE -> backlog, SPILL -> spillover, DEFER -> surge (or the sideline queue itself).
         for pair in (self._queues.spillover, self._queues.backlog, self._queues.surge):
             pair.queue.grant_send_messages(worker.role)

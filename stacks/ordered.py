@@ -24,7 +24,7 @@ from stacks.config import BlueprintConfig
 from stacks.consumers import poller_config
 from stacks.functions import BreakwaterFunction, FunctionFactory
 from stacks.queue_set import QueueWithDlq, dead_letter_queue
-from stacks.tables import BUCKET_ITEMS, build_table, grant_items
+from stacks.tables import BUCKET_ITEMS, build_table, grant_effect_tables, grant_items
 
 # The group backlog counters (breakwater.aws.group_backlogs): conditional UpdateItem calls only, which
 # return the stored item when refused, so neither function needs to read the state table.
@@ -93,6 +93,7 @@ class OrderedWorkload(Construct):
             timeout_seconds=ordered.timeout_seconds,
         )
         self.write_ahead_table.grant_read_write_data(worker.role)
+        grant_effect_tables(worker, worker.role, self._config.processing.effect_tables)
         if state_table is not None:
             grant_items(state_table, worker.role, GROUP_BACKLOG_ITEMS)
         for pair in self.queues:

@@ -6,8 +6,6 @@ in :func:`breakwater.aws.fifo_worker_ports.build_fifo_consumer`.
 
 from __future__ import annotations
 
-from collections.abc import Callable
-
 from aws_lambda_powertools.utilities.data_classes.sqs_event import SQSRecord
 
 from breakwater.envelope import Envelope
@@ -16,6 +14,7 @@ from breakwater.ordered import (
     GroupBacklogs,
     OrderedMessage,
     Outcome,
+    SideEffect,
     WriteAheadStore,
     deduplication_id,
     process_exactly_once,
@@ -46,7 +45,7 @@ class FifoConsumer:
     def __init__(
         self,
         store: WriteAheadStore,
-        side_effect: Callable[[Envelope], None],
+        side_effect: SideEffect,
         *,
         backlogs: GroupBacklogs | None = None,
         window: BacklogWindow | None = None,

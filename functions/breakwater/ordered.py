@@ -22,7 +22,7 @@ import re
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from enum import StrEnum
-from typing import Protocol
+from typing import Any, Protocol
 
 from breakwater.envelope import Envelope
 from breakwater.requests import GROUP_SEPARATOR, MAX_SQS_ID_LENGTH, SQS_ID_PATTERN
@@ -130,10 +130,21 @@ def judge_existing(record: WriteAheadRecord | None, now_ms: int) -> Claim:
     return Claim.PROCEED if record.lease_expires_at <= now_ms else Claim.BUSY
 
 
+# The side effect of an ordered message; it may hand back DynamoDB transaction entries to be written
+# with the message's completion.
+SideEffect = Callable[[Envelope], Sequence[dict[str, Any]] | None]
+
+
 class WriteAheadStore(Protocol):
     def claim(self, group_id: str, dedup_id: str, owner: str, now_ms: int) -> Claim: ...
 
     def complete(self, group_id: str, dedup_id: str, owner: str, now_ms: int) -> None: ...
+
+    def complete_with_effects(
+        self, group_id: str, dedup_id: str, owner: str, now_ms: int, effects: Sequence[dict[str, Any]]
+    ) -> None:
+        """:meth:`complete` and the side effect's own writes at once, or nothing (then it raises)."""
+        ...
 
     def release(self, group_id: str, dedup_id: str, owner: str) -> None: ...
 
@@ -161,14 +172,15 @@ class OrderedMessage:
 def process_exactly_once(
     message: OrderedMessage,
     store: WriteAheadStore,
-    side_effect: Callable[[Envelope], None],
+    side_effect: SideEffect,
     now_ms: int,
 ) -> Outcome:
     """Claim the write-ahead record, run the side effect, mark it done.
 
     An expired message is dropped without a claim (dropping is the one way to shed an ordered backlog
     that keeps the order of what remains). A failing side effect releases the claim and re-raises,
-    so the record fails and SQS redelivers it in order.
+    so the record fails and SQS redelivers it in order. Writes the side effect hands back (DynamoDB
+    transaction entries) are made in one transaction with the record's completion: once or not at all.
     """
     if message.envelope.is_expired(now_ms):
         return Outcome.EXPIRED
@@ -178,11 +190,14 @@ def process_exactly_once(
     if claim is Claim.BUSY:
         raise GroupBusyError(f"{message.group_id}/{message.dedup_id} is being processed by another attempt")
     try:
-        side_effect(message.envelope)
+        effects = side_effect(message.envelope)
     except BaseException:
         store.release(message.group_id, message.dedup_id, message.owner)
         raise
-    store.complete(message.group_id, message.dedup_id, message.owner, now_ms)
+    if effects:
+        store.complete_with_effects(message.group_id, message.dedup_id, message.owner, now_ms, effects)
+    else:
+        store.complete(message.group_id, message.dedup_id, message.owner, now_ms)
     return Outcome.PROCESSED
 
 

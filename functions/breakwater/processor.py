@@ -12,9 +12,14 @@ contract for a replacement:
 - check ``work.check()`` (or ``work.cancelled``) between steps of long work: when the message's
   deadline or the Lambda's remaining time is about to run out it raises :class:`WorkCancelledError`, so
   the work stops before SQS could hand the message to another worker;
-- write side effects idempotently, keyed by ``envelope.id`` (or the client's ``dedup_key``) where they
-  leave this function: a worker that dies mid-batch, after this function returned but before the
-  batch recorded it, runs the message again once its lock expires.
+- hand a side effect that is a DynamoDB write to ``work.add_effect`` (a TransactWriteItems entry)
+  instead of making it: the worker writes it in one transaction with the message's idempotency
+  record (the inbox pattern), so it happens exactly once, even when a worker dies mid-batch or two
+  copies of the message run at once, and never for a message that fails. The worker's role needs
+  write access to the table it names (``workers.effect_tables`` in cdk.json);
+- write any other side effect idempotently, keyed by ``envelope.id`` (or the client's ``dedup_key``,
+  :func:`breakwater.envelope.processing_id`): a worker that dies mid-batch, after this function
+  returned but before the batch recorded it, runs the message again once its lock expires.
 """
 
 from __future__ import annotations
@@ -35,13 +40,38 @@ class WorkCancelledError(RuntimeError):
     """The heartbeat asked the work to stop (deadline or Lambda time); the message will be retried."""
 
 
+# TransactWriteItems takes 100 entries; the worker adds the message's idempotency record to the effects.
+MAX_EFFECTS = 99
+
+
+class TooManyEffectsError(ValueError):
+    """More transactional effects than one DynamoDB transaction can take beside the record."""
+
+
 @dataclass
 class WorkContext:
-    """What the processor may look at while it works: the cancel signal and its configured duration."""
+    """What the processor may look at while it works: the cancel signal and its configured duration,
+    and the transactional effects it hands back (:meth:`add_effect`)."""
 
     cancel: threading.Event = field(default_factory=threading.Event)
     simulated_work_ms: int = 0
     reason: str = ""
+    effects: list[dict[str, Any]] = field(default_factory=list)
+
+    def add_effect(self, item: dict[str, Any]) -> None:
+        """Write ``item`` (a TransactWriteItems entry: ``{"Put": ...}``, ``{"Update": ...}``,
+        ``{"Delete": ...}`` or ``{"ConditionCheck": ...}``, in the low-level client's attribute-value
+        form) in the transaction that records this message as processed, and only there.
+
+        A condition of the item that fails makes the message fail like an exception would.
+        """
+        if len(item) != 1 or next(iter(item)) not in {"Put", "Update", "Delete", "ConditionCheck"}:
+            raise ValueError(
+                f"an effect is one Put, Update, Delete or ConditionCheck entry, not {sorted(item)}"
+            )
+        if len(self.effects) >= MAX_EFFECTS:
+            raise TooManyEffectsError(f"at most {MAX_EFFECTS} transactional effects per message")
+        self.effects.append(item)
 
     @property
     def cancelled(self) -> bool:

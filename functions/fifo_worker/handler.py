@@ -10,7 +10,6 @@ gives back its slot of its group's backlog bound (docs/ordering-and-streams.md).
 from __future__ import annotations
 
 import time
-from collections.abc import Callable
 from typing import Any
 
 from aws_lambda_powertools.metrics import MetricUnit
@@ -24,7 +23,7 @@ from breakwater.aws.fifo_worker_ports import build_fifo_consumer
 from breakwater.envelope import Envelope
 from breakwater.fifo_consumer import ordered_message
 from breakwater.observability import logger, metrics, tracer
-from breakwater.ordered import Outcome
+from breakwater.ordered import Outcome, SideEffect
 from breakwater.settings import FifoWorkerSettings
 
 SETTINGS = FifoWorkerSettings.from_env()
@@ -36,13 +35,17 @@ _OUTCOME_METRIC = {
 }
 
 
-def run_user_processor(envelope: Envelope) -> None:
-    """The side effect: the fork's processor (the same one the standard workers call)."""
-    user_processor.process(envelope, user_processor.WorkContext(simulated_work_ms=SETTINGS.simulated_work_ms))
+def run_user_processor(envelope: Envelope) -> list[dict[str, Any]]:
+    """The side effect: the fork's processor (the same one the standard workers call); the writes it
+    handed to ``work.add_effect``, for the consumer to make with the message's completion."""
+    work = user_processor.WorkContext(simulated_work_ms=SETTINGS.simulated_work_ms)
+    user_processor.process(envelope, work)
+    return work.effects
 
 
-# Tests and forks may swap the side effect; it receives envelopes of one group in order.
-SIDE_EFFECT: Callable[[Envelope], None] = run_user_processor
+# Tests and forks may swap the side effect; it receives envelopes of one group in order, and may
+# return DynamoDB transaction entries to be written with the message's completion.
+SIDE_EFFECT: SideEffect = run_user_processor
 # Looked up at call time, so a SIDE_EFFECT replaced after import is the one that runs.
 CONSUMER = build_fifo_consumer(SETTINGS, lambda envelope: SIDE_EFFECT(envelope))
 

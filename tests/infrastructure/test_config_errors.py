@@ -68,6 +68,10 @@ ROOT = Path(__file__).resolve().parents[2]
             ["breakwater.worker", "max_concurrency (10) and provisioned_pollers are exclusive"],
         ),
         (
+            {"processing": {"effect_tables": ["orders", "no spaces"]}},
+            ["breakwater.processing.effect_tables", "'no spaces' is not a DynamoDB table name"],
+        ),
+        (
             {"ordered": {"max_concurrency": 5, "provisioned_pollers": {}}},
             ["breakwater.ordered", "max_concurrency (5) and provisioned_pollers are exclusive"],
         ),

@@ -2,16 +2,14 @@
 
 from __future__ import annotations
 
-from collections.abc import Callable
 from typing import TYPE_CHECKING
 
 import boto3
 
 from breakwater.aws.group_backlogs import DynamoGroupBacklogs
 from breakwater.aws.write_ahead import DynamoWriteAheadStore
-from breakwater.envelope import Envelope
 from breakwater.fifo_consumer import FifoConsumer
-from breakwater.ordered import BacklogWindow
+from breakwater.ordered import BacklogWindow, SideEffect
 from breakwater.settings import FifoWorkerSettings
 
 if TYPE_CHECKING:
@@ -20,7 +18,7 @@ if TYPE_CHECKING:
 
 def build_fifo_consumer(
     settings: FifoWorkerSettings,
-    side_effect: Callable[[Envelope], None],
+    side_effect: SideEffect,
     *,
     dynamodb: DynamoDBClient | None = None,
 ) -> FifoConsumer:

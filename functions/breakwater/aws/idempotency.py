@@ -14,10 +14,16 @@ writes them with the batch's other items, or written with BatchWriteItem (:meth:
 the batch could not take (the record exists: a duplicate) falls back to Powertools' per-call path,
 which reads the record and answers "already done" or "in progress". A failure deletes its lock at
 once, so the retry can run.
+
+A message whose processor handed back transactional effects (``WorkContext.add_effect``) is recorded
+at once instead, in one TransactWriteItems with its effects (the inbox pattern): the record's put is
+conditional on no other copy having completed, so the effects happen once or not at all, whatever
+dies when.
 """
 
 from __future__ import annotations
 
+import contextlib
 import json
 import time
 from collections.abc import Callable, Iterable, Sequence
@@ -52,6 +58,16 @@ Processor = Callable[[Envelope, WorkContext], dict[str, Any]]
 # The batch takes a lock only where no record exists; Powertools' own condition (persistence/dynamodb.py,
 # _put_record) also takes an expired record or lock, which the per-call path does for those rare keys.
 _LOCK_CONDITION = "attribute_not_exists(#id)"
+# A message's record with its effects: unless another copy has completed it (whoever holds the lock).
+_COMMIT_CONDITION = "attribute_not_exists(#id) OR #status = :in_progress"
+
+
+class EffectsAlreadyCommittedError(IdempotencyItemAlreadyExistsError):
+    """Another copy of the message committed its record (and its effects) first: these were not written."""
+
+
+class EffectsNotCommittedError(RuntimeError):
+    """The transaction of a message's effects and record was refused or failed: nothing of it was written."""
 
 
 def refused_by_condition(exc: ClientError, keys: Sequence[str]) -> list[str]:
@@ -73,6 +89,8 @@ class BatchedPersistenceLayer(DynamoDBPersistenceLayer):
         self._running: set[str] = set()  # locks a call is using
         self._completed: dict[str, DataRecord] = {}  # COMPLETED records waiting for the flush
         self._keys: dict[str, str] = {}  # envelope id -> record key, for the batch (one hash per envelope)
+        # the running call's transactional effects, written with its COMPLETED record
+        self.effects: list[dict[str, Any]] | None = None
 
     def use_lock(self, envelope: Envelope) -> bool:
         """If the batch took this envelope's lock and no call used it yet, a call runs under it now."""
@@ -244,7 +262,59 @@ class BatchedPersistenceLayer(DynamoDBPersistenceLayer):
             return
         super()._put_record(data_record)
 
+    def commit_with_effects(self, data_record: DataRecord, effects: Sequence[dict[str, Any]]) -> None:
+        """The COMPLETED record and ``effects`` in one transaction (the inbox pattern).
+
+        The record's condition fails only where another copy completed the message: its effects are
+        the ones written, these never are (:class:`EffectsAlreadyCommittedError`). Any other refusal
+        or error writes nothing either: the lock is given back (only while it is still a lock, in case
+        the transaction did go through unseen) and the message fails, to be run again.
+        """
+        key = data_record.idempotency_key
+        self._running.discard(key)
+        record = {
+            "Put": {
+                "TableName": self.table_name,
+                "Item": self._completed_item(data_record),
+                "ConditionExpression": _COMMIT_CONDITION,
+                "ExpressionAttributeNames": {"#id": self.key_attr, "#status": self.status_attr},
+                "ExpressionAttributeValues": {":in_progress": {"S": "INPROGRESS"}},
+            }
+        }
+        try:
+            self.client.transact_write_items(TransactItems=[*effects, record])  # type: ignore[list-item]
+        except ClientError as exc:
+            reasons = exc.response.get("CancellationReasons") or []
+            if len(reasons) == len(effects) + 1 and reasons[-1].get("Code") == "ConditionalCheckFailed":
+                raise EffectsAlreadyCommittedError(
+                    "another copy of this message committed its effects", old_data_record=data_record
+                ) from exc
+            self._give_back_lock(key)
+            refused = [
+                f"{index}: {reason.get('Code')} {reason.get('Message', '')}".strip()
+                for index, reason in enumerate(reasons[:-1])
+                if reason.get("Code") not in (None, "None")
+            ]
+            raise EffectsNotCommittedError(
+                f"the effects and the idempotency record were not written ({'; '.join(refused) or exc})"
+            ) from exc
+
+    def _give_back_lock(self, key: str) -> None:
+        try:
+            self.client.delete_item(
+                TableName=self.table_name,
+                Key=self._get_key(key),
+                ConditionExpression="#status = :in_progress",
+                ExpressionAttributeNames={"#status": self.status_attr},
+                ExpressionAttributeValues={":in_progress": {"S": "INPROGRESS"}},
+            )
+        except Exception as exc:  # a lock expires with the invocation that took it
+            logger.warning("idempotency lock not given back", extra={"error": str(exc)})
+
     def _update_record(self, data_record: DataRecord) -> None:
+        if self.effects:
+            self.commit_with_effects(data_record, self.effects)
+            return
         key = data_record.idempotency_key
         if key not in self._running:
             super()._update_record(data_record)
@@ -328,10 +398,25 @@ class IdempotentProcessor:
         self.persistence.write_completed(puts)
 
     def __call__(self, envelope: Envelope, work: WorkContext) -> dict[str, Any]:
-        if self.persistence.use_lock(envelope):
-            return self._run_locked(envelope, work)
-        result: dict[str, Any] = self._run(envelope=envelope, work=work)
-        return result
+        # The list itself: what the processor adds while it runs is there when the record is written.
+        self.persistence.effects = work.effects
+        try:
+            if self._disabled:  # no record to write them with: the effects alone, in one transaction
+                result = self._process(envelope, work)
+                if work.effects:
+                    self.persistence.client.transact_write_items(TransactItems=work.effects)  # type: ignore[arg-type]
+                return result
+            if self.persistence.use_lock(envelope):
+                return self._run_locked(envelope, work)
+            try:
+                result = self._run(envelope=envelope, work=work)
+            except IdempotencyPersistenceLayerError as exc:
+                if isinstance(exc.__cause__, EffectsAlreadyCommittedError):
+                    return {}  # another copy's effects stand; this copy is done without its own
+                raise
+            return result
+        finally:
+            self.persistence.effects = None
 
     def _run_locked(self, envelope: Envelope, work: WorkContext) -> dict[str, Any]:
         """What ``idempotent_function`` does once ``save_inprogress`` succeeded, for a lock the batch took.
@@ -351,5 +436,6 @@ class IdempotentProcessor:
                     "Failed to delete record from idempotency store", delete_exc
                 ) from delete_exc
             raise
-        self.persistence.save_success(data=data, result=result)
+        with contextlib.suppress(EffectsAlreadyCommittedError):  # another copy's effects stand
+            self.persistence.save_success(data=data, result=result)
         return result

@@ -9,6 +9,7 @@ two tenants' ``dedup_key`` values must never collide.
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any
 
 from botocore.exceptions import ClientError
@@ -66,19 +67,39 @@ class DynamoWriteAheadStore:
 
     def complete(self, group_id: str, dedup_id: str, owner: str, now_ms: int) -> None:
         """Mark done, only while this attempt holds the claim (never overwrite a taken-over lease)."""
-        self._client.update_item(
-            TableName=self._table,
-            Key={"pk": {"S": group_id}, "sk": {"S": dedup_id}},
-            UpdateExpression="SET #state = :done, completed_at = :now, #ttl = :ttl",
-            ConditionExpression="#owner = :owner",
-            ExpressionAttributeNames={"#state": "state", "#owner": "owner", "#ttl": "ttl"},
-            ExpressionAttributeValues={
+        self._client.update_item(TableName=self._table, **self._completion(group_id, dedup_id, owner, now_ms))
+
+    def complete_with_effects(
+        self, group_id: str, dedup_id: str, owner: str, now_ms: int, effects: Sequence[dict[str, Any]]
+    ) -> None:
+        """:meth:`complete` in one transaction with the side effect's writes (the inbox pattern).
+
+        Refused when another attempt took the claim over (it writes its own effects, or did) or an
+        effect's own condition fails: then nothing is written, this attempt's claim is given back
+        and the message fails, to be delivered again.
+        """
+        completion = {
+            "Update": {"TableName": self._table, **self._completion(group_id, dedup_id, owner, now_ms)}
+        }
+        try:
+            self._client.transact_write_items(TransactItems=[*effects, completion])  # type: ignore[list-item]
+        except ClientError:
+            self.release(group_id, dedup_id, owner)
+            raise
+
+    def _completion(self, group_id: str, dedup_id: str, owner: str, now_ms: int) -> dict[str, Any]:
+        return {
+            "Key": {"pk": {"S": group_id}, "sk": {"S": dedup_id}},
+            "UpdateExpression": "SET #state = :done, completed_at = :now, #ttl = :ttl",
+            "ConditionExpression": "#owner = :owner",
+            "ExpressionAttributeNames": {"#state": "state", "#owner": "owner", "#ttl": "ttl"},
+            "ExpressionAttributeValues": {
                 ":done": {"S": WriteAheadState.DONE.value},
                 ":now": {"N": str(now_ms)},
                 ":ttl": {"N": str(now_ms // 1000 + self._retention_s)},
                 ":owner": {"S": owner},
             },
-        )
+        }
 
     def release(self, group_id: str, dedup_id: str, owner: str) -> None:
         """Drop this attempt's claim after a failed side effect, so the redelivery can proceed at once."""
