@@ -12,10 +12,12 @@ Environment variables switch them on (the scenarios and the chaos run set them; 
   scenario counts: how soon fresh messages were served, and that no message was processed twice. One
   ``write`` per line on a file opened for appending, so lines from several containers never interleave.
 - ``BREAKWATER_LOCAL_EFFECTS_TABLE``: a DynamoDB table (the chaos run creates it; it is not part of the
-  stack) where each successful call is one ``UpdateItem`` on the item of its ``(tenant, key)``: the
-  first run is set only if none is there yet, and ``runs`` and ``run_log`` count every run, so a
-  repeat is counted even when two runs race (``run_log``: one ``request id|started|ended|envelope
-  id|pid`` per run).
+  stack) that holds, per ``(tenant, key)``, the message's effect: an update handed to
+  ``work.add_effect``, so the worker writes it in one transaction with the message's idempotency
+  record (``effects`` and ``effect_log`` count every effect written, so a repeat is counted even when
+  two commits race); and, written at once with the hooks' own client, every run of the processor
+  that returned (``runs``, ``run_log``), whether its effect was committed or not. A log entry is
+  ``request id|started|ended|envelope id|pid``.
 - ``BREAKWATER_LOCAL_FAULT_LOG``: a JSON-lines file with one line per fault the hooks injected.
 
 The hooks wrap ``breakwater.processor.process``, which the worker looks up at call time, so they sit
@@ -121,13 +123,26 @@ class _EffectsTable:
             "dynamodb", config=Config(retries={"mode": "standard", "max_attempts": 10})
         )
 
-    def record(self, tenant: str, key: str, run: str) -> None:
+    def record_run(self, tenant: str, key: str, run: str) -> None:
+        """A run of the processor that returned (written now, whatever becomes of its effect)."""
         self.client.update_item(
             TableName=self.table,
             Key={"tenant": {"S": tenant}, "key": {"S": key}},
-            UpdateExpression="SET first_run = if_not_exists(first_run, :run) ADD runs :one, run_log :runs",
-            ExpressionAttributeValues={":run": {"S": run}, ":one": {"N": "1"}, ":runs": {"SS": [run]}},
+            UpdateExpression="ADD runs :one, run_log :runs",
+            ExpressionAttributeValues={":one": {"N": "1"}, ":runs": {"SS": [run]}},
         )
+
+    def effect(self, tenant: str, key: str, run: str) -> dict[str, Any]:
+        """The message's effect, as a transaction entry for ``work.add_effect``."""
+        return {
+            "Update": {
+                "TableName": self.table,
+                "Key": {"tenant": {"S": tenant}, "key": {"S": key}},
+                "UpdateExpression": "SET first_effect = if_not_exists(first_effect, :run) "
+                "ADD effects :one, effect_log :runs",
+                "ExpressionAttributeValues": {":run": {"S": run}, ":one": {"N": "1"}, ":runs": {"SS": [run]}},
+            }
+        }
 
     def first_time(self, tenant: str, key: str, marker: str) -> bool:
         """True the first time a fault marks this message (a conditional write), False ever after."""
@@ -209,7 +224,8 @@ def install() -> bool:
                     str(os.getpid()),
                 )
             )
-            table.record(envelope.tenant, effect_key(envelope), run)
+            table.record_run(envelope.tenant, effect_key(envelope), run)
+            work.add_effect(table.effect(envelope.tenant, effect_key(envelope), run))
         if effects is not None:
             line = json.dumps(
                 {

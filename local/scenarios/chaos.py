@@ -232,18 +232,22 @@ def create_effects_table(runtime: LocalRuntime) -> None:
     )
 
 
-def read_effects_table(runtime: LocalRuntime) -> dict[Key, list[Run]]:
+def read_effects_table(runtime: LocalRuntime) -> tuple[dict[Key, list[Run]], dict[Key, list[Run]]]:
+    """(committed effects, processor runs) per ``(tenant, key)``: ``effect_log`` and ``run_log``."""
     client = runtime.aws.client("dynamodb", counted=False)
+    effects: dict[Key, list[Run]] = {}
     runs: dict[Key, list[Run]] = {}
     kwargs: dict[str, Any] = {"TableName": EFFECTS_TABLE, "ConsistentRead": True}
     while True:
         page = client.scan(**kwargs)
         for item in page.get("Items", []):
-            logged = item.get("run_log", {}).get("SS", [])
-            if logged:
-                runs[(item["tenant"]["S"], item["key"]["S"])] = [Run.parse(text) for text in logged]
+            key = (item["tenant"]["S"], item["key"]["S"])
+            for attribute, found in (("effect_log", effects), ("run_log", runs)):
+                logged = item.get(attribute, {}).get("SS", [])
+                if logged:
+                    found[key] = [Run.parse(text) for text in logged]
         if not page.get("LastEvaluatedKey"):
-            return runs
+            return effects, runs
         kwargs["ExclusiveStartKey"] = page["LastEvaluatedKey"]
 
 
@@ -400,13 +404,14 @@ def run_chaos(config: ChaosConfig, *, name: str = "chaos", progress: bool = True
         runtime.quiesce()
         live, sideline, _ = queue_depths(runtime, sqs)
         ids = {a.message_id: (a.tenant, a.key) for a in attempts if a.message_id}
+        effects, runs = read_effects_table(runtime)
         accounting = Accounting(
-            runs=read_effects_table(runtime),
+            effects=effects,
+            runs=runs,
             dead_letters=dead_letters(runtime),
             dropped=policy_drops(workdir / "functions.log", ids),
             archived=archived(runtime),
             still_queued=live + sideline,
-            crashed_invocations=set(invocations.crashed),
         )
         faults = Counter(dict.fromkeys(config.injected(), 0))  # a kind that is on shows, even at 0
         faults.update(injected_faults(fault_log))

@@ -7,8 +7,10 @@ queues. The verdicts:
 - ``lost``: acknowledged (the API answered 202, even if the client then dropped the answer) and
   neither processed nor accounted for (dropped by the worker's policy, in a dead-letter queue,
   parked in the archive);
-- ``duplicated``: extra runs of the processor for one ``(tenant, key)``, except a run that follows
-  runs which all died with their invocation (``rerun_after_crash``, see :func:`classify_runs`);
+- ``duplicated``: effects recorded more than once for one ``(tenant, key)``. The processor writes its
+  effect through ``work.add_effect``, so the effect and the message's idempotency record commit in
+  one transaction; a run of the processor that another run beat to that commit, or that died before
+  it, wrote none (``processor_reruns``: counted apart, from the runs each processor call logs);
 - ``unexpected``: effects (or dead letters) of a key the API never acknowledged, unless one of its
   requests went unanswered (then it may have been stored: ``stored_unanswered``);
 - ``server_errors``: 5xx answers other than 503 (a 503 is how the API refuses with nothing stored).
@@ -31,7 +33,8 @@ SAMPLE = 10  # keys listed per verdict in the report
 
 @dataclass(frozen=True)
 class Run:
-    """One run of the processor that finished (the effects table's ``run_log``)."""
+    """One run of the processor that finished (the effects table's ``run_log``), or one committed effect
+    (its ``effect_log``: the same fields, written in the transaction with the idempotency record)."""
 
     request_id: str
     started_ms: int
@@ -49,32 +52,12 @@ class Run:
 class Accounting:
     """Where the messages are at the end, beside the processor's runs."""
 
-    runs: dict[Key, list[Run]] = field(default_factory=dict)
+    effects: dict[Key, list[Run]] = field(default_factory=dict)  # committed, with the idempotency record
+    runs: dict[Key, list[Run]] = field(default_factory=dict)  # every run of the processor that returned
     dead_letters: Counter[Key] = field(default_factory=Counter)  # copies in the DLQs, per key
     dropped: set[Key] = field(default_factory=set)  # by the worker's policy (expired)
     archived: set[Key] = field(default_factory=set)  # parked in S3 and not replayed
     still_queued: int = 0  # messages left in live and sideline queues after the drain
-    crashed_invocations: set[str] = field(default_factory=set)  # request ids that died (killed, timed out)
-
-
-def classify_runs(runs: list[Run], crashed: set[str]) -> tuple[int, int]:
-    """(duplicated, rerun_after_crash) among one key's runs.
-
-    A run after the first is a rerun after a crash when every earlier run was in an invocation that
-    died (killed, timed out) before it ended: that invocation never acknowledged the message nor
-    wrote its idempotency record, so SQS delivers it again and the processor runs again (the
-    processor's contract asks for side effects that are idempotent for this). Any other extra run is
-    a duplicate: the message ran again after an invocation finished with it, or two ran at once.
-    """
-    ordered = sorted(runs, key=lambda run: (run.started_ms, run.ended_ms))
-    duplicated = reruns = 0
-    for index, run in enumerate(ordered[1:], start=1):
-        earlier = ordered[:index]
-        if all(e.request_id in crashed and e.ended_ms <= run.started_ms for e in earlier):
-            reruns += 1
-        else:
-            duplicated += 1
-    return duplicated, reruns
 
 
 def check(
@@ -101,8 +84,8 @@ def check(
         if a.status == 202 and not a.replayed and any(b.status == 202 for b in tries[:index])
     )
 
-    runs = {key: list(found) for key, found in accounting.runs.items() if found}
-    processed = set(runs)
+    effects = {key: list(found) for key, found in accounting.effects.items() if found}
+    processed = set(effects)
     in_dlq = set(accounting.dead_letters)
     accounted = processed | in_dlq | accounting.dropped | accounting.archived
     lost = sorted(acknowledged - accounted)
@@ -110,13 +93,8 @@ def check(
     unexpected = sorted(stored - acknowledged - unanswered)
     stored_unanswered = sorted((stored - acknowledged) & unanswered)
 
-    duplicated: dict[Key, int] = {}
-    reruns = 0
-    for key, found in runs.items():
-        extra, crash_reruns = classify_runs(found, accounting.crashed_invocations)
-        reruns += crash_reruns
-        if extra:
-            duplicated[key] = extra
+    duplicated = {key: len(found) - 1 for key, found in effects.items() if len(found) > 1}
+    runs = sum(len(found) for found in accounting.runs.values())
     permanent_keys = {key for key in acknowledged if permanent(*key)}
     server_errors = {status: count for status, count in statuses.items() if status >= 500 and status != 503}
     return {
@@ -130,7 +108,9 @@ def check(
         "refused_by_final_status": {str(s): c for s, c in sorted(final_refusals.items())},
         "answers_by_status": {str(s): c for s, c in sorted(statuses.items())},
         "processed": len(processed),
-        "runs": sum(len(found) for found in runs.values()),
+        "effects": sum(len(found) for found in effects.values()),
+        "processor_runs": runs,
+        "processor_reruns": max(0, runs - len(processed)),
         "in_dlq": len(in_dlq),
         "in_dlq_permanent": len(in_dlq & permanent_keys),
         "in_dlq_other": len(in_dlq - permanent_keys),
@@ -142,7 +122,6 @@ def check(
         "still_queued": accounting.still_queued,
         "lost": len(lost),
         "duplicated": sum(duplicated.values()),
-        "rerun_after_crash": reruns,
         "unexpected": len(unexpected),
         "stored_unanswered": len(stored_unanswered),
         "server_errors": sum(server_errors.values()),
@@ -173,7 +152,11 @@ def table(report: Mapping[str, Any]) -> str:
         ("attempted", report["attempted"], f"{report['requests']} requests"),
         ("acknowledged", report["acknowledged"], f"{report['acknowledged_then_dropped']} answers dropped"),
         ("refused", report["refused"], str(report["refused_by_final_status"] or "")),
-        ("processed", report["processed"], f"{report['runs']} runs"),
+        (
+            "processed",
+            report["processed"],
+            f"{report['effects']} effects, {report['processor_runs']} processor runs",
+        ),
         (
             "in_dlq",
             report["in_dlq"],
@@ -184,7 +167,12 @@ def table(report: Mapping[str, Any]) -> str:
         ("still_queued", report["still_queued"], ""),
         ("lost", report["lost"], _sample(report, "lost")),
         ("duplicated", report["duplicated"], _sample(report, "duplicated")),
-        ("rerun_after_crash", report["rerun_after_crash"], "runs after an invocation died mid-batch"),
+        (
+            "processor_reruns",
+            report["processor_reruns"],
+            "runs whose effect was not written again (another copy committed it first, or the run's "
+            "invocation died before its commit)",
+        ),
         ("unexpected", report["unexpected"], _sample(report, "unexpected")),
         ("server_errors", report["server_errors"], str(report["server_errors_by_status"] or "")),
         ("id_mismatches", report["id_mismatches"], ""),

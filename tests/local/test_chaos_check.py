@@ -11,7 +11,7 @@ from local.emulator.mappings import DeliveryFaults
 from local.emulator.processor_hooks import ChaosFaults, draw
 from local.scenarios import chaos as chaos_module
 from local.scenarios.chaos import ChaosConfig
-from local.scenarios.chaos_check import VERDICTS, Accounting, Run, check, classify_runs, passed, table
+from local.scenarios.chaos_check import VERDICTS, Accounting, Run, check, passed, table
 from local.scenarios.chaos_client import Attempt, LoadPlan
 
 
@@ -26,7 +26,7 @@ def run(request_id: str, started: int, ended: int, envelope_id: str = "e") -> Ru
 def test_a_clean_run_passes() -> None:
     attempts = [attempt("a", 202, message_id="m1"), attempt("b", 202, message_id="m2")]
     runs = {("t1", "a"): [run("r1", 1, 2)], ("t1", "b"): [run("r1", 3, 4)]}
-    report = check(attempts, Accounting(runs=runs))
+    report = check(attempts, Accounting(effects=runs, runs=runs))
     assert (report["attempted"], report["acknowledged"], report["processed"]) == (2, 2, 2)
     assert passed(report)
     assert "PASS" in table(report)
@@ -35,7 +35,7 @@ def test_a_clean_run_passes() -> None:
 def test_an_acknowledged_message_nowhere_is_lost_and_a_dead_letter_is_accounted_for() -> None:
     attempts = [attempt(key, 202, message_id=key.upper()) for key in ("a", "b", "c", "d")]
     accounting = Accounting(
-        runs={("t1", "a"): [run("r1", 1, 2)]},
+        effects={("t1", "a"): [run("r1", 1, 2)]},
         dead_letters=Counter({("t1", "b"): 1}),
         dropped={("t1", "c")},
     )
@@ -53,7 +53,7 @@ def test_a_dropped_202_counts_as_acknowledged_and_its_replay_must_keep_the_id() 
         attempt("b", 202, 2, "m3"),  # a second message: the key did not hold
     ]
     runs = {("t1", "a"): [run("r1", 1, 2)], ("t1", "b"): [run("r1", 3, 4)]}
-    report = check(attempts, Accounting(runs=runs))
+    report = check(attempts, Accounting(effects=runs, runs=runs))
     assert report["acknowledged"] == 2 and report["acknowledged_then_dropped"] == 2
     assert report["id_mismatches"] == 1 and report["replayed_without_flag"] == 1
     assert not passed(report)
@@ -62,7 +62,7 @@ def test_a_dropped_202_counts_as_acknowledged_and_its_replay_must_keep_the_id() 
 def test_effects_of_a_refused_message_are_unexpected_unless_a_request_went_unanswered() -> None:
     attempts = [attempt("a", 503), attempt("a", 429, 2), attempt("b", 0), attempt("b", 503, 2)]
     runs = {("t1", "a"): [run("r1", 1, 2)], ("t1", "b"): [run("r2", 1, 2)]}
-    report = check(attempts, Accounting(runs=runs))
+    report = check(attempts, Accounting(effects=runs, runs=runs))
     assert report["unexpected"] == 1 and report["samples"]["unexpected"] == [["t1", "a"]]
     assert report["stored_unanswered"] == 1
     assert report["refused_by_final_status"] == {"429": 1, "503": 1}
@@ -74,18 +74,19 @@ def test_only_503_is_an_acceptable_server_error() -> None:
     assert not passed(report)
 
 
-def test_a_rerun_after_invocations_that_died_is_not_a_duplicate() -> None:
-    crashed = {"dead-1", "dead-2"}
-    assert classify_runs([run("dead-1", 0, 10), run("dead-2", 20, 30), run("ok", 40, 50)], crashed) == (0, 2)
-    # after an invocation that finished, or alongside one still running, it is
-    assert classify_runs([run("ok-1", 0, 10), run("ok-2", 20, 30)], crashed) == (1, 0)
-    assert classify_runs([run("dead-1", 0, 30), run("ok", 20, 40)], crashed) == (1, 0)
-    assert classify_runs([run("dead-1", 0, 10), run("ok-1", 20, 30), run("ok-2", 40, 50)], crashed) == (1, 1)
+def test_processor_runs_that_wrote_no_effect_are_reruns_not_duplicates() -> None:
+    """A run that died before its commit, or that another copy beat to it, left no effect."""
+    effects = {("t1", "a"): [run("ok", 40, 50)]}
+    runs = {("t1", "a"): [run("dead-1", 0, 10), run("dead-2", 20, 30), run("ok", 40, 50)]}
+    report = check([attempt("a", 202, message_id="m")], Accounting(effects=effects, runs=runs))
+    assert report["duplicated"] == 0 and report["processed"] == 1
+    assert report["processor_runs"] == 3 and report["processor_reruns"] == 2
+    assert passed(report)
 
 
 def test_duplicated_counts_every_extra_run() -> None:
-    runs = {("t1", "a"): [run("r1", 1, 2), run("r2", 3, 4), run("r3", 5, 6)]}
-    report = check([attempt("a", 202, message_id="m")], Accounting(runs=runs))
+    effects = {("t1", "a"): [run("r1", 1, 2), run("r2", 3, 4), run("r3", 5, 6)]}
+    report = check([attempt("a", 202, message_id="m")], Accounting(effects=effects, runs=effects))
     assert report["duplicated"] == 2 and report["samples"]["duplicated"] == [["t1", "a", 2]]
 
 
