@@ -54,6 +54,9 @@ _GATEWAY_ERRORS = [
     (apigw.ResponseType.THROTTLED, "429", "throttled"),
     # The authorizer named a key that is in no usage plan of the stage: a tenant not (yet) enrolled.
     (apigw.ResponseType.INVALID_API_KEY, "403", "not_enrolled"),
+    # The authorizer failed (its tenants read failed past its retries): nothing was stored, and a retry
+    # may succeed, which is what a 503 tells a client; API Gateway's own answer would be a 500.
+    (apigw.ResponseType.AUTHORIZER_FAILURE, "503", "unavailable"),
     (apigw.ResponseType.DEFAULT_4_XX, None, "bad_request"),
     (apigw.ResponseType.DEFAULT_5_XX, None, "internal_error"),
 ]
@@ -188,7 +191,7 @@ class Ingress(Construct):
             },
         )
         for response_type, status, code in _GATEWAY_ERRORS:
-            headers = {"Retry-After": "'1'"} if status == "429" else None
+            headers = {"Retry-After": "'1'"} if status in ("429", "503") else None
             self.api.add_gateway_response(
                 f"Error{code.title().replace('_', '')}",
                 type=response_type,

@@ -438,8 +438,10 @@ _SHARED_RESPONSES: dict[str, Any] = {
         retry_after=True,
     ),
     "Unavailable": _answer(
-        "The message could not be stored; nothing was: send it again after Retry-After.",
+        "The message could not be stored, or the tenant's key could not be checked (the gateway's "
+        "`unavailable`); nothing was stored: send it again after Retry-After.",
         "Error",
+        "GatewayError",
         retry_after=True,
     ),
 }
@@ -486,7 +488,11 @@ def _events_responses() -> dict[str, Any]:
             retry_after=True,
         ),
         _status(UnavailableError): _answer(
-            "None written: the stream failed; send them again.", "EventsResult", retry_after=True
+            "None written: the stream failed, or the tenant's key could not be checked (the gateway's "
+            "body); send them again.",
+            "EventsResult",
+            "GatewayError",
+            retry_after=True,
         ),
     }
 

@@ -265,9 +265,12 @@ def test_gateway_errors_are_json_bodies_naming_the_problem(synth: Synth) -> None
         "ACCESS_DENIED": "403",
         "INVALID_API_KEY": "403",
         "THROTTLED": "429",
+        "AUTHORIZER_FAILURE": "503",  # nothing stored, and a retry may pass: never API Gateway's 500
     }
     for response_type, status in expected.items():
         assert responses[response_type]["StatusCode"] == status
+    for response_type in ("THROTTLED", "AUTHORIZER_FAILURE"):
+        assert responses[response_type]["ResponseParameters"] == {"gatewayresponse.header.Retry-After": "'1'"}
     assert {"DEFAULT_4XX", "DEFAULT_5XX"} <= set(responses)
     assert "validationErrorString" in responses["BAD_REQUEST_BODY"]["ResponseTemplates"]["application/json"]
 
