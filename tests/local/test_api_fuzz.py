@@ -13,7 +13,10 @@ from __future__ import annotations
 import http.client
 import itertools
 import json
+import os
 import socket
+import threading
+from collections import Counter
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
@@ -34,6 +37,12 @@ from stacks.openapi import build_document
 pytestmark = pytest.mark.slow
 
 CONTEXT = {CONTEXT_KEY: {"ordered": {"enabled": True}}}
+# Generated requests per route and generation mode; bench/fuzz.py raises it for the long run.
+MAX_EXAMPLES = int(os.environ.get("BREAKWATER_FUZZ_MAX_EXAMPLES", "50"))
+# Where the generated requests' answers are counted (by route and status), when set: bench/fuzz.py reads it.
+ANSWERS_FILE = os.environ.get("BREAKWATER_FUZZ_ANSWERS")
+ANSWERS: Counter[str] = Counter()
+ANSWERS_LOCK = threading.Lock()
 QUEUE_ROUTES = ("/v1/messages", "/v1/ordered")  # bodies go to SQS, which cannot carry U+FFFE/U+FFFF
 
 
@@ -89,6 +98,10 @@ def live(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Live]:
         yield Live(runtime, url.hostname, url.port, url.path.strip("/"), keys, revoked_key, disabled_key)
     finally:
         runtime.stop()
+        if ANSWERS_FILE:
+            Path(ANSWERS_FILE).write_text(
+                json.dumps(dict(sorted(ANSWERS.items())), indent=2), encoding="utf-8"
+            )
 
 
 def names_the_problem(body: Any) -> str:
@@ -167,7 +180,7 @@ def with_keys_of_its_own(case: Any) -> None:
 
 @fuzzed.parametrize()
 @settings(
-    max_examples=50,
+    max_examples=MAX_EXAMPLES,
     deadline=None,
     database=None,
     suppress_health_check=[
@@ -183,6 +196,8 @@ def test_every_generated_request_is_answered_as_the_document_says(case: Any, liv
     # it, or with one it makes up, is refused.
     auth = {"Authorization": f"Bearer {live.keys['fuzzer']}"}
     response = case.call(base_url=live.base_url, headers=auth)
+    with ANSWERS_LOCK:
+        ANSWERS[f"{case.operation.path} {response.status_code}"] += 1
     assert response.status_code < 500, (response.status_code, response.text)
     if 400 <= response.status_code < 500:
         names_the_problem(response.json())
