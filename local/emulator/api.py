@@ -53,6 +53,11 @@ DEFAULT_STATUS = {
     "INTEGRATION_FAILURE": 504,
     "INTEGRATION_TIMEOUT": 504,
 }
+# API Gateway bills every request it receives except those it refuses for their authorization or API
+# key, or throttles (a 429 from the integration is billed: the integration ran).
+UNBILLED_RESPONSES = frozenset(
+    {"UNAUTHORIZED", "ACCESS_DENIED", "INVALID_API_KEY", "MISSING_AUTHENTICATION_TOKEN", "THROTTLED"}
+)
 DEFAULT_MESSAGE = {
     "UNAUTHORIZED": "Unauthorized",
     "ACCESS_DENIED": "User is not authorized to access this resource with an explicit deny",
@@ -256,6 +261,7 @@ class LocalApi:
         self._auth_cache: dict[tuple[str, tuple[str, ...]], tuple[float, dict[str, Any]]] = {}
         self._cache_lock = threading.Lock()
         self.status_counts: dict[int, int] = {}
+        self.billed_requests = 0  # what API Gateway bills: UNBILLED_RESPONSES aside
         self._status_lock = threading.Lock()
         api = self
 
@@ -387,16 +393,21 @@ class LocalApi:
     ) -> tuple[int, dict[str, str], bytes]:
         request_id = str(uuid.uuid4())
         started = time.time()
+        billed = True
         try:
             status, out_headers, payload = self._handle(method, raw_path, headers, body, request_id, started)
         except _GatewayError as error:
             status, out_headers, payload = self._gateway_response(error, request_id)
+            billed = error.response_type not in UNBILLED_RESPONSES
         except Exception as exc:  # the emulator's own failure: answered and shown, never a dropped connection
             traceback.print_exc()
             failure = _GatewayError(
                 "INTERNAL_ERROR", f"local API emulator failed: {type(exc).__name__}: {exc}"
             )
             status, out_headers, payload = self._gateway_response(failure, request_id)
+        if billed:
+            with self._status_lock:
+                self.billed_requests += 1
         return self._counted(status, out_headers, payload, request_id)
 
     def error_answer(self, error: _GatewayError) -> tuple[int, dict[str, str], bytes]:

@@ -250,6 +250,18 @@ def _processor_hooks() -> Any:
     return module
 
 
+def _usage_meter() -> Any:
+    """The billed units of the handler's AWS requests (``local/pricing/usage.py``, loaded by its path:
+    the function's code, not this repository, is on the path)."""
+    path = Path(__file__).resolve().parents[1] / "pricing" / "usage.py"
+    spec = importlib.util.spec_from_file_location("breakwater_local_usage", path)
+    assert spec is not None and spec.loader is not None
+    module = importlib.util.module_from_spec(spec)
+    sys.modules[spec.name] = module
+    spec.loader.exec_module(module)
+    return module.UsageMeter()
+
+
 def main() -> None:
     code_dir, handler_spec = sys.argv[1], sys.argv[2]
     request_fd, answer_fd = (int(fd) for fd in os.environ.pop("BREAKWATER_LOCAL_FDS").split(","))
@@ -270,6 +282,8 @@ def main() -> None:
     counter = _Requests()
     boto3.setup_default_session()
     boto3.DEFAULT_SESSION.events.register("before-call.*.*", counter)  # type: ignore[union-attr]
+    usage = _usage_meter()
+    usage.attach(boto3.DEFAULT_SESSION.events)  # type: ignore[union-attr]
     aws_faults, kills = _chaos(handler_spec)
     if aws_faults is not None:  # before the handler's import: the clients it makes copy the session's
         boto3.DEFAULT_SESSION.events.register("before-send.*.*", aws_faults)  # type: ignore[union-attr]
@@ -289,7 +303,14 @@ def main() -> None:
         return
     if "breakwater.processor" in sys.modules:  # a worker: the scenario's hooks, if it set any
         _processor_hooks().install()
-    answer({"ready": True, "init_ms": (time.perf_counter() - started) * 1000, "requests": counter.take()})
+    answer(
+        {
+            "ready": True,
+            "init_ms": (time.perf_counter() - started) * 1000,
+            "requests": counter.take(),
+            "usage": usage.take(),
+        }
+    )
     if aws_faults is not None:
         aws_faults.armed = True
 
@@ -309,6 +330,7 @@ def main() -> None:
                     "result": result,
                     "duration_ms": (time.perf_counter() - began) * 1000,
                     "requests": counter.take(),
+                    "usage": usage.take(),
                 }
             )
         except Exception as exc:
@@ -323,6 +345,7 @@ def main() -> None:
                     },
                     "duration_ms": (time.perf_counter() - began) * 1000,
                     "requests": counter.take(),
+                    "usage": usage.take(),
                 }
             )
 

@@ -31,6 +31,7 @@ import botocore.config
 
 from local.emulator import moto_process
 from local.emulator.child_process import start_module
+from local.pricing.usage import UsageMeter
 
 if TYPE_CHECKING:  # the patches import moto's internals, after the version check
     from local.emulator.moto_patches.lambda_ import LambdaDispatch
@@ -137,6 +138,9 @@ class EmbeddedAws:
         self._port = 0
         self._started = False
         self.requests = RequestCounter()
+        # The billed units of the same requests (SQS chunks, DynamoDB request units, ...): the Lambda
+        # service's SQS pollers are billed to the queues' account as SQS requests.
+        self.usage = UsageMeter()
         self._session = boto3.session.Session(
             aws_access_key_id=FAKE_CREDENTIALS["AWS_ACCESS_KEY_ID"],
             aws_secret_access_key=FAKE_CREDENTIALS["AWS_SECRET_ACCESS_KEY"],
@@ -258,10 +262,12 @@ class EmbeddedAws:
         return self.endpoint
 
     def client(self, service: str, *, counted: bool = True) -> Any:
-        """A boto3 client for the embedded AWS; counted in :attr:`requests` unless ``counted`` is False."""
+        """A boto3 client for the embedded AWS; counted in :attr:`requests` and :attr:`usage` unless
+        ``counted`` is False."""
         client = self._session.client(service, endpoint_url=self.endpoint_for(service), config=self._config)  # type: ignore[call-overload]
         if counted:
             self.requests.attach(client)
+            self.usage.attach(client.meta.events)
         return client
 
     def environment(self) -> dict[str, str]:

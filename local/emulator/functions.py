@@ -26,6 +26,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import IO, Any, Protocol
 
+from local.pricing.usage import LAMBDA_PLATFORM_LOG_BYTES, add_to, gb_seconds
+
 CONTAINER_SCRIPT = Path(__file__).resolve().parent / "container.py"
 
 LogSink = Callable[[str, str], None]  # (function logical id, one stdout/stderr line)
@@ -56,6 +58,7 @@ class Invocation:
     duration_ms: float = 0.0
     cold_start_ms: float | None = None
     requests: dict[str, int] = field(default_factory=dict)
+    usage: dict[str, float] = field(default_factory=dict)  # billed units of its AWS requests (local.pricing)
 
     @property
     def ok(self) -> bool:
@@ -112,6 +115,7 @@ class _Container:
         self._log_thread.start()
         self.cold_start_ms: float | None = None
         self.init_requests: dict[str, int] = {}
+        self.init_usage: dict[str, float] = {}
         self.init_error: dict[str, Any] | None = None
 
     def _pump_logs(self, log_sink: LogSink) -> None:
@@ -148,6 +152,7 @@ class _Container:
         else:
             self.cold_start_ms = float(ready["init_ms"])
             self.init_requests = dict(ready.get("requests", {}))
+            self.init_usage = dict(ready.get("usage", {}))
 
     def invoke(self, event: Any, request_id: str, trace_id: str | None) -> Invocation:
         deadline_ms = int(time.time() * 1000) + self.spec.timeout_s * 1000
@@ -176,6 +181,7 @@ class _Container:
         invocation.error = answer.get("error")
         invocation.duration_ms = float(answer.get("duration_ms", 0.0))
         invocation.requests = dict(answer.get("requests", {}))
+        invocation.usage = dict(answer.get("usage", {}))
         return invocation
 
     @property
@@ -271,7 +277,6 @@ class FunctionPool:
     ) -> None:
         self.spec = spec
         self._runtime_env = runtime_env
-        self._log_sink = log_sink
         self._idle: list[_Container] = []
         self._all: list[_Container] = []
         self._lock = threading.Lock()
@@ -279,6 +284,11 @@ class FunctionPool:
         self.max_containers = max_containers
         self.cold_starts_ms: list[float] = []
         self.requests: Counter[str] = Counter()
+        # What AWS would bill this function for (keys of local/pricing/prices.json, GB-seconds under
+        # ``lambda.gb_seconds`` whatever the architecture): its invocations, their duration, its log
+        # lines and the billed units of its AWS requests.
+        self.usage: dict[str, float] = {}
+        self._log_sink = self._metered_logs(log_sink)
         self.invocations = 0
         self.errors = 0
         self.crashes = 0  # containers that died in an invocation (crashed, killed, timed out)
@@ -296,7 +306,23 @@ class FunctionPool:
             if container.cold_start_ms is not None:
                 self.cold_starts_ms.append(container.cold_start_ms)
             self.requests.update(container.init_requests)
+            add_to(self.usage, container.init_usage)
+            if container.cold_start_ms is not None:  # Lambda bills the INIT phase as duration
+                add_to(
+                    self.usage,
+                    {"lambda.gb_seconds": gb_seconds(container.cold_start_ms, self.spec.memory_mb)},
+                )
         return container, container.cold_start_ms
+
+    def _metered_logs(self, log_sink: LogSink) -> LogSink:
+        """``log_sink``, counting the bytes of each line as CloudWatch Logs would ingest them."""
+
+        def sink(function: str, line: str) -> None:
+            with self._lock:
+                add_to(self.usage, {"logs.ingested_bytes": len(line.encode("utf-8", errors="replace"))})
+            log_sink(function, line)
+
+        return sink
 
     def invoke(self, event: Any, *, trace_id: str | None = None, source: str | None = None) -> Invocation:
         """Run the handler once in an idle (or new) container; blocks while all containers are busy.
@@ -316,6 +342,15 @@ class FunctionPool:
                 self.invocations += 1
                 self.errors += 0 if invocation.ok else 1
                 self.requests.update(invocation.requests)
+                add_to(self.usage, invocation.usage)
+                add_to(
+                    self.usage,
+                    {
+                        "lambda.requests": 1,
+                        "lambda.gb_seconds": gb_seconds(invocation.duration_ms, self.spec.memory_mb),
+                        "logs.ingested_bytes": LAMBDA_PLATFORM_LOG_BYTES,
+                    },
+                )
                 dead = None
                 if container.alive and container.init_error is None:
                     self._idle.append(container)

@@ -1,0 +1,1 @@
+"""What Breakwater costs: the price table (``prices.json``), usage counting (``usage``), pricing."""

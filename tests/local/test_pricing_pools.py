@@ -1,0 +1,36 @@
+"""A function pool counts what Lambda bills (invocations, GB-seconds, log bytes) and its AWS usage."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from local.emulator.embedded_aws import EmbeddedAws
+from local.emulator.functions import FunctionPool, FunctionSpec
+from local.pricing.usage import LAMBDA_PLATFORM_LOG_BYTES
+
+HANDLERS = Path(__file__).parent / "handlers"
+
+
+def test_a_pool_counts_invocations_duration_logs_and_the_handler_s_billed_requests(aws: EmbeddedAws) -> None:
+    url = aws.client("sqs", counted=False).create_queue(QueueName="pricing-pool")["QueueUrl"]
+    spec = FunctionSpec(
+        "Metered", "metered", "arn:aws:lambda:us-east-1:123456789012:function:metered",
+        "metered/handler.handler", 10, 512, {}, HANDLERS,
+    )  # fmt: skip
+    pool = FunctionPool(
+        spec, {"AWS_LAMBDA_FUNCTION_NAME": "metered", **aws.environment()}, lambda *_: None, 1
+    )
+    try:
+        pool.warm()
+        after_init = dict(pool.usage)
+        invocation = pool.invoke({"queue_url": url, "bodies": [f"message {i}" for i in range(10)]})
+        assert invocation.ok, invocation.error
+        usage = dict(pool.usage)
+    finally:
+        pool.stop()
+    assert after_init["lambda.gb_seconds"] > 0  # the INIT phase is billed as duration
+    assert usage["lambda.requests"] == 1
+    billed = usage["lambda.gb_seconds"] - after_init["lambda.gb_seconds"]
+    assert billed >= invocation.duration_ms / 1000 * 0.5
+    assert usage["sqs.standard_requests"] == 1  # ten messages in one batch
+    assert usage["logs.ingested_bytes"] >= len("sent 10") + LAMBDA_PLATFORM_LOG_BYTES
