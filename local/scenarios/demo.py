@@ -31,11 +31,14 @@ from local.scenarios.observations import (
     Observations,
     aws_requests,
     aws_requests_by_function,
+    cost_section,
     dead_letter_messages,
     emf_first_attempts,
     observe_deliveries,
     queue_depths,
     tenant_counters,
+    usage_between,
+    usage_snapshot,
 )
 from local.scenarios.outcomes import FaultSwitches, duplicated, outage_figures, read_effects
 from local.scenarios.plots import plot_scenario
@@ -105,6 +108,7 @@ def run_config(
         generator = ClientProcess(runtime.api.url if runtime.api else "", keys, scenario, obs)
         by_function_before = aws_requests_by_function(runtime)
         requests_before = aws_requests(runtime, by_function_before)
+        usage_before = usage_snapshot(runtime)
         obs.started = time.time()
         alarms = AlarmWatch(runtime, obs.started)
         sampler = threading.Thread(target=sample, daemon=True)
@@ -146,6 +150,8 @@ def run_config(
         runtime.quiesce()
         by_function_after = aws_requests_by_function(runtime)
         requests = aws_requests(runtime, by_function_after) - requests_before
+        usage = usage_between(usage_snapshot(runtime), usage_before)
+        ended = time.time()
         by_function = {
             name: dict(counts - by_function_before.get(name, Counter()))
             for name, counts in by_function_after.items()
@@ -186,6 +192,14 @@ def run_config(
             parked,
         )
         report["events"] = events
+        report["cost"] = cost_section(
+            runtime,
+            usage,
+            delivered=report["accounting"]["processed"],
+            started=obs.started,
+            ended=ended,
+            requests=sum(requests.values()),
+        )
         report["aws_requests_by_function"] = {name: counts for name, counts in by_function.items() if counts}
         # The template's alarms on what the run observed; their periods compressed like the schedules.
         alarm_report = alarms.evaluate(time.time() - obs.started, time_scale=runtime.options.schedule_speedup)
@@ -319,15 +333,28 @@ def park_and_replay(
     return parked
 
 
+CONFIGURATIONS: tuple[tuple[str, dict[str, Any]], ...] = (
+    ("breakwater", {}),
+    ("naive", {"breakwater": {"mode": "naive"}}),
+)
+
+
+def configuration_context(
+    scenario: Scenario, extra: dict[str, Any], base: dict[str, Any] | None = None
+) -> dict[str, Any]:
+    """The context of one configuration: ``base`` (the demo's), the scenario's keys, then ``extra``."""
+    return merge_context(merge_context(base or DEMO_CONTEXT, scenario_context(scenario.kind)), extra)
+
+
 def main(
     scenario: Scenario | None = None, out: Path | None = None, progress: bool = True
 ) -> list[dict[str, Any]]:
     scenario = scenario or Scenario()
     out = out or ROOT / "out"
     results = []
-    for name, extra in (("breakwater", {}), ("naive", {"breakwater": {"mode": "naive"}})):
+    for name, extra in CONFIGURATIONS:
         print(f"== {name}: synthesizing, creating the stack in moto, starting the functions ...", flush=True)
-        context = merge_context(merge_context(DEMO_CONTEXT, scenario_context(scenario.kind)), extra)
+        context = configuration_context(scenario, extra)
         result = run_config(name, context, scenario, progress=progress)
         print(
             f"   ready in {result['setup_s']:.0f}s; not created by moto (emulated or reported): "

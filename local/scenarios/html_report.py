@@ -4,9 +4,11 @@
 ``out/<kind>/report.json`` another's), draws each scenario's timeline (:func:`plot_scenario`) next
 to its report as ``timeline.png`` unless an up-to-date one is there, and writes ``out/report.html``:
 per scenario one statement of what it shows, the timeline embedded as a data URI, and per
-configuration, side by side, a table of its headline figures. The page loads nothing from elsewhere,
-so it can be mailed or archived as one file; a small script writes into ``#render-status`` how many
-of its plots the browser decoded (the test opens the page in headless Chromium and reads it).
+configuration, side by side, a table of its headline figures, and what each configuration costs in $
+per million delivered messages by service, beside the naive one (``local.pricing``). The page loads
+nothing from elsewhere, so it can be mailed or archived as one file; a small script writes into
+``#render-status`` how many of its plots the browser decoded (the test opens the page in headless
+Chromium and reads it).
 """
 
 from __future__ import annotations
@@ -17,6 +19,7 @@ from html import escape
 from pathlib import Path
 from typing import Any
 
+from local.pricing.cost import ratio
 from local.scenarios.plots import headline, number, plot_scenario, quiet_ratio
 
 # In the order the page shows them; the noisy scenario's report is the one at the root of out/.
@@ -162,7 +165,43 @@ def section(kind: str, results: list[dict[str, Any]], png_base64: str) -> str:
         f'<p class="statement">{escape(statement(kind, results))}</p>'
         f'<img src="data:image/png;base64,{png_base64}" alt="{escape(kind)} scenario: age of first '
         f'attempt and queue depths over time, per configuration">'
+        f"{cost_table(results)}"
         f'<div class="configs">{configs}</div></section>'
+    )
+
+
+def cost_table(results: list[dict[str, Any]]) -> str:
+    """$ per million delivered messages by service, a column per configuration, and each one's ratio
+    to the naive configuration's (reports from before the cost was counted have none: no table)."""
+    costs = {str(r.get("config", "?")): r["cost"] for r in results if isinstance(r.get("cost"), dict)}
+    if not costs:
+        return ""
+    names = list(costs)
+    others = [name for name in names if name != "naive"] if "naive" in costs else []
+    services = list(next(iter(costs.values())).get("usd_per_million_by_service") or {})
+
+    def money(value: Any) -> str:
+        return "-" if not isinstance(value, int | float) else f"${value:,.2f}"
+
+    def line(label: str, values: dict[str, Any]) -> str:
+        cells = "".join(f"<td>{escape(money(values[n]))}</td>" for n in names)
+        for name in others:
+            r = ratio(values[name], values["naive"])
+            cells += f"<td>{'-' if r is None else f'{r:.2f}x'}</td>"
+        return f"<tr><td>{escape(label)}</td>{cells}</tr>"
+
+    header = "".join(f"<th>{escape(n)}</th>" for n in names) + "".join(
+        f"<th>{escape(n)} / naive</th>" for n in others
+    )
+    body = "".join(
+        line(service, {n: (costs[n].get("usd_per_million_by_service") or {}).get(service) for n in names})
+        for service in services
+        if any((costs[n].get("usd_per_million_by_service") or {}).get(service) for n in names)
+    )
+    body += line("total", {n: costs[n].get("usd_per_million_delivered") for n in names})
+    return (
+        '<table class="cost"><tr><th>$ per million delivered messages (us-east-1 on demand)</th>'
+        f"{header}</tr>{body}</table>"
     )
 
 

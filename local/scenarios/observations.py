@@ -4,7 +4,8 @@ Times are seconds after the start of the load. The first deliveries come from th
 hook (:func:`observe_deliveries`) and, independently, from the workers' EMF output
 (:func:`emf_first_attempts`); queue depths from ``GetQueueAttributes``; the workers' per-tenant
 counters from the state table; AWS requests from the botocore events counted in every container
-and in the runtime's own clients.
+and in the runtime's own clients, and what AWS would bill for them (:func:`usage_snapshot`,
+:func:`cost_section`).
 """
 
 from __future__ import annotations
@@ -18,6 +19,8 @@ from typing import Any
 from local.emulator.discovery import MappingSpec
 from local.emulator.functions import Invocation
 from local.emulator.runtime import LocalRuntime
+from local.pricing import cost
+from local.pricing.usage import less
 
 FIRST_ATTEMPT_PROPERTY = "AgeOfFirstAttemptByTenant"  # breakwater.worker.FIRST_ATTEMPT_PROPERTY
 COUNTER_NAMES = ("processed", "dropped", "sidelined", "spilled", "deferred", "failed")
@@ -185,3 +188,94 @@ def dead_letter_messages(runtime: LocalRuntime, *, hide_seconds: int) -> list[di
             seen.update(m["MessageId"] for m in fresh)
             found.extend(fresh)
     return found
+
+
+LAMBDA_SERVICE = "lambda-service"  # the runtime's own counted clients: the mappings' pollers
+API_GATEWAY = "api-gateway"
+
+
+def usage_snapshot(runtime: LocalRuntime) -> dict[str, dict[str, float]]:
+    """The billed units counted so far, by where they arose: each function (by name), the Lambda
+    service's event source mappings (:data:`LAMBDA_SERVICE`, their SQS and Kinesis reads are billed to
+    the account) and the API (:data:`API_GATEWAY`)."""
+    parts = {pool.spec.name: dict(pool.usage) for pool in runtime.pools.values()}
+    parts[LAMBDA_SERVICE] = runtime.aws.usage.snapshot()
+    parts[API_GATEWAY] = {
+        "apigateway.rest_requests": float(runtime.api.billed_requests if runtime.api else 0)
+    }
+    return parts
+
+
+def usage_between(
+    after: dict[str, dict[str, float]], before: dict[str, dict[str, float]]
+) -> dict[str, dict[str, float]]:
+    return {part: less(units, before.get(part, {})) for part, units in after.items()}
+
+
+def emf_metrics(runtime: LocalRuntime, since: float, until: float) -> int:
+    """Distinct custom metrics (namespace, name, dimension values) the functions emitted as EMF in
+    [``since``, ``until``] (epoch seconds): what CloudWatch bills per metric-month."""
+    seen: set[tuple[str, str, tuple[tuple[str, str], ...]]] = set()
+    for _function, blob in runtime.logs.blobs():
+        meta = blob.get("_aws") or {}
+        stamp = int(meta.get("Timestamp", 0)) / 1000
+        if not since <= stamp <= until:
+            continue
+        for directive in meta.get("CloudWatchMetrics") or []:
+            namespace = str(directive.get("Namespace", ""))
+            dimension_sets = directive.get("Dimensions") or [[]]
+            for metric in directive.get("Metrics") or []:
+                for names in dimension_sets:
+                    dimensions = tuple((str(n), str(blob.get(n, ""))) for n in names)
+                    seen.add((namespace, str(metric.get("Name", "")), dimensions))
+    return len(seen)
+
+
+def cost_section(
+    runtime: LocalRuntime,
+    usage_by_part: dict[str, dict[str, float]],
+    *,
+    delivered: int,
+    started: float,
+    ended: float,
+    requests: int | None = None,
+) -> dict[str, Any]:
+    """The report's cost: $ per million delivered messages by service (:func:`cost.cost_summary`).
+
+    The functions' GB-seconds are priced for their architecture in the template. The scheduled
+    functions run ``schedule_speedup`` times as often here as the template says: their usage is
+    priced at the template's rate (divided by it), so compressed time does not inflate their share.
+    Kinesis shards and custom metrics are billed by the hour: priced over the run's window.
+    """
+    assert runtime.assembly is not None
+    speedup = max(1.0, float(runtime.options.schedule_speedup))
+    scheduled = {lid for schedule in runtime.schedule_specs for lid in schedule.function_logical_ids}
+    resources = runtime.assembly.resources("AWS::Lambda::Function")
+    parts: dict[str, dict[str, float]] = {}
+    for part, units in usage_by_part.items():
+        priced = dict(units)
+        logical_id = next((lid for lid, pool in runtime.pools.items() if pool.spec.name == part), None)
+        if logical_id is not None:
+            properties = resources.get(logical_id, {}).get("Properties", {})
+            architecture = (properties.get("Architectures") or ["x86_64"])[0]
+            if "lambda.gb_seconds" in priced:
+                priced[cost.lambda_duration_unit(architecture)] = priced.pop("lambda.gb_seconds")
+            if logical_id in scheduled:
+                priced = {unit: quantity / speedup for unit, quantity in priced.items()}
+        parts[part] = priced
+    shards = on_demand = 0
+    for stream in runtime.assembly.resources("AWS::Kinesis::Stream").values():
+        properties = stream.get("Properties", {})
+        if (properties.get("StreamModeDetails") or {}).get("StreamMode") == "ON_DEMAND":
+            on_demand += 1
+        else:
+            shards += int(properties.get("ShardCount") or 1)
+    window_s = max(0.0, ended - started)
+    parts["hourly"] = cost.hourly_usage(
+        window_s, shards=shards, on_demand_streams=on_demand, metrics=emf_metrics(runtime, started, ended)
+    )
+    summary = cost.cost_summary(
+        cost.add(parts.values()), delivered, window_s, by_part=parts, requests=requests
+    )
+    summary["scheduled_functions_scaled_by"] = 1 / speedup
+    return summary

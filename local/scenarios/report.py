@@ -4,7 +4,9 @@ Per tenant group (noisy / quiet): p50 and p99 AgeOfFirstAttempt on the live queu
 during the burst, the peak live backlog, the workers' processed / dropped / sidelined / spilled /
 deferred counts; per configuration: the quiet tenants' p99 ratio (burst over baseline), the recovery
 after the burst, AWS requests per delivered message, and the accounting of every accepted message.
-:func:`table` prints the headline rows, :func:`plot` draws ``out/age_by_tenant.png``.
+The demo adds ``cost``: $ per million delivered messages by service (``local.pricing``).
+:func:`table` prints the headline rows and the cost of each configuration side by side, :func:`plot`
+draws ``out/age_by_tenant.png``.
 """
 
 from __future__ import annotations
@@ -15,6 +17,7 @@ from dataclasses import asdict
 from pathlib import Path
 from typing import Any
 
+from local.pricing.cost import side_by_side
 from local.scenarios.noisy_neighbour import Scenario
 from local.scenarios.observations import COUNTER_NAMES, Observations
 
@@ -204,7 +207,25 @@ def table(results: list[dict[str, Any]]) -> str:
                 f"expired {replay.get('expired', 0)}, failed {replay.get('failed', 0)}; "
                 f"job {replay.get('job_seconds', 0):.0f} s on local[2])"
             )
+    costs = cost_table(results)
+    if costs:
+        lines.extend(["", costs])
     return "\n".join(lines)
+
+
+def cost_table(results: list[dict[str, Any]]) -> str:
+    """$ per million delivered messages by service, the configurations side by side (naive last)."""
+    summaries = {str(r["config"]): r["cost"] for r in results if r.get("cost")}
+    if not summaries:
+        return ""
+    scaled = next(iter(summaries.values())).get("scheduled_functions_scaled_by")
+    note = (
+        f"(us-east-1 on-demand prices, {next(iter(summaries.values()))['prices']}; the scheduled functions' "
+        f"usage priced at the template's schedule, x{scaled:.3g} of what ran here)"
+        if scaled
+        else ""
+    )
+    return "\n".join(line for line in (side_by_side(summaries), note) if line)
 
 
 def _scenario_line(result: dict[str, Any]) -> str:
