@@ -24,8 +24,11 @@ stack is created, as an operator's ``SetQueueAttributes`` could: it is what lets
 its visibility timeout, and it brings failed messages back soon enough for a short run.
 
 After the load the queues are drained (no redrive: what is in a dead-letter queue stays there and
-is accounted for), the runtime quiesced, and ``chaos_check.check`` compares the request log with
-the effects table, the dead-letter queues and the worker's drops. The report goes to
+is accounted for); what the archiver parked in S3 meanwhile is replayed (the replay job, as an
+operator would run it after an incident) and the queues drained again, so every acknowledged
+message ends processed, dropped by policy or in a dead-letter queue. Then the runtime is quiesced,
+and ``chaos_check.check`` compares the request log with the effects table, the dead-letter queues
+and the worker's drops. The report goes to
 ``out/chaos/report.json``; the table is printed.
 """
 
@@ -53,6 +56,7 @@ from local.emulator.processor_hooks import (
     FAULTS_ENV,
     ChaosFaults,
 )
+from local.emulator.replay import ReplayRequest
 from local.emulator.runtime import ROOT, LocalRuntime, RuntimeOptions
 from local.scenarios.chaos_check import Accounting, Key, Run, check, passed, table
 from local.scenarios.chaos_client import ChaosClient, LoadPlan
@@ -117,6 +121,7 @@ class ChaosConfig:
     aws_throttle_rate: float = 0.0  # per AWS request of a handler
     aws_error_rate: float = 0.0  # per AWS request of a handler
     controller_crash_rate: float = 0.0  # per scheduled controller run
+    replay_rate: float = 100.0  # messages/s the replay of the parked messages sends, after the load
 
     def __post_init__(self) -> None:
         for name in (
@@ -401,6 +406,7 @@ def run_chaos(config: ChaosConfig, *, name: str = "chaos", progress: bool = True
         attempts = client.run(started, on_tick=tick)
         load_s = time.time() - started
         drain_s = drain(runtime, sqs, config.drain_s, progress)
+        replayed = replay_parked(runtime, sqs, config, progress)
         runtime.quiesce()
         live, sideline, _ = queue_depths(runtime, sqs)
         ids = {a.message_id: (a.tenant, a.key) for a in attempts if a.message_id}
@@ -426,6 +432,7 @@ def run_chaos(config: ChaosConfig, *, name: str = "chaos", progress: bool = True
                 "setup_s": round(setup_s, 1),
                 "load_s": round(load_s, 1),
                 "drain_s": round(drain_s, 1),
+                "replay": replayed,
                 "crashed_invocations": len(invocations.crashed),
                 "duplicate_deliveries_by_kind": dict(deliveries.counts),
                 "function_errors": dict(errors.counts.most_common()),
@@ -435,6 +442,32 @@ def run_chaos(config: ChaosConfig, *, name: str = "chaos", progress: bool = True
         return report
     finally:
         runtime.stop()
+
+
+def replay_parked(runtime: LocalRuntime, sqs: Any, config: ChaosConfig, progress: bool) -> dict[str, Any]:
+    """Replay what the archiver parked (the replay job on local[2]), then drain again; what it did.
+
+    The schedules stop first and run once more, so a sideline queue the controller held for the
+    archiver is parked or drained before the archive is read.
+    """
+    runtime.stop_schedules()
+    runtime.run_schedules_once()
+    runtime.wait_async(120.0)
+    parked = len(archived(runtime))
+    if parked == 0:
+        return {"parked": 0}
+    if progress:
+        sys.stdout.write(f"\n   replaying the {parked} messages parked in S3 on local[2] ...\n")
+    began = time.time()
+    run = runtime.run_replay(ReplayRequest(target_rate=config.replay_rate, run_id="chaos"))
+    drained_s = drain(runtime, sqs, config.drain_s, progress)
+    return {
+        "parked": parked,
+        "replayed": run.report.get("replayed"),
+        "job_report": run.report,
+        "seconds": round(time.time() - began, 1),
+        "drain_s": round(drained_s, 1),
+    }
 
 
 def drain(runtime: LocalRuntime, sqs: Any, limit_s: float, progress: bool) -> float:

@@ -117,8 +117,11 @@ def check(
         "dead_letter_copies": sum(accounting.dead_letters.values()),
         "permanent_failures": len(permanent_keys),
         "permanent_processed": len(processed & permanent_keys),
+        # acknowledged, failing for good, and not in a dead-letter queue (parked and never replayed)
+        "permanent_not_in_dlq": len(permanent_keys - in_dlq - processed),
         "dropped": len(accounting.dropped),
-        "archived": len(accounting.archived),
+        "archived": len(accounting.archived - processed - in_dlq),  # parked, and not replayed since
+        "parked_in_archive": len(accounting.archived),
         "still_queued": accounting.still_queued,
         "lost": len(lost),
         "duplicated": sum(duplicated.values()),
@@ -138,7 +141,7 @@ def check(
     }
 
 
-VERDICTS = ("lost", "duplicated", "unexpected", "server_errors", "id_mismatches")
+VERDICTS = ("lost", "duplicated", "unexpected", "server_errors", "id_mismatches", "permanent_not_in_dlq")
 
 
 def passed(report: Mapping[str, Any]) -> bool:
@@ -176,6 +179,7 @@ def table(report: Mapping[str, Any]) -> str:
         ("unexpected", report["unexpected"], _sample(report, "unexpected")),
         ("server_errors", report["server_errors"], str(report["server_errors_by_status"] or "")),
         ("id_mismatches", report["id_mismatches"], ""),
+        ("permanent_not_in_dlq", report["permanent_not_in_dlq"], "failing for good, yet in no DLQ"),
     ]
     lines = [f"  {name:18s} {value:7d}  {note}".rstrip() for name, value, note in rows]
     faults = report["faults_injected"]

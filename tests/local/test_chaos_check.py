@@ -161,3 +161,13 @@ def test_the_demo_s_chaos_scenario_is_the_chaos_run_with_its_defaults(
         "worker_killed", "processor_transient", "processor_permanent", "long_handler", "duplicate_delivery",
         "lost_ack", "aws_throttle", "aws_server_error", "controller_crash",
     }  # fmt: skip
+
+
+def test_a_permanently_failing_message_must_end_in_a_dead_letter_queue() -> None:
+    attempts = [attempt("a", 202, message_id="m1"), attempt("b", 202, message_id="m2")]
+    parked = Accounting(archived={("t1", "a"), ("t1", "b")}, dead_letters=Counter({("t1", "b"): 1}))
+    report = check(attempts, parked, permanent=lambda _tenant, _key: True)
+    assert report["lost"] == 0  # parked is accounted for ...
+    assert report["permanent_not_in_dlq"] == 1  # ... but a message that fails for good belongs in a DLQ
+    assert report["archived"] == 1 and report["parked_in_archive"] == 2
+    assert not passed(report)
