@@ -87,7 +87,6 @@ def scenario_and_context(mix: str) -> tuple[Any, dict[str, Any]]:
 
 def one_run(mix: str, config: str) -> dict[str, Any]:
     """One configuration under one load, in this process: its cost section and the figures beside it."""
-    sys.path[:0] = [str(ROOT), str(ROOT / "functions")]
     from app import merge_context
     from local.scenarios.demo import CONFIGURATIONS, configuration_context, run_config
 
@@ -168,6 +167,11 @@ def goals(results: dict[str, dict[str, dict[str, Any]]]) -> list[dict[str, Any]]
     return out
 
 
+def write(path: Path, results: dict[str, dict[str, dict[str, Any]]]) -> None:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(json.dumps({"results": results, "goals": goals(results)}, indent=1), encoding="utf-8")
+
+
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--mix", nargs="+", choices=MIXES, default=list(MIXES))
@@ -175,6 +179,7 @@ def main() -> int:
     parser.add_argument("--out", type=Path, default=ROOT / "out" / "bench" / "cost.json")
     parser.add_argument("--one", nargs=2, metavar=("MIX", "CONFIG"), help=argparse.SUPPRESS)  # a child
     args = parser.parse_args()
+    sys.path[:0] = [str(ROOT), str(ROOT / "functions")]
     if args.one:
         print(json.dumps(one_run(*args.one)), flush=True)
         return 0
@@ -198,6 +203,7 @@ def main() -> int:
                 print(f"   failed (exit {child.returncode}):\n" + "\n".join(child.stderr.splitlines()[-8:]))
                 continue
             results[mix][config] = {**json.loads(lines[-1]), "run_s": time.time() - began}
+            write(args.out, results)  # what has run so far, should a later run fail
         if results[mix]:
             print(table(mix, results[mix]) + "\n", flush=True)
     checked = goals(results)
@@ -207,8 +213,7 @@ def main() -> int:
             f"goal {goal['mix']:6s}: Breakwater / naive = {ratio} (goal <= {goal['goal']}x): "
             f"{'met' if goal['met'] else 'not met'}"
         )
-    args.out.parent.mkdir(parents=True, exist_ok=True)
-    args.out.write_text(json.dumps({"results": results, "goals": checked}, indent=1), encoding="utf-8")
+    write(args.out, results)
     print(f"wrote {args.out}")
     return 1 if failed else 0
 
