@@ -181,10 +181,10 @@ def table(report: Mapping[str, Any]) -> str:
         ("id_mismatches", report["id_mismatches"], ""),
         ("permanent_not_in_dlq", report["permanent_not_in_dlq"], "failing for good, yet in no DLQ"),
     ]
-    lines = [f"  {name:18s} {value:7d}  {note}".rstrip() for name, value, note in rows]
+    lines = [f"  {name:20s} {value:7d}  {note}".rstrip() for name, value, note in rows]
     faults = report["faults_injected"]
-    lines.append("  faults injected    " + (", ".join(f"{k}={v}" for k, v in faults.items()) or "none"))
-    lines.append(f"  verdict            {'PASS' if passed(report) else 'FAIL'}")
+    lines.append("  faults injected      " + (", ".join(f"{k}={v}" for k, v in faults.items()) or "none"))
+    lines.append(f"  verdict              {'PASS' if passed(report) else 'FAIL'}")
     return "\n".join(lines)
 
 
