@@ -195,10 +195,10 @@ API_GATEWAY = "api-gateway"
 
 
 def usage_snapshot(runtime: LocalRuntime) -> dict[str, dict[str, float]]:
-    """The billed units counted so far, by where they arose: each function (by name), the Lambda
+    """The billed units counted so far, by where they arose: each function (its logical id), the Lambda
     service's event source mappings (:data:`LAMBDA_SERVICE`, their SQS and Kinesis reads are billed to
     the account) and the API (:data:`API_GATEWAY`)."""
-    parts = {pool.spec.name: dict(pool.usage) for pool in runtime.pools.values()}
+    parts = {logical_id: dict(pool.usage) for logical_id, pool in runtime.pools.items()}
     parts[LAMBDA_SERVICE] = runtime.aws.usage.snapshot()
     parts[API_GATEWAY] = {
         "apigateway.rest_requests": float(runtime.api.billed_requests if runtime.api else 0)
@@ -254,8 +254,8 @@ def cost_section(
     parts: dict[str, dict[str, float]] = {}
     for part, units in usage_by_part.items():
         priced = dict(units)
-        logical_id = next((lid for lid, pool in runtime.pools.items() if pool.spec.name == part), None)
-        if logical_id is not None:
+        if part in runtime.pools:
+            logical_id = part
             properties = resources.get(logical_id, {}).get("Properties", {})
             architecture = (properties.get("Architectures") or ["x86_64"])[0]
             if "lambda.gb_seconds" in priced:
