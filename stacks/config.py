@@ -426,6 +426,14 @@ class StreamingConfig(_Strict):
 class ProcessingConfig(_Strict):
     """How the processor's effects are made (``functions/breakwater/processor.py``)."""
 
+    guarantee: Literal["exactly_once", "at_least_once"] = Field(
+        default="exactly_once",
+        description="exactly_once: each message's idempotency record is locked before it runs, so two "
+        "copies never run at once and a completed one never again; at_least_once: no lock, the "
+        "record is read before and written after (cheaper; copies racing each other, or a run its "
+        "worker died in, may run twice). Effects given to work.add_effect are exactly once in both",
+    )
+
     effect_tables: list[str] = Field(
         default_factory=list,
         description="DynamoDB tables (names, this account and region) the processor's transactional "

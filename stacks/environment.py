@@ -96,6 +96,7 @@ def worker_environment(
         "STATE_TABLE_NAME": tables.state.table_name,
         "IDEMPOTENCY_TABLE_NAME": tables.idempotency.table_name,
         "IDEMPOTENCY_TTL_SECONDS": str(ingest.idempotency_window_seconds),
+        "PROCESSING_GUARANTEE": config.processing.guarantee,
         "TENANTS_TABLE_NAME": tables.tenants.table_name,
         "SPILLOVER_QUEUE_URL": queues.spillover.queue.queue_url,
         "BACKLOG_QUEUE_URL": queues.backlog.queue.queue_url,

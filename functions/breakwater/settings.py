@@ -134,6 +134,10 @@ class WorkerSettings(TierSettings):
     idempotency_ttl_seconds: int = Field(
         default=86_400, ge=60, description="how long a processed id is remembered"
     )
+    processing_guarantee: Literal["exactly_once", "at_least_once"] = Field(
+        default="exactly_once",
+        description="lock each message's record before it runs, or only record it after",
+    )
     max_receive_count: int | None = Field(
         default=None,
         ge=1,

@@ -68,6 +68,10 @@ ROOT = Path(__file__).resolve().parents[2]
             ["breakwater.worker", "max_concurrency (10) and provisioned_pollers are exclusive"],
         ),
         (
+            {"processing": {"guarantee": "twice"}},
+            ["breakwater.processing.guarantee = 'twice'", "exactly_once", "at_least_once"],
+        ),
+        (
             {"processing": {"effect_tables": ["orders", "no spaces"]}},
             ["breakwater.processing.effect_tables", "'no spaces' is not a DynamoDB table name"],
         ),

@@ -1,5 +1,5 @@
-"""``processing.effect_tables``: the workers may write the processor's transactional effects there, and
-do nothing else to those tables."""
+"""``processing``: the workers may write the processor's transactional effects to ``effect_tables`` and
+do nothing else to those tables; ``guarantee`` reaches both workers."""
 
 from __future__ import annotations
 
@@ -9,6 +9,7 @@ from aws_cdk.assertions import Template
 
 from app import STACK_ID, build_app
 from stacks.tables import EFFECT_ACTIONS
+from tests.infrastructure.conftest import Synth
 
 
 def _statements_on(template: dict[str, Any], table: str) -> dict[str, list[str]]:
@@ -43,3 +44,13 @@ def test_the_workers_may_write_effects_to_the_named_tables_and_nothing_more() ->
     assert len(roles) == 3, roles  # ingest, the controller and the rest get nothing on it
     for actions in granted.values():
         assert sorted(actions) == sorted(EFFECT_ACTIONS)
+
+
+def test_the_processing_guarantee_reaches_both_workers(synth: Synth) -> None:
+    workers = [
+        resource["Properties"]["Environment"]["Variables"]
+        for resource in synth.of_type("AWS::Lambda::Function").values()
+        if "WORKER_MODE" in resource["Properties"].get("Environment", {}).get("Variables", {})
+    ]
+    assert len(workers) == 2
+    assert {env["PROCESSING_GUARANTEE"] for env in workers} == {synth.config.processing.guarantee}

@@ -140,10 +140,8 @@ def _one_message_waiting(world: WorkerWorld, monkeypatch: pytest.MonkeyPatch) ->
     return handler, handler.worker.ports.rate._client
 
 
-def test_the_completed_record_rides_in_the_transaction_that_settles_the_batch(
-    world: WorkerWorld, monkeypatch: pytest.MonkeyPatch
-) -> None:
-    handler, client = _one_message_waiting(world, monkeypatch)
+def _record_writes(client: Any) -> list[tuple[str, list[str]]]:
+    """Each TransactWriteItems (its entries' kinds) and BatchWriteItem the client makes, in order."""
     writes: list[tuple[str, list[str]]] = []
 
     def record(params: dict[str, Any], **_: Any) -> None:  # the API parameters of each write
@@ -154,26 +152,33 @@ def test_the_completed_record_rides_in_the_transaction_that_settles_the_batch(
     client.meta.events.register(
         "provide-client-params.dynamodb.BatchWriteItem", lambda **_: writes.append(("BatchWriteItem", []))
     )
+    return writes
+
+
+def test_the_completed_record_is_a_batch_write_and_the_settle_transaction_holds_only_updates(
+    world: WorkerWorld, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A transaction's item costs two write units, a batch write's one: the record needs no transaction."""
+    handler, client = _one_message_waiting(world, monkeypatch)
+    writes = _record_writes(client)
 
     response, _ = world.deliver(handler, "live-0")
 
     assert response == {"batchItemFailures": []}
-    # the lease with the lock, then one write settling the batch: release, counters, COMPLETED record
-    assert writes[-1] == ("TransactWriteItems", ["Update", "Update", "Put"])
-    assert all(kind != "BatchWriteItem" for kind, _ in writes)
+    # the lease with the lock, the COMPLETED record, then the settle: lease release and counters
+    assert writes[-2:] == [("BatchWriteItem", []), ("TransactWriteItems", ["Update", "Update"])]
     (stored,) = _records(world)
     assert stored["status"] == {"S": "COMPLETED"}
 
 
-def test_a_refused_settle_transaction_still_writes_the_completed_record(
+def test_a_refused_settle_transaction_still_writes_the_record_and_the_counters(
     world: WorkerWorld, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     handler, client = _one_message_waiting(world, monkeypatch)
     refused: list[int] = []
 
     def refuse_settle(params: dict[str, Any], **_: Any) -> None:  # a conflicting transaction, say
-        puts = [item["Put"]["Item"] for item in params["TransactItems"] if "Put" in item]
-        if any(put.get("status") == {"S": "COMPLETED"} for put in puts):
+        if all("Update" in item for item in params["TransactItems"]):
             refused.append(1)
             raise ClientError({"Error": {"Code": "TransactionConflictException"}}, "TransactWriteItems")
 
@@ -183,4 +188,38 @@ def test_a_refused_settle_transaction_still_writes_the_completed_record(
 
     assert response == {"batchItemFailures": []} and refused == [1]
     (stored,) = _records(world)
-    assert stored["status"] == {"S": "COMPLETED"}  # written apart, with BatchWriteItem
+    assert stored["status"] == {"S": "COMPLETED"}
+    assert world.item("tenant#acme", "counters")["processed"] == 1  # written apart
+
+
+def test_at_least_once_takes_no_lock_reads_the_records_and_records_after(
+    world: WorkerWorld, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    runs: list[str] = []
+    monkeypatch.setattr(processor, "process", _counting(runs))
+    message = make_envelope("acme")
+    world.send("live-0", message)
+    world.send("live-0", message)  # a copy, in the same batch
+    handler = load(monkeypatch, "worker.handler", world.environment(processing_guarantee="at_least_once"))
+    client = handler.worker.ports.rate._client
+    writes = _record_writes(client)
+    reads: list[bool] = []
+    client.meta.events.register(
+        "provide-client-params.dynamodb.BatchGetItem",
+        lambda params, **_: reads.extend(
+            spec.get("ConsistentRead", False) for spec in params["RequestItems"].values()
+        ),
+    )
+
+    response, _ = world.deliver(handler, "live-0")
+
+    assert response == {"batchItemFailures": []}
+    assert runs == [message.id]  # the copy found the first's result
+    assert all("Put" not in kinds for _, kinds in writes)  # no INPROGRESS lock rode with the lease
+    assert reads and all(reads)  # the records were read, consistently
+    (stored,) = _records(world)
+    assert stored["status"] == {"S": "COMPLETED"}
+
+    world.send("live-0", message)  # a redelivery after the record was written
+    world.deliver(handler, "live-0")
+    assert runs == [message.id]

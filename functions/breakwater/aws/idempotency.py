@@ -15,6 +15,11 @@ the batch could not take (the record exists: a duplicate) falls back to Powertoo
 which reads the record and answers "already done" or "in progress". A failure deletes its lock at
 once, so the retry can run.
 
+Without locking (``processing.guarantee`` = ``at_least_once``) the batch takes no INPROGRESS locks: it
+reads the records of its messages (one consistent BatchGetItem per 100) and skips the completed
+ones, and each success is recorded after it, with the rest of the batch's records. Two copies
+running at once, or a run whose worker died before the batch's records were written, may run twice.
+
 A message whose processor handed back transactional effects (``WorkContext.add_effect``) is recorded
 at once instead, in one TransactWriteItems with its effects (the inbox pattern): the record's put is
 conditional on no other copy having completed, so the effects happen once or not at all, whatever
@@ -91,6 +96,9 @@ class BatchedPersistenceLayer(DynamoDBPersistenceLayer):
         self._keys: dict[str, str] = {}  # envelope id -> record key, for the batch (one hash per envelope)
         # the running call's transactional effects, written with its COMPLETED record
         self.effects: list[dict[str, Any]] | None = None
+        # without locks: the record keys the batch read, and the responses of those found completed
+        self._read: set[str] = set()
+        self._done: dict[str, dict[str, Any]] = {}
 
     def use_lock(self, envelope: Envelope) -> bool:
         """If the batch took this envelope's lock and no call used it yet, a call runs under it now."""
@@ -154,6 +162,62 @@ class BatchedPersistenceLayer(DynamoDBPersistenceLayer):
                 }
             }
         return items
+
+    def read_batch(self, envelopes: Iterable[Envelope]) -> None:
+        """Without locks: read the records of ``envelopes`` not read yet (BatchGetItem, consistent)."""
+        keys = [
+            key
+            for key in dict.fromkeys(self.key_of(envelope) for envelope in envelopes)
+            if key not in self._read and key not in self._completed
+        ]
+        now_s = int(time.time())
+        unread: set[str] = set()  # left unprocessed after the retries: read one by one (done_response)
+        for start in range(0, len(keys), MAX_TRANSACT_ITEMS):
+            pending: list[Any] = [self._get_key(key) for key in keys[start : start + MAX_TRANSACT_ITEMS]]
+            for _ in range(8):
+                if not pending:
+                    break
+                response = self.client.batch_get_item(
+                    RequestItems={self.table_name: {"Keys": pending, "ConsistentRead": True}}
+                )
+                for item in (response.get("Responses") or {}).get(self.table_name, []):
+                    expiry = int(item.get(self.expiry_attr, {}).get("N", "0"))
+                    if item.get(self.status_attr, {}).get("S") == "COMPLETED" and expiry > now_s:
+                        data = item.get(self.data_attr, {}).get("S") or "{}"
+                        self._done[item[self.key_attr]["S"]] = json.loads(data)
+                left: Any = (response.get("UnprocessedKeys") or {}).get(self.table_name) or {}
+                pending = list(left.get("Keys", []))
+            unread.update(key[self.key_attr]["S"] for key in pending)
+        self._read.update(key for key in keys if key not in unread)
+
+    def done_response(self, key: str) -> dict[str, Any] | None:
+        """Without locks: the stored response if ``key`` is completed (read by the batch, or now)."""
+        if key in self._completed:  # a second copy in the same batch
+            return dict(json.loads(self._completed[key].response_data or "{}"))
+        if key not in self._read:
+            item = self.client.get_item(
+                TableName=self.table_name, Key=self._get_key(key), ConsistentRead=True
+            )
+            found = item.get("Item") or {}
+            if found.get(self.status_attr, {}).get("S") == "COMPLETED" and int(
+                found.get(self.expiry_attr, {}).get("N", "0")
+            ) > int(time.time()):
+                self._done[key] = json.loads(found.get(self.data_attr, {}).get("S") or "{}")
+            self._read.add(key)
+        return self._done.get(key)
+
+    def record_success(self, key: str, result: dict[str, Any]) -> None:
+        """Without locks: the COMPLETED record of a success (with its effects at once, else buffered)."""
+        record = DataRecord(
+            idempotency_key=key,
+            status="COMPLETED",
+            expiry_timestamp=self._get_expiry_timestamp(),
+            response_data=json.dumps(result, default=str),
+        )
+        if self.effects:
+            self.commit_with_effects(record, self.effects)
+            return
+        self._completed[key] = record
 
     def locked(self, keys: Iterable[str]) -> None:
         """The batch holds these locks now (written by :meth:`lock_batch` or with the leases)."""
@@ -222,7 +286,7 @@ class BatchedPersistenceLayer(DynamoDBPersistenceLayer):
             set(),
             set(),
         )
-        self._keys = {}
+        self._keys, self._read, self._done = {}, set(), {}
         return [{"TableName": self.table_name, "Item": self._completed_item(record)} for record in records]
 
     def write_completed(self, puts: Sequence[dict[str, Any]]) -> None:
@@ -338,8 +402,11 @@ class IdempotentProcessor:
         *,
         client: DynamoDBClient | None = None,
         powertools: PowertoolsSettings | None = None,
+        locking: bool = True,
     ) -> None:
         self._process = process
+        # exactly once (a lock before each message runs) or at least once (a record after it)
+        self._locking = locking
         # ``POWERTOOLS_IDEMPOTENCY_DISABLED``, which ``idempotent_function`` reads too: then it makes no
         # record, and the batch takes no lock either. A function's environment does not change while
         # it runs, so it is read once per container.
@@ -361,6 +428,11 @@ class IdempotentProcessor:
         self._run = run
         self._context: LambdaContext | None = None
 
+    @property
+    def locking(self) -> bool:
+        """Whether each message's record is locked before it runs (exactly once) or not (at least once)."""
+        return self._locking and not self._disabled
+
     def register_context(self, context: LambdaContext) -> None:
         """Lets an in-progress record of a killed invocation expire with it."""
         self._context = context
@@ -371,12 +443,16 @@ class IdempotentProcessor:
 
     def lock(self, envelopes: Sequence[Envelope]) -> None:
         """Take the locks of ``envelopes`` the batch does not hold yet (before any of them runs)."""
-        if envelopes and not self._disabled:
+        if not envelopes or self._disabled:
+            return
+        if self._locking:
             self.persistence.lock_batch(envelopes, self._remaining_ms())
+        else:
+            self.persistence.read_batch(envelopes)
 
     def lock_items(self, envelopes: Sequence[Envelope]) -> dict[str, Any]:
         """The lock writes of ``envelopes``, for a transaction the caller makes (then :meth:`locked`)."""
-        if not envelopes or self._disabled:
+        if not envelopes or self._disabled or not self._locking:
             return {}
         return self.persistence.lock_items(envelopes, self._remaining_ms())
 
@@ -385,7 +461,7 @@ class IdempotentProcessor:
 
     def unlock(self, envelopes: Sequence[Envelope]) -> None:
         """Give back the locks of ``envelopes`` the batch took but did not use."""
-        if envelopes and not self._disabled:
+        if envelopes and not self._disabled and self._locking:
             self.persistence.unlock_batch(envelopes)
 
     def flush(self) -> None:
@@ -406,6 +482,8 @@ class IdempotentProcessor:
                 if work.effects:
                     self.persistence.client.transact_write_items(TransactItems=work.effects)  # type: ignore[arg-type]
                 return result
+            if not self._locking:
+                return self._run_unlocked(envelope, work)
             if self.persistence.use_lock(envelope):
                 return self._run_locked(envelope, work)
             try:
@@ -417,6 +495,17 @@ class IdempotentProcessor:
             return result
         finally:
             self.persistence.effects = None
+
+    def _run_unlocked(self, envelope: Envelope, work: WorkContext) -> dict[str, Any]:
+        """At least once: skip a message whose record says completed, else run it and record it after."""
+        key = self.persistence.key_of(envelope)
+        done = self.persistence.done_response(key)
+        if done is not None:
+            return done
+        result = self._process(envelope, work)
+        with contextlib.suppress(EffectsAlreadyCommittedError):  # another copy's effects stand
+            self.persistence.record_success(key, result)
+        return result
 
     def _run_locked(self, envelope: Envelope, work: WorkContext) -> dict[str, Any]:
         """What ``idempotent_function`` does once ``save_inprogress`` succeeded, for a lock the batch took.

@@ -95,7 +95,7 @@ class LeasesAndLocks:
     def acquire_many(
         self, requests: Mapping[str, ConcurrencyLimits], expires_at_ms: int, lock: Sequence[Envelope] = ()
     ) -> dict[str, Grant]:
-        if not lock:
+        if not lock or not self.idempotent.locking:
             return self.leases.acquire_many(requests, expires_at_ms)
 
         def locks(grants: Mapping[str, Grant]) -> dict[str, Any]:
@@ -164,7 +164,11 @@ def build_worker_ports(
     table = settings.state_table_name
     tenants = TenantTable(settings.tenants_table_name, client=ddb) if settings.tenants_table_name else None
     idempotent = IdempotentProcessor(
-        process, settings.idempotency_table_name, settings.idempotency_ttl_seconds, client=ddb
+        process,
+        settings.idempotency_table_name,
+        settings.idempotency_ttl_seconds,
+        client=ddb,
+        locking=settings.processing_guarantee == "exactly_once",
     )
     leases = (
         ConcurrencyLeases(ddb, table, container_id, burst_capacity=settings.concurrency_burst_slots)
@@ -175,13 +179,16 @@ def build_worker_ports(
     def settle(
         grants: Mapping[str, Grant], counters: Mapping[str, Mapping[str, int]]
     ) -> dict[str, dict[str, int]]:
-        """One write for the batch: the lease releases, the counter ADDs and the COMPLETED records.
+        """The batch's writes: its COMPLETED records (BatchWriteItem), then its lease releases and
+        counter ADDs in one TransactWriteItems.
 
-        All unconditional, so the TransactWriteItems fails only on a conflicting transaction or
-        throttling; then the records go out with BatchWriteItem and the updates apart.
+        The records go apart because a transaction's item costs two write units and a batch write's
+        one, and nothing needs them atomic with the counters. The updates are unconditional, so the
+        transaction fails only on a conflicting transaction or throttling; then each goes apart.
         Returns the tenants' counters that were not written, for the worker to add to its next
         batch's; it raises only before it wrote any counter.
         """
+        idempotent.write_completed(idempotent.take_completed())
         releases = leases.release_updates(grants) if leases is not None else []
         by_tenant = {
             tenant: update
@@ -189,15 +196,13 @@ def build_worker_ports(
             if (update := counters_update(table, tenant, deltas)) is not None
         }
         updates = [*releases, *by_tenant.values()]
-        completed = idempotent.take_completed()
-        items: list[Any] = [*({"Update": update} for update in updates), *({"Put": put} for put in completed)]
-        if updates and 1 < len(items) <= MAX_TRANSACT_ITEMS:
+        if 1 < len(updates) <= MAX_TRANSACT_ITEMS:
             try:
+                items: list[Any] = [{"Update": update} for update in updates]
                 ddb.transact_write_items(TransactItems=items)
                 return {}
             except Exception as exc:  # written apart below
                 logger.warning("batch settle transaction refused", extra={"error": str(exc)})
-        idempotent.write_completed(completed)
         for error in write_updates(ddb, releases):  # a lease expires on its own
             logger.warning("lease release failed", extra={"error": str(error)})
         failed = _write_counters(ddb, by_tenant)
