@@ -141,7 +141,7 @@ def _one_message_waiting(world: WorkerWorld, monkeypatch: pytest.MonkeyPatch) ->
 
 
 def _record_writes(client: Any) -> list[tuple[str, list[str]]]:
-    """Each TransactWriteItems (its entries' kinds) and BatchWriteItem the client makes, in order."""
+    """Each write the client makes, in order: its operation and, for a transaction, its entries' kinds."""
     writes: list[tuple[str, list[str]]] = []
 
     def record(params: dict[str, Any], **_: Any) -> None:  # the API parameters of each write
@@ -149,47 +149,52 @@ def _record_writes(client: Any) -> list[tuple[str, list[str]]]:
         writes.append(("TransactWriteItems", kinds))
 
     client.meta.events.register("provide-client-params.dynamodb.TransactWriteItems", record)
-    client.meta.events.register(
-        "provide-client-params.dynamodb.BatchWriteItem", lambda **_: writes.append(("BatchWriteItem", []))
-    )
+    for operation in ("BatchWriteItem", "UpdateItem"):
+        client.meta.events.register(
+            f"provide-client-params.dynamodb.{operation}",
+            lambda operation=operation, **_: writes.append((operation, [])),
+        )
     return writes
 
 
-def test_the_completed_record_is_a_batch_write_and_the_settle_transaction_holds_only_updates(
-    world: WorkerWorld, monkeypatch: pytest.MonkeyPatch
-) -> None:
-    """A transaction's item costs two write units, a batch write's one: the record needs no transaction."""
+def test_the_batch_settles_without_a_transaction(world: WorkerWorld, monkeypatch: pytest.MonkeyPatch) -> None:
+    """An item in a transaction costs two write units, in a batch write or an update one: the batch's
+    records, lease release and counters need no transaction."""
     handler, client = _one_message_waiting(world, monkeypatch)
     writes = _record_writes(client)
 
     response, _ = world.deliver(handler, "live-0")
 
     assert response == {"batchItemFailures": []}
-    # the lease with the lock, the COMPLETED record, then the settle: lease release and counters
-    assert writes[-2:] == [("BatchWriteItem", []), ("TransactWriteItems", ["Update", "Update"])]
+    # the lease with the lock; after the work the COMPLETED record, then plain updates only (the
+    # lease's release, the counters)
+    assert ("TransactWriteItems", ["Update", "Put"]) in writes
+    settle = writes[writes.index(("BatchWriteItem", [])) :]
+    assert len(settle) >= 3 and {operation for operation, _ in settle[1:]} == {"UpdateItem"}
     (stored,) = _records(world)
     assert stored["status"] == {"S": "COMPLETED"}
+    assert world.item("tenant#acme", "counters")["processed"] == 1
 
 
-def test_a_refused_settle_transaction_still_writes_the_record_and_the_counters(
+def test_a_failed_counter_write_is_carried_to_the_next_batch(
     world: WorkerWorld, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     handler, client = _one_message_waiting(world, monkeypatch)
     refused: list[int] = []
 
-    def refuse_settle(params: dict[str, Any], **_: Any) -> None:  # a conflicting transaction, say
-        if all("Update" in item for item in params["TransactItems"]):
+    def refuse_counters(params: dict[str, Any], **_: Any) -> None:  # throttled past the retries, say
+        if params["Key"]["sk"] == {"S": "counters"} and not refused:
             refused.append(1)
-            raise ClientError({"Error": {"Code": "TransactionConflictException"}}, "TransactWriteItems")
+            raise ClientError({"Error": {"Code": "ThrottlingException"}}, "UpdateItem")
 
-    client.meta.events.register("provide-client-params.dynamodb.TransactWriteItems", refuse_settle)
+    client.meta.events.register("provide-client-params.dynamodb.UpdateItem", refuse_counters)
 
     response, _ = world.deliver(handler, "live-0")
 
     assert response == {"batchItemFailures": []} and refused == [1]
     (stored,) = _records(world)
     assert stored["status"] == {"S": "COMPLETED"}
-    assert world.item("tenant#acme", "counters")["processed"] == 1  # written apart
+    assert handler.worker._unsettled["acme"]["processed"] == 1  # added to the next batch's counters
 
 
 def test_at_least_once_takes_no_lock_reads_the_records_and_records_after(

@@ -76,26 +76,17 @@ def add_counters(client: DynamoDBClient, table_name: str, tenant: str, deltas: M
 
 
 def write_updates(client: DynamoDBClient, updates: Sequence[dict[str, Any]]) -> list[Exception]:
-    """Unconditional UpdateItems of distinct items in as few calls as possible; returns what failed.
+    """Unconditional UpdateItems of distinct items, each its own call; returns what failed.
 
-    More than one goes out as TransactWriteItems (up to 100 per call); if a transaction is refused
-    (a conflicting transaction on one of the items, throttling) its updates are made one by one.
+    Not one TransactWriteItems: an item in a transaction costs two write units, a plain update one,
+    and nothing needs these updates to land together.
     """
     errors: list[Exception] = []
-    for start in range(0, len(updates), 100):
-        chunk = updates[start : start + 100]
-        if len(chunk) > 1:
-            try:
-                items: list[Any] = [{"Update": update} for update in chunk]
-                client.transact_write_items(TransactItems=items)
-                continue
-            except Exception:  # noqa: S110  (made one by one below)
-                pass
-        for update in chunk:
-            try:
-                client.update_item(**update)
-            except Exception as exc:
-                errors.append(exc)
+    for update in updates:
+        try:
+            client.update_item(**update)
+        except Exception as exc:
+            errors.append(exc)
     return errors
 
 

@@ -16,7 +16,7 @@ from breakwater.aws.buckets import LeasedTokenBucket
 from breakwater.aws.concurrency import ConcurrencyLeases
 from breakwater.aws.counters import counters_update, plain, tenant_pk, write_updates
 from breakwater.aws.health import record_dependency_down, throttled_age_reports
-from breakwater.aws.idempotency import MAX_TRANSACT_ITEMS, IdempotentProcessor
+from breakwater.aws.idempotency import IdempotentProcessor
 from breakwater.aws.moves import send_moves
 from breakwater.aws.tenant_limits import TenantLimitsCache
 from breakwater.aws.tenants import TenantTable
@@ -111,29 +111,6 @@ class LeasesAndLocks:
         return grants
 
 
-def _write_counters(client: DynamoDBClient, updates: Mapping[str, dict[str, Any]]) -> list[str]:
-    """Each tenant's counter update, up to 100 in a transaction, one by one if it is refused;
-    returns the tenants whose update failed."""
-    failed: list[str] = []
-    tenants = list(updates)
-    for start in range(0, len(tenants), MAX_TRANSACT_ITEMS):
-        chunk = tenants[start : start + MAX_TRANSACT_ITEMS]
-        if len(chunk) > 1:
-            try:
-                items: list[Any] = [{"Update": updates[tenant]} for tenant in chunk]
-                client.transact_write_items(TransactItems=items)
-                continue
-            except Exception:  # noqa: S110  (made one by one below)
-                pass
-        for tenant in chunk:
-            try:
-                client.update_item(**updates[tenant])
-            except Exception as exc:
-                logger.warning("counter flush failed", extra={"tenant": tenant, "error": str(exc)})
-                failed.append(tenant)
-    return failed
-
-
 def client_config() -> Config:
     """The worker's botocore clients: standard retries, no client-side validation, a fixed User-Agent.
 
@@ -179,33 +156,28 @@ def build_worker_ports(
     def settle(
         grants: Mapping[str, Grant], counters: Mapping[str, Mapping[str, int]]
     ) -> dict[str, dict[str, int]]:
-        """The batch's writes: its COMPLETED records (BatchWriteItem), then its lease releases and
-        counter ADDs in one TransactWriteItems.
+        """The batch's writes: its COMPLETED records (BatchWriteItem), its lease releases and its
+        tenants' counter ADDs (an UpdateItem each).
 
-        The records go apart because a transaction's item costs two write units and a batch write's
-        one, and nothing needs them atomic with the counters. The updates are unconditional, so the
-        transaction fails only on a conflicting transaction or throttling; then each goes apart.
+        No transaction: an item in one costs two write units, in a batch write or a plain update
+        one, and none of these needs the others to land with it.
         Returns the tenants' counters that were not written, for the worker to add to its next
-        batch's; it raises only before it wrote any counter.
+        batch's.
         """
         idempotent.write_completed(idempotent.take_completed())
         releases = leases.release_updates(grants) if leases is not None else []
+        for error in write_updates(ddb, releases):  # a lease expires on its own
+            logger.warning("lease release failed", extra={"error": str(error)})
         by_tenant = {
             tenant: update
             for tenant, deltas in counters.items()
             if (update := counters_update(table, tenant, deltas)) is not None
         }
-        updates = [*releases, *by_tenant.values()]
-        if 1 < len(updates) <= MAX_TRANSACT_ITEMS:
-            try:
-                items: list[Any] = [{"Update": update} for update in updates]
-                ddb.transact_write_items(TransactItems=items)
-                return {}
-            except Exception as exc:  # written apart below
-                logger.warning("batch settle transaction refused", extra={"error": str(exc)})
-        for error in write_updates(ddb, releases):  # a lease expires on its own
-            logger.warning("lease release failed", extra={"error": str(error)})
-        failed = _write_counters(ddb, by_tenant)
+        failed = []
+        for tenant, update in by_tenant.items():
+            for error in write_updates(ddb, [update]):
+                logger.warning("counter flush failed", extra={"tenant": tenant, "error": str(error)})
+                failed.append(tenant)
         return {tenant: dict(counters[tenant]) for tenant in failed}
 
     def extend(queue_url: str, receipt_handle: str, seconds: int) -> None:
