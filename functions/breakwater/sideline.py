@@ -30,9 +30,9 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 from enum import StrEnum
-from typing import Literal
+from typing import Literal, Protocol
 
-from breakwater.envelope import Envelope, Origin
+from breakwater.envelope import Origin
 
 
 class SidelineDecision(StrEnum):
@@ -56,7 +56,30 @@ class Reason(StrEnum):
 QueueRole = Literal["live", "surge", "spillover", "backlog"]
 
 
-def is_replayed(envelope: Envelope) -> bool:
+class DecisionSubject(Protocol):
+    """What the rules read of a message: :class:`breakwater.envelope.Envelope` is one.
+
+    A Protocol rather than the model itself, so a caller that holds millions of messages (the
+    seed-scale simulator, ``sim/``) can ask the same rules with plain objects instead of building a
+    validated model per message.
+    """
+
+    @property
+    def enqueued_at(self) -> int: ...
+    @property
+    def expires_at(self) -> int | None: ...
+    @property
+    def attempt(self) -> int: ...
+    @property
+    def origin(self) -> Origin: ...
+    @property
+    def replay_run(self) -> str | None: ...
+
+    def age_ms(self, now_ms: int) -> int: ...
+    def is_expired(self, now_ms: int) -> bool: ...
+
+
+def is_replayed(envelope: DecisionSubject) -> bool:
     """Work a replay brought back from the archive, in the queue it was put in or any it was moved to
     since (a deferral re-homes it to surge, but ``replay_run`` stays)."""
     return envelope.origin is Origin.REPLAY or envelope.replay_run is not None
@@ -124,7 +147,7 @@ _PROCESS = Decision(SidelineDecision.PROCESS, Reason.ADMITTED)
 
 
 def decide(
-    envelope: Envelope,
+    envelope: DecisionSubject,
     now_ms: int,
     tenant_state: TenantState,
     config: DecisionConfig,
@@ -159,7 +182,7 @@ def decide(
     return _PROCESS
 
 
-def hold_for_outage(envelope: Envelope, retry_in_s: int, config: DecisionConfig) -> Decision:
+def hold_for_outage(envelope: DecisionSubject, retry_in_s: int, config: DecisionConfig) -> Decision:
     """A message the worker cannot process while its dependency is down (``breakwater.breaker``).
 
     The live worker sidelines it to the backlog queue, delayed until the breaker's next probe: the live
@@ -180,7 +203,7 @@ def hold_for_outage(envelope: Envelope, retry_in_s: int, config: DecisionConfig)
     return Decision(SidelineDecision.SIDELINE, Reason.DEPENDENCY_DOWN, Origin.BACKLOG, delay)
 
 
-def _defer(envelope: Envelope, reason: Reason, config: DecisionConfig) -> Decision:
+def _defer(envelope: DecisionSubject, reason: Reason, config: DecisionConfig) -> Decision:
     if config.mode == "sideline":
         # Back into its own sideline queue; a replayed/live origin never reaches a sideline worker.
         destination = (
