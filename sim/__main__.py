@@ -1,0 +1,159 @@
+"""``python -m sim``: run a scenario for naive, fair-queues-only and Breakwater in virtual time.
+
+Examples::
+
+    python -m sim --scenario noisy                 # seed scale: 1,000 tenants, a 30-minute surge, 5.5 h after
+    python -m sim --scenario all                   # noisy, outage, slow and poison (make simulate)
+    python -m sim --scenario noisy --surge-factor 10 --event-minutes 30   # "X sends 10x for 30 min?"
+    python -m sim --set worker.max_concurrency=20 --overrides my-fork.json
+    python -m sim --validate                       # the embedded default's noisy run, against its report
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+import sim  # noqa: F401  (puts the runtime library on the path)
+from sim.config import CDK_JSON, CONFIGURATIONS, REPO, ConfigName, blueprint, load_context, parse_assignment
+from sim.report import plot, table, write_json
+from sim.run import run_configurations
+from sim.scenarios import KINDS, Kind, seed_scale
+from sim.validation import REFERENCE, compare, run_validation
+from sim.worker import Costs
+
+
+def _arguments(argv: list[str] | None) -> argparse.Namespace:
+    parser = argparse.ArgumentParser(prog="python -m sim", description=__doc__.splitlines()[0])
+    parser.add_argument("--scenario", default="noisy", choices=[*KINDS, "all"])
+    parser.add_argument(
+        "--cdk-json", type=Path, default=CDK_JSON, help="where the breakwater configuration is"
+    )
+    parser.add_argument(
+        "--overrides",
+        type=Path,
+        action="append",
+        default=[],
+        help="a JSON file merged into the configuration (repeatable)",
+    )
+    parser.add_argument(
+        "--set",
+        dest="assignments",
+        action="append",
+        default=[],
+        metavar="KEY=VALUE",
+        help="one setting, e.g. worker.max_concurrency=20 (the value read as JSON; repeatable)",
+    )
+    parser.add_argument(
+        "--configurations",
+        default=",".join(CONFIGURATIONS),
+        help="comma-separated subset of naive,fair,breakwater",
+    )
+    parser.add_argument("--tenants", type=int, default=1000)
+    parser.add_argument(
+        "--quiet-share",
+        type=float,
+        default=0.10,
+        help="everyone's usual traffic as a share of the fleet's capacity",
+    )
+    parser.add_argument(
+        "--surge-factor",
+        type=float,
+        default=10.0,
+        help="noisy: the subject's rate during the event, as a multiple of capacity",
+    )
+    parser.add_argument("--work-ms", type=float, default=1000.0, help="mean processing time per message")
+    parser.add_argument("--baseline-minutes", type=float, default=30.0)
+    parser.add_argument("--event-minutes", type=float, default=30.0)
+    parser.add_argument("--after-hours", type=float, default=5.5)
+    parser.add_argument("--ttl-seconds", type=float, default=None, help="expires_at on every message")
+    parser.add_argument("--seed", type=int, default=1)
+    parser.add_argument(
+        "--separate-fleets",
+        action="store_true",
+        help="naive and fair keep one queue's max_concurrency instead of the live set's",
+    )
+    parser.add_argument("--out", type=Path, default=REPO / "out" / "sim")
+    parser.add_argument("--no-plot", action="store_true")
+    parser.add_argument(
+        "--validate",
+        action="store_true",
+        help=f"run the embedded default's noisy scenario and compare it with {REFERENCE.name}",
+    )
+    return parser.parse_args(argv)
+
+
+def _config_overrides(args: argparse.Namespace) -> list[dict[str, Any]]:
+    overrides: list[dict[str, Any]] = [json.loads(path.read_text()) for path in args.overrides]
+    overrides += [parse_assignment(text) for text in args.assignments]
+    return overrides
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = _arguments(argv)
+    args.out.mkdir(parents=True, exist_ok=True)
+    if args.validate:
+        outcome = run_validation()
+        print(outcome["table"])
+        print()
+        for check in compare(outcome):
+            print(("ok    " if check.passed else "FAIL  ") + check.describe())
+        path = args.out / "validation.json"
+        write_json(path, outcome["scenario"], outcome["results"], {"reference": outcome["reference"]})
+        print(f"\n{path.relative_to(REPO) if path.is_relative_to(REPO) else path}")
+        return 0 if all(check.passed for check in compare(outcome)) else 1
+    config = blueprint(load_context(args.cdk_json), _config_overrides(args))
+    costs = Costs()
+    names: list[ConfigName] = [name for name in CONFIGURATIONS if name in args.configurations.split(",")]
+    kinds: list[Kind] = list(KINDS) if args.scenario == "all" else [args.scenario]
+    for kind in kinds:
+        scenario = seed_scale(
+            kind,
+            config,
+            tenants=args.tenants,
+            quiet_share=args.quiet_share,
+            surge_factor=args.surge_factor,
+            work_ms=args.work_ms,
+            baseline_s=args.baseline_minutes * 60,
+            event_s=args.event_minutes * 60,
+            after_s=args.after_hours * 3600,
+            invoke_ms=costs.invoke_ms,
+            per_record_ms=costs.per_record_ms,
+            settle_ms=costs.settle_ms,
+            seed=args.seed,
+        )
+        if args.ttl_seconds is not None:
+            from dataclasses import replace
+
+            scenario = replace(scenario, ttl_s=args.ttl_seconds)
+        started = time.perf_counter()
+        results = run_configurations(
+            scenario, config, costs=costs, configurations=names, same_fleet=not args.separate_fleets
+        )
+        wall = time.perf_counter() - started
+        print(
+            f"\n== {kind}: {scenario.describe()['tenants']} tenants, capacity {scenario.capacity:.1f} msg/s, "
+            f"{scenario.end_s / 3600:.1f} virtual hours, {wall:.1f} s wall =="
+        )
+        print(table(results))
+        path = args.out / f"{kind}.json"
+        simulated = sum(result["simulated_messages"] for result in results.values())
+        write_json(path, scenario, results, {"wall_s": round(wall, 2), "simulated_messages": simulated})
+        if not args.no_plot:
+            plot(
+                args.out / f"{kind}.png",
+                scenario,
+                results,
+                f"{kind}: {len(scenario.tenants)} tenants, "
+                f"quiet p99 AgeOfFirstAttempt and backlog (grey: the event)",
+            )
+        print(f"{path}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,155 @@
+"""The controller's state in memory: ``breakwater.controller.run_controller`` with in-memory ports.
+
+The ports hold what DynamoDB holds for the real one: each tenant's counters item (the ADD counters
+the ingest and the workers write, and the controller's own attributes), the changed-tenant marks by
+shard, the shards' ledgers and the run state, the workers' oldest-age reports (the same conditional
+window as ``breakwater.aws.health.record_oldest_age``) and the breakers' outage reports. Queue depths
+are read from the simulated queues, as the real ports read SQS's attributes.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterable, Mapping, Sequence
+from dataclasses import replace
+from typing import Any
+
+from breakwater.archive_budget import ArchiveDue, SidelineObservation
+from breakwater.backlog import DIRTY_SHARDS, Ledger, RunState, shard_of
+from breakwater.controller import ControllerPorts, ShardState, TenantSnapshot, TenantWrite
+from breakwater.settings import TierLimits
+from sim.sqs import SqsQueue
+
+WINDOW_MS = 60_000  # the health item's window (breakwater.aws.health)
+
+
+class ControllerState:
+    """Everything the controller and the writers share, keyed by tenant index."""
+
+    def __init__(self, names: Sequence[str], limits: Callable[[int], TierLimits]) -> None:
+        self.names = list(names)
+        self._index = {name: index for index, name in enumerate(self.names)}
+        self._limits = limits
+        self._shard = [shard_of(name) for name in self.names]
+        self.counters: dict[int, dict[str, Any]] = {}
+        self.dirty: list[set[int]] = [set() for _ in range(DIRTY_SHARDS)]
+        self.multipliers: dict[int, float] = {}
+        self.ledgers: dict[int, Ledger] = {}
+        self.versions: dict[int, int] = {}
+        self.cursors: dict[int, str | None] = {}
+        self.run_state = RunState()
+        self.health: dict[str, tuple[int, int]] = {}  # role -> (oldest age ms, observed at ms)
+        self.down_until: int | None = None
+
+    # -- the writers ---------------------------------------------------------------------------------
+    def add(self, tenant: int, counter: str, amount: float) -> None:
+        """An ADD to the tenant's counters item, which marks the tenant changed (its shard's index)."""
+        item = self.counters.get(tenant)
+        if item is None:
+            item = self.counters[tenant] = {}
+        item[counter] = item.get(counter, 0) + amount
+        self.dirty[self._shard[tenant]].add(tenant)
+
+    def record_oldest_age(self, role: str, age_ms: int, now_ms: int) -> None:
+        stored = self.health.get(role)
+        if stored is None or stored[1] < now_ms - WINDOW_MS or stored[0] <= age_ms:
+            self.health[role] = (age_ms, now_ms)
+
+    def report_outage(self, until_ms: int) -> None:
+        if self.down_until is None or self.down_until < until_ms:
+            self.down_until = until_ms
+
+    def multiplier(self, tenant: int) -> float:
+        return self.multipliers.get(tenant, 1.0)
+
+    # -- the controller's ports ----------------------------------------------------------------------
+    def ports(
+        self,
+        *,
+        live: Sequence[SqsQueue],
+        every: Sequence[SqsQueue],
+        sideline: Mapping[str, SqsQueue],
+        set_sideline_enabled: Callable[[bool, frozenset[str]], Iterable[str]],
+        start_archiver: Callable[[ArchiveDue], None] | None,
+        clock_ms: Callable[[], int],
+    ) -> ControllerPorts:
+        def live_oldest() -> tuple[int | None, int | None]:
+            stored = self.health.get("live")
+            return (stored[0], stored[1]) if stored is not None else (None, None)
+
+        def observations() -> list[SidelineObservation]:
+            seen = []
+            for role, queue in sideline.items():
+                age, at = self.health.get(role, (None, None))
+                seen.append(SidelineObservation(role, queue.name, queue.waiting, age, at))
+            return seen
+
+        return ControllerPorts(
+            live_depth=lambda: sum(queue.visible_count + queue.in_flight for queue in live),
+            live_oldest=live_oldest,
+            set_sideline_enabled=set_sideline_enabled,
+            observed_depth=lambda: sum(queue.depth for queue in every),
+            read_run_state=lambda: self.run_state,
+            write_run_state=self._write_run_state,
+            claim_shard=self._claim_shard,
+            dirty_tenants=self._dirty_tenants,
+            read_tenants=self._read_tenants,
+            commit=self._commit,
+            release_shard=self._release_shard,
+            read_ledgers=lambda shards: {shard: self.ledgers.get(shard, Ledger()) for shard in shards},
+            sideline_observations=observations,
+            dependency_down_until=lambda: self.down_until,
+            start_archiver=start_archiver,
+            clock_ms=clock_ms,
+        )
+
+    def _write_run_state(self, state: RunState) -> None:
+        self.run_state = state
+
+    def _claim_shard(self, shard: int, _now_ms: int, _until_ms: int) -> ShardState | None:
+        return ShardState(
+            shard, self.ledgers.get(shard, Ledger()), self.versions.get(shard, 0), self.cursors.get(shard)
+        )
+
+    def _dirty_tenants(self, shard: int, cursor: str | None, limit: int) -> tuple[list[str], str | None]:
+        after = int(cursor) if cursor else -1
+        marked = sorted(tenant for tenant in self.dirty[shard] if tenant > after)
+        page = marked[:limit]
+        more = len(marked) > limit
+        return [self.names[tenant] for tenant in page], (str(page[-1]) if more else None)
+
+    def _read_tenants(self, tenants: Sequence[str]) -> list[TenantSnapshot]:
+        snapshots = []
+        for name in tenants:
+            tenant = self._index[name]
+            snapshots.append(
+                TenantSnapshot(
+                    name, self._limits(tenant), dict(self.counters.get(tenant, {})), self.multiplier(tenant)
+                )
+            )
+        return snapshots
+
+    def _commit(self, state: ShardState, writes: Sequence[TenantWrite]) -> ShardState:
+        for write in writes:
+            tenant = self._index[write.tenant]
+            item = self.counters.setdefault(tenant, {})
+            item.update(
+                seen_accepted=write.seen["accepted"],
+                seen_throttled=write.seen["throttled"],
+                seen_at=write.seen["at"],
+                estimate=write.stored.estimate,
+                estimate_mark=write.stored.mark,
+                backlog_offset=write.stored.offset,
+                multiplier=write.multiplier,
+            )
+            self.multipliers[tenant] = write.multiplier
+            if not write.keep_dirty:
+                # A virtual-time run is atomic: nothing wrote to the tenant since it was read.
+                self.dirty[state.shard].discard(tenant)
+        ledger = Ledger(state.ledger.total + sum(write.ledger_delta for write in writes), state.ledger.mark)
+        self.ledgers[state.shard] = ledger
+        self.versions[state.shard] = state.version + 1
+        return replace(state, ledger=ledger, version=state.version + 1)
+
+    def _release_shard(self, state: ShardState, cursor: str | None) -> None:
+        self.ledgers[state.shard] = state.ledger
+        self.cursors[state.shard] = cursor

@@ -1,0 +1,289 @@
+"""What a run means: ages by phase, peak backlog, recovery, the table, the JSON and the plots.
+
+AgeOfFirstAttempt is what the live workers see on a message's first receive from a live queue (the
+alarm's metric). Phases are by enqueue time: *before*, *during* and *after* the event. *quiet* is
+every tenant but the event's subject; *noisy* is the subject.
+
+The outage scenario's recovery is measured on the age at which messages are *processed* (a first
+attempt during an outage is prompt, and fails).
+
+Recovery: the fresh traffic's, as the embedded default measures it. The threshold is twice the quiet
+tenants' baseline p99 (at least 50 ms); recovery is the first time after the event's end from which
+the quiet messages enqueued since have their p99 within the threshold (0: at once). When quiet
+messages sent in the run's last tenth were never served, the run did not recover (``None``).
+"""
+
+from __future__ import annotations
+
+import json
+import math
+from collections.abc import Mapping
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from sim.scenarios import Scenario
+from sim.system import Recording
+
+PHASES = ("before", "during", "after")
+
+
+def _pct(values: np.ndarray, q: float) -> float | None:
+    return round(float(np.percentile(values, q)) * 1000, 1) if len(values) else None
+
+
+def arrays(rec: Recording, served: bool = False) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """(enqueued, at, tenant) of each first attempt on a live queue, or (``served``) each processing."""
+    enqueued = np.asarray(rec.served_enqueued if served else rec.first_enqueued, dtype=np.float64)
+    at = np.asarray(rec.served_at if served else rec.first_received, dtype=np.float64)
+    tenants = np.asarray(rec.served_tenant if served else rec.first_tenant, dtype=np.int64)
+    return enqueued, at, tenants
+
+
+def summarize(rec: Recording, scenario: Scenario) -> dict[str, Any]:
+    enqueued, received, tenants = arrays(rec)
+    age = received - enqueued
+    quiet = tenants != scenario.subject
+    phase = np.where(enqueued < scenario.event_start_s, 0, np.where(enqueued < scenario.event_end_s, 1, 2))
+    ages: dict[str, dict[str, Any]] = {}
+    for group, mask in (("quiet", quiet), ("noisy", ~quiet)):
+        row: dict[str, Any] = {"p50_ms": _pct(age[mask], 50), "p99_ms": _pct(age[mask], 99)}
+        for index, name in enumerate(PHASES):
+            selected = age[mask & (phase == index)]
+            row[f"{name}_p50_ms"] = _pct(selected, 50)
+            row[f"{name}_p99_ms"] = _pct(selected, 99)
+            row[f"{name}_count"] = len(selected)
+        ages[group] = row
+    served_enqueued, served_at, served_tenants = arrays(rec, served=True)
+    served_age = served_at - served_enqueued
+    served_quiet = served_tenants != scenario.subject
+    served_phase = np.where(
+        served_enqueued < scenario.event_start_s, 0, np.where(served_enqueued < scenario.event_end_s, 1, 2)
+    )
+    served: dict[str, Any] = {}
+    for index, name in enumerate(PHASES):
+        selected = served_age[served_quiet & (served_phase == index)]
+        served[f"{name}_p50_ms"] = _pct(selected, 50)
+        served[f"{name}_p99_ms"] = _pct(selected, 99)
+    ages["quiet_served"] = served
+    baseline = ages["quiet"]["before_p99_ms"] or 0.0
+    threshold_s = 2 * max(baseline, 50.0) / 1000
+    if scenario.kind == "outage":
+        # A message's first attempt during an outage is prompt and fails: what recovers is when fresh
+        # traffic is processed again as fast as before.
+        served_baseline = served["before_p99_ms"] or 0.0
+        threshold_s = 2 * max(served_baseline, 50.0) / 1000
+        recovery_s = _recovery(served_enqueued[served_quiet], served_age[served_quiet], scenario, threshold_s)
+    else:
+        recovery_s = _recovery(enqueued[quiet], age[quiet], scenario, threshold_s)
+    during = ages["quiet"]["during_p99_ms"]
+    ratio = during / baseline if during is not None and baseline else None
+    bins = _series(enqueued, received, age, quiet, scenario)
+    event_bins = [
+        value
+        for t, value in zip(bins["t_s"], bins["quiet_p99_ms"], strict=True)
+        if t >= scenario.event_start_s and value is not None
+    ]
+    worst = max(event_bins, default=None)
+    samples = np.asarray(rec.samples, dtype=np.float64) if rec.samples else np.zeros((0, 5))
+    totals = rec.totals
+    return {
+        "ages": ages,
+        "quiet_baseline_p99_ms": baseline,
+        "quiet_p99_ratio": round(ratio, 3) if ratio is not None else None,
+        "quiet_p99_max_ratio": round(worst / baseline, 3) if worst is not None and baseline else None,
+        "recovery_threshold_ms": round(threshold_s * 1000, 1),
+        "recovery_s": None if recovery_s is None else round(recovery_s, 1),
+        "recovery_min": None if recovery_s is None else round(recovery_s / 60, 2),
+        "peak_backlog": int(samples[:, 3].max()) if len(samples) else 0,
+        "peak_live_backlog": int(samples[:, 1].max()) if len(samples) else 0,
+        "peak_sideline_backlog": int(samples[:, 2].max()) if len(samples) else 0,
+        "offered": totals.get("offered", 0),
+        "accepted": totals.get("accepted", 0),
+        "refused": totals.get("refused", 0),
+        "processed": totals.get("processed", 0),
+        "dropped_ttl": totals.get("dropped", 0),
+        "parked": totals.get("archived", 0),
+        "dead_lettered": totals.get("in_dlq", 0),
+        "poison_sent": totals.get("poison_sent", 0),
+        "poison_in_dlq": totals.get("poison_in_dlq", 0),
+        "waiting_at_end": totals.get("waiting_at_end", 0),
+        "failed_attempts": totals.get("failed", 0),
+        "moved": {name: totals.get(name, 0) for name in ("sidelined", "spilled", "deferred")},
+        "controller_runs": rec.controller_runs,
+        "first_attempts": len(age),
+        "simulated_messages": totals.get("simulated_messages", 0),
+        "wall_s": round(rec.wall_s, 2),
+        "messages_per_wall_s": round(totals.get("simulated_messages", 0) / rec.wall_s)
+        if rec.wall_s
+        else None,
+        "series": {
+            **bins,
+            "backlog_t_s": samples[:, 0].round(1).tolist(),
+            "live_backlog": samples[:, 1].astype(int).tolist(),
+            "sideline_backlog": samples[:, 2].astype(int).tolist(),
+        },
+    }
+
+
+def _recovery(enqueued: np.ndarray, age: np.ndarray, scenario: Scenario, threshold_s: float) -> float | None:
+    """The first step after the event from which the quiet traffic's p99 stays within the threshold."""
+    fresh = enqueued >= scenario.event_end_s
+    if not fresh.any():
+        return None
+    times = enqueued[fresh]
+    order = np.argsort(times)
+    times = times[order]
+    slow = (age[fresh][order] > threshold_s).astype(np.int64)
+    last_sent = float(times[-1])
+    if last_sent < scenario.load_end_s - 0.1 * (scenario.load_end_s - scenario.event_end_s):
+        return None  # the fresh traffic of the run's last stretch was never served
+    # suffix counts: messages (and slow ones) enqueued from each step on
+    slow_after = np.concatenate([np.cumsum(slow[::-1])[::-1], [0]])
+    step = scenario.sample_s
+    for since in np.arange(0.0, scenario.load_end_s - scenario.event_end_s, step):
+        first = int(np.searchsorted(times, scenario.event_end_s + since))
+        total = len(times) - first
+        if total == 0 or slow_after[first] <= 0.01 * total:
+            return float(since)
+    return None
+
+
+def _series(
+    enqueued: np.ndarray, received: np.ndarray, age: np.ndarray, quiet: np.ndarray, scenario: Scenario
+) -> dict[str, list[Any]]:
+    """p99 age per bin of receive time (a minute at seed scale), quiet and noisy."""
+    width = 60.0 if scenario.end_s > 3600 else max(scenario.sample_s, 1.0)
+    edges = np.arange(0.0, scenario.end_s + width, width)
+    index = np.clip(np.searchsorted(edges, received, side="right") - 1, 0, len(edges) - 1)
+    out: dict[str, list[Any]] = {"t_s": edges[:-1].tolist(), "quiet_p99_ms": [], "noisy_p99_ms": []}
+    order = np.argsort(index, kind="stable")
+    sorted_index = index[order]
+    bounds = np.searchsorted(sorted_index, np.arange(len(edges)))
+    for b in range(len(edges) - 1):
+        members = order[bounds[b] : bounds[b + 1]]
+        for name, mask in (("quiet_p99_ms", quiet), ("noisy_p99_ms", ~quiet)):
+            chosen = age[members[mask[members]]]
+            out[name].append(_pct(chosen, 99))
+    return out
+
+
+def table(results: Mapping[str, Mapping[str, Any]]) -> str:
+    """One column per configuration, one row per figure."""
+    names = list(results)
+    rows: list[tuple[str, list[str]]] = []
+
+    def fmt(value: Any, scale: float = 1.0, unit: str = "") -> str:
+        if value is None:
+            return "-"
+        if isinstance(value, float) or scale != 1.0:
+            number = value / scale
+            if number >= 100:
+                return f"{number:,.0f}{unit}"
+            return f"{number:.2f}{unit}" if number < 10 else f"{number:.1f}{unit}"
+        return f"{value:,}{unit}"
+
+    for group in ("quiet", "noisy"):
+        for phase in PHASES:
+            for q in ("p50", "p99"):
+                rows.append(
+                    (
+                        f"{group} {q} age {phase}",
+                        [fmt(results[name]["ages"][group][f"{phase}_{q}_ms"], 1000, " s") for name in names],
+                    )
+                )
+    for phase in PHASES:
+        rows.append(
+            (
+                f"quiet p99 until processed {phase}",
+                [fmt(results[name]["ages"]["quiet_served"][f"{phase}_p99_ms"], 1000, " s") for name in names],
+            )
+        )
+    for label, key, unit in (
+        ("quiet p99 ratio (event/baseline)", "quiet_p99_ratio", "x"),
+        ("quiet p99 worst minute / baseline", "quiet_p99_max_ratio", "x"),
+        ("time to recover", "recovery_min", " min"),
+        ("peak backlog", "peak_backlog", ""),
+        ("peak live backlog", "peak_live_backlog", ""),
+        ("accepted", "accepted", ""),
+        ("refused", "refused", ""),
+        ("dropped by TTL", "dropped_ttl", ""),
+        ("parked (archived)", "parked", ""),
+        ("dead-lettered", "dead_lettered", ""),
+        ("waiting at end", "waiting_at_end", ""),
+        ("wall time", "wall_s", " s"),
+    ):
+        cells = []
+        for name in names:
+            value = results[name].get(key)
+            cells.append(
+                "not recovered" if key == "recovery_min" and value is None else fmt(value, 1.0, unit)
+            )
+        rows.append((label, cells))
+    width = max(len(label) for label, _ in rows)
+    cols = [max(len(name), *(len(cells[i]) for _, cells in rows)) for i, name in enumerate(names)]
+    lines = [" " * width + "  " + "  ".join(name.rjust(cols[i]) for i, name in enumerate(names))]
+    for label, cells in rows:
+        lines.append(
+            label.ljust(width) + "  " + "  ".join(cell.rjust(cols[i]) for i, cell in enumerate(cells))
+        )
+    return "\n".join(lines)
+
+
+def write_json(
+    path: Path, scenario: Scenario, results: Mapping[str, Mapping[str, Any]], extra: Mapping[str, Any]
+) -> None:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    document = {"scenario": scenario.describe(), **extra, "configurations": results}
+    path.write_text(json.dumps(document, indent=1, default=_jsonable) + "\n")
+
+
+def _jsonable(value: Any) -> Any:
+    if isinstance(value, float) and math.isnan(value):
+        return None
+    if isinstance(value, np.generic):
+        return value.item()
+    raise TypeError(f"not JSON: {type(value).__name__}")
+
+
+def plot(path: Path, scenario: Scenario, results: Mapping[str, Mapping[str, Any]], title: str) -> None:
+    """Quiet tenants' p99 AgeOfFirstAttempt and the backlog over virtual time, one line per configuration."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    minutes = scenario.end_s > 3600
+    scale = 60.0 if minutes else 1.0
+    fig, (top, bottom) = plt.subplots(2, 1, figsize=(10, 6.5), sharex=True)
+    colours = {"naive": "tab:red", "fair": "tab:orange", "breakwater": "tab:blue"}
+    for name, result in results.items():
+        series = result["series"]
+        t = np.asarray(series["t_s"]) / scale
+        p99 = np.asarray([np.nan if v is None else v / 1000 for v in series["quiet_p99_ms"]])
+        top.plot(t, p99, label=f"{name}: quiet p99", color=colours.get(name), lw=1.4)
+        bt = np.asarray(series["backlog_t_s"]) / scale
+        bottom.plot(bt, series["live_backlog"], label=f"{name}: live", color=colours.get(name), lw=1.4)
+        if any(series["sideline_backlog"]):
+            bottom.plot(
+                bt,
+                series["sideline_backlog"],
+                label=f"{name}: sidelined",
+                color=colours.get(name),
+                lw=1.0,
+                ls="--",
+            )
+    for axis in (top, bottom):
+        axis.axvspan(scenario.event_start_s / scale, scenario.event_end_s / scale, color="grey", alpha=0.15)
+        axis.grid(alpha=0.3)
+        axis.legend(loc="upper right", fontsize=8)
+    top.set_yscale("log")
+    top.set_ylabel("AgeOfFirstAttempt p99 (s)")
+    bottom.set_ylabel("messages waiting")
+    bottom.set_xlabel("virtual time (min)" if minutes else "virtual time (s)")
+    top.set_title(title)
+    fig.tight_layout()
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fig.savefig(path, dpi=110)
+    plt.close(fig)

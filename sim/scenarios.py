@@ -1,0 +1,247 @@
+"""Scenarios: who sends how much when, what each message costs, and what goes wrong.
+
+The four kinds are the embedded default's (``local/scenarios``): ``noisy`` (one tenant sends far past
+capacity), ``outage`` (the processor's dependency is down), ``slow`` (one tenant's messages become
+expensive) and ``poison`` (a share of one tenant's messages fail every time). Seed scale
+(:func:`seed_scale`) is 1,000 tenants with Zipf-skewed rates, a 30-minute event and hours after it;
+:func:`embedded` is the embedded default's noisy run, for the validation against its report.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass, field, replace
+from typing import Any, Literal
+
+import numpy as np
+
+from stacks.config import BlueprintConfig
+
+Kind = Literal["noisy", "outage", "slow", "poison"]
+KINDS: tuple[Kind, ...] = ("noisy", "outage", "slow", "poison")
+
+
+@dataclass(frozen=True)
+class Scenario:
+    kind: Kind
+    tenants: tuple[str, ...]
+    rates: tuple[float, ...]  # each tenant's usual messages per second
+    work_ms: tuple[float, ...]  # what processing one of its messages takes, on average
+    # each message's cost is the tenant's mean times a lognormal draw of mean 1 and this spread: equal
+    # costs would keep every worker finishing its batches in lockstep, which no real processor does
+    work_sigma: float = 0.5
+    subject: int = 0  # the tenant the event is about (noisy, slow, poison)
+    baseline_s: float = 1800.0
+    event_s: float = 1800.0
+    after_s: float = 5.5 * 3600
+    drain_s: float = 0.0  # after the load stops, while queues empty
+    event_rate: float | None = None  # noisy: the subject's rate during the event
+    slow_factor: float = 20.0
+    poison_share: float = 0.02
+    failure_ms: float = 100.0  # how long a call to a dependency that is down takes to fail
+    arrivals: Literal["poisson", "periodic"] = "poisson"
+    first_sends: tuple[float, ...] | None = None  # periodic: each tenant's first send
+    tick_s: float = 1.0  # the front door admits a tick's arrivals at once (each keeps its own time)
+    sample_s: float = 10.0  # depths are sampled, and age series binned, this often
+    controller_interval_s: float = 60.0  # the controller's schedule (rate(1 minute))
+    ttl_s: float | None = None  # expires_at on every message
+    seed: int = 1
+    capacity: float | None = None  # messages/s the naive fleet processes (for the arithmetic)
+    notes: Mapping[str, Any] = field(default_factory=dict)
+
+    @property
+    def event_start_s(self) -> float:
+        return self.baseline_s
+
+    @property
+    def event_end_s(self) -> float:
+        return self.baseline_s + self.event_s
+
+    @property
+    def load_end_s(self) -> float:
+        return self.event_end_s + self.after_s
+
+    @property
+    def end_s(self) -> float:
+        return self.load_end_s + self.drain_s
+
+    def in_event(self, t: float) -> bool:
+        return self.event_start_s <= t < self.event_end_s
+
+    def rate(self, tenant: int, t: float) -> float:
+        if (
+            self.kind == "noisy"
+            and tenant == self.subject
+            and self.in_event(t)
+            and self.event_rate is not None
+        ):
+            return self.event_rate
+        return self.rates[tenant]
+
+    def describe(self) -> dict[str, Any]:
+        return {
+            "kind": self.kind,
+            "tenants": len(self.tenants),
+            "total_rate": round(sum(self.rates), 3),
+            "subject": self.tenants[self.subject],
+            "subject_rate": self.rates[self.subject],
+            "event_rate": self.event_rate,
+            "baseline_s": self.baseline_s,
+            "event_s": self.event_s,
+            "after_s": self.after_s,
+            "drain_s": self.drain_s,
+            "work_ms_mean": round(float(np.mean(self.work_ms)), 3),
+            "capacity": self.capacity,
+            "arrivals": self.arrivals,
+            "seed": self.seed,
+            **self.notes,
+        }
+
+
+def fleet_capacity(
+    config: BlueprintConfig, work_ms: float, invoke_ms: float, per_record_ms: float, settle_ms: float
+) -> float:
+    """Messages per second the live fleet processes when every batch is full and nothing is moved."""
+    fleet = config.queue_set.size * config.worker.mapping_concurrency
+    batch = (
+        min(config.worker.batch_size, 10)
+        if config.worker.batching_window_seconds == 0
+        else config.worker.batch_size
+    )
+    batch_s = (invoke_ms + batch * (per_record_ms + work_ms) + settle_ms) / 1000
+    return fleet * batch / batch_s
+
+
+def zipf_rates(count: int, total: float, exponent: float) -> np.ndarray:
+    weights = 1.0 / np.arange(1, count + 1) ** exponent
+    return total * weights / weights.sum()
+
+
+def seed_scale(
+    kind: Kind,
+    config: BlueprintConfig,
+    *,
+    tenants: int = 1000,
+    quiet_share: float = 0.10,
+    surge_factor: float = 10.0,
+    work_ms: float = 1000.0,
+    exponent: float = 1.0,
+    baseline_s: float = 1800.0,
+    event_s: float = 1800.0,
+    after_s: float = 5.5 * 3600,
+    invoke_ms: float = 20.0,
+    per_record_ms: float = 0.5,
+    settle_ms: float = 10.0,
+    seed: int = 1,
+) -> Scenario:
+    """1,000 tenants, Zipf-skewed rates whose sum is ``quiet_share`` of the fleet's capacity, one event.
+
+    noisy: the top tenant sends ``surge_factor`` x capacity for the event. outage: the dependency is
+    down for the event. slow: the top tenant sends 4 % of capacity and its messages cost
+    ``slow_factor`` x during the event. poison: the top tenant sends within its consumer rate and 2 %
+    of its messages sent during the event (a bad release) fail every time.
+    """
+    capacity = fleet_capacity(config, work_ms, invoke_ms, per_record_ms, settle_ms)
+    names = tuple(f"tenant-{index:04d}" for index in range(1, tenants + 1))
+    rates = zipf_rates(tenants, quiet_share * capacity, exponent)
+    tier = config.tiers[config.default_tier]
+    if kind == "slow":
+        # 4 % of capacity's messages: at 20x their cost during the event they ask for 80 % of the fleet.
+        rates[0] = 0.04 * capacity
+    if kind == "poison":
+        rates[0] = min(tier.consumer_rate, 0.1 * capacity)
+    return Scenario(
+        kind=kind,
+        tenants=names,
+        rates=tuple(float(rate) for rate in rates),
+        work_ms=tuple(work_ms for _ in names),
+        subject=0,
+        baseline_s=baseline_s,
+        event_s=event_s,
+        after_s=after_s,
+        event_rate=surge_factor * capacity if kind == "noisy" else None,
+        sample_s=10.0,
+        seed=seed,
+        capacity=capacity,
+        notes={"quiet_share": quiet_share, "surge_factor": surge_factor, "zipf_exponent": exponent},
+    )
+
+
+def embedded(reference: Mapping[str, Any], config: BlueprintConfig) -> Scenario:
+    """The embedded default's noisy run as its report describes it, at the rates its clients achieved."""
+    scenario = reference["scenario"]
+    count = int(scenario["tenants"])
+    names = tuple(f"tenant-{index:02d}" for index in range(1, count + 1))
+    rates = [float(scenario["quiet_rate"])] * count
+    rates[0] = float(scenario["noisy_rate"])
+    work = float(config.worker.simulated_work_ms)
+    return Scenario(
+        kind="noisy",
+        tenants=names,
+        rates=tuple(rates),
+        work_ms=tuple(work for _ in names),
+        subject=0,
+        baseline_s=float(scenario["baseline_s"]),
+        event_s=float(scenario["burst_s"]),
+        after_s=float(scenario["after_s"]),
+        drain_s=float(scenario["drain_s"]),
+        event_rate=float(reference["achieved_burst_rate"]),
+        arrivals="periodic",
+        first_sends=tuple(0.0 for _ in names),
+        work_sigma=0.1,  # the sample processor sleeps a fixed time; the runtime around it varies a little
+        tick_s=0.1,
+        sample_s=1.0,
+        controller_interval_s=60.0 / float(reference["schedule_speedup"]),
+        seed=1,
+        notes={"validation": "embedded default, noisy"},
+    )
+
+
+def with_overrides(scenario: Scenario, **changes: Any) -> Scenario:
+    return replace(scenario, **changes)
+
+
+class Load:
+    """Arrivals per tick: (times, tenant indexes), in time order."""
+
+    def __init__(self, scenario: Scenario) -> None:
+        self.scenario = scenario
+        self._rng = np.random.default_rng(scenario.seed)
+        first = scenario.first_sends or tuple(0.0 for _ in scenario.tenants)
+        self._next = list(first)
+
+    def arrivals(self, start: float, end: float) -> tuple[np.ndarray, np.ndarray]:
+        if self.scenario.arrivals == "periodic":
+            return self._periodic(start, end)
+        return self._poisson(start, end)
+
+    def _poisson(self, start: float, end: float) -> tuple[np.ndarray, np.ndarray]:
+        scenario = self.scenario
+        middle = (start + end) / 2
+        rates = np.asarray(scenario.rates, dtype=float)
+        if scenario.kind == "noisy" and scenario.in_event(middle) and scenario.event_rate is not None:
+            rates = rates.copy()
+            rates[scenario.subject] = scenario.event_rate
+        total = float(rates.sum())
+        count = int(self._rng.poisson(total * (end - start)))
+        if count == 0:
+            return np.empty(0), np.empty(0, dtype=np.int64)
+        tenants = self._rng.choice(len(rates), size=count, p=rates / total)
+        times = start + self._rng.random(count) * (end - start)
+        order = np.argsort(times, kind="stable")
+        return times[order], tenants[order]
+
+    def _periodic(self, start: float, end: float) -> tuple[np.ndarray, np.ndarray]:
+        scenario = self.scenario
+        times: list[float] = []
+        tenants: list[int] = []
+        for tenant in range(len(scenario.tenants)):
+            at = self._next[tenant]
+            while at < end:
+                if at >= start:
+                    times.append(at)
+                    tenants.append(tenant)
+                at += 1.0 / scenario.rate(tenant, at)
+            self._next[tenant] = at
+        order = np.argsort(np.asarray(times), kind="stable")
+        return np.asarray(times)[order], np.asarray(tenants, dtype=np.int64)[order]

@@ -1,0 +1,427 @@
+"""One configuration of the blueprint in virtual time: front door, queues, mappings, workers, controller.
+
+The front door admits each tick's arrivals through API Gateway's stage throttle and (Breakwater) the
+tier's usage plan and ingest's token bucket (``breakwater.fairness.take_lease``, at the controller's
+multiplier), routes them by shuffle sharding (``breakwater.routing``) and sends each to its queue at
+its own arrival time. Workers (``sim.worker``) consume through event source mappings
+(``sim.lambda_esm``); the controller (``breakwater.controller.run_controller``) runs on its schedule
+with in-memory ports (``sim.control``) and turns the sideline drainers on and off, starts the
+archiver and sets each tenant's multiplier.
+"""
+
+from __future__ import annotations
+
+import time
+from array import array
+from collections.abc import Generator, Iterable
+from dataclasses import dataclass, field
+
+import numpy as np
+import simpy
+
+from breakwater.archive_budget import ArchiveBudget, ArchiveDue
+from breakwater.backlog import DriftLimits
+from breakwater.backpressure import BackpressurePolicy
+from breakwater.controller import ControllerConfig, run_controller
+from breakwater.envelope import Origin
+from breakwater.fairness import BucketLimits, BucketState, take_lease
+from breakwater.observability import logger, metrics
+from breakwater.routing import QueueDepths, choose_queue, shard_for
+from breakwater.settings import TierLimits
+from breakwater.sideline import DecisionConfig
+from sim.config import Setup
+from sim.control import ControllerState
+from sim.lambda_esm import EventSourceMapping, FunctionConcurrency, Invocation
+from sim.messages import Message
+from sim.scenarios import Load, Scenario
+from sim.sqs import SqsQueue
+from sim.worker import ConsumerBuckets, Costs, LeaseTable, Outcome, WorkerModel, WorkerSetup
+
+ARCHIVER_START_S = 1.0  # an asynchronous invoke, then the archiver reads and parks what waits
+
+
+@dataclass
+class Recording:
+    """What a run saw, as compact arrays (a seed-scale run records millions of first attempts)."""
+
+    # every first attempt on a live queue: when it was enqueued, when received, whose
+    first_enqueued: array[float] = field(default_factory=lambda: array("d"))
+    first_received: array[float] = field(default_factory=lambda: array("d"))
+    first_tenant: array[int] = field(default_factory=lambda: array("l"))
+    # every message processed successfully: when it was enqueued, when its processing started, whose
+    served_enqueued: array[float] = field(default_factory=lambda: array("d"))
+    served_at: array[float] = field(default_factory=lambda: array("d"))
+    served_tenant: array[int] = field(default_factory=lambda: array("l"))
+    samples: list[tuple[float, int, int, int, int]] = field(default_factory=list)  # t, live, aside, all, dlq
+    totals: dict[str, int] = field(default_factory=dict)
+    controller_runs: int = 0
+    wall_s: float = 0.0
+
+    def add(self, name: str, amount: int = 1) -> None:
+        self.totals[name] = self.totals.get(name, 0) + amount
+
+
+class System:
+    """Build one configuration for one scenario; :meth:`run` it to the scenario's end."""
+
+    def __init__(
+        self, scenario: Scenario, setup: Setup, costs: Costs, *, function_concurrency: int | None = None
+    ) -> None:
+        self.scenario = scenario
+        self.setup = setup
+        self.costs = costs
+        self.env = simpy.Environment()
+        self.rec = Recording()
+        config = setup.config
+        tier = config.tiers[config.default_tier]
+        self._tier = TierLimits(**tier.model_dump())
+        self.state = ControllerState(scenario.tenants, self.limits)
+        visibility = config.worker.visibility_timeout_seconds
+        receives = config.queue_set.max_receive_count
+        env = self.env
+        self.dlqs: list[SqsQueue] = []
+
+        def queue(name: str) -> SqsQueue:
+            dlq = SqsQueue(env, f"{name}-dlq", visibility_timeout_s=visibility)
+            made = SqsQueue(
+                env,
+                name,
+                visibility_timeout_s=visibility,
+                max_receive_count=receives,
+                dead_letter=dlq,
+                fair=setup.group_ids,
+            )
+            self.dlqs.append(dlq)
+            return made
+
+        self.live = [queue(f"live-{index}") for index in range(setup.queue_count)]
+        self.by_role: dict[Origin, SqsQueue] = {}
+        practices = setup.practices
+        live_function = FunctionConcurrency(env, function_concurrency)
+        sideline_function = FunctionConcurrency(env, function_concurrency)
+        worker = config.worker
+        breaker = (worker.outage_backoff_seconds, worker.outage_backoff_max_seconds) if practices else None
+        sideline_cfg = config.sideline
+
+        def decision(mode: str) -> DecisionConfig:
+            return DecisionConfig(
+                mode="sideline" if mode == "sideline" else "live",
+                sidelining_enabled=practices,
+                sideline_age_ms=sideline_cfg.sideline_age_seconds * 1000,
+                defer_base_seconds=sideline_cfg.defer_base_seconds,
+                max_defer_seconds=sideline_cfg.max_defer_seconds,
+            )
+
+        def worker_setup(mode: str) -> WorkerSetup:
+            return WorkerSetup(decision(mode), practices, breaker, receives, worker.timeout_seconds, costs)
+
+        rate = ConsumerBuckets(self.limits) if practices else None
+        concurrency = worker.mapping_concurrency
+        burst = worker.burst_share
+        # the burst pools as stacks/environment.py sizes them: a share of what the worker's mappings allow
+        live_slots = max(1, int(burst * (setup.queue_count + 1) * concurrency)) if burst is not None else None
+        sideline_slots = max(1, int(burst * 2 * concurrency)) if burst is not None else None
+        self.live_worker = WorkerModel(
+            "live",
+            worker_setup("live"),
+            self,
+            self.limits,
+            rate,
+            LeaseTable(live_slots) if practices else None,
+        )
+        self.mappings: list[EventSourceMapping] = []
+        mapped = list(self.live)
+        if practices:
+            self.by_role = {
+                Origin.SURGE: queue("surge"),
+                Origin.SPILLOVER: queue("spillover"),
+                Origin.BACKLOG: queue("backlog"),
+            }
+            mapped.append(self.by_role[Origin.SURGE])
+        for each in mapped:
+            self.mappings.append(
+                self._mapping(each, self.live_worker, setup.live_max_concurrency, live_function)
+            )
+        self.sideline_mappings: dict[str, EventSourceMapping] = {}
+        if practices:
+            self.sideline_worker = WorkerModel(
+                "sideline", worker_setup("sideline"), self, self.limits, rate, LeaseTable(sideline_slots)
+            )
+            for role in (Origin.SPILLOVER, Origin.BACKLOG):
+                self.sideline_mappings[self.by_role[role].name] = self._mapping(
+                    self.by_role[role], self.sideline_worker, concurrency, sideline_function, enabled=False
+                )
+        self.every = [*self.live, *self.by_role.values()]
+        # the front door
+        self._stage = BucketLimits(rate=config.api.throttle_rate, burst=config.api.throttle_burst)
+        self._stage_state = BucketState.full(self._stage, 0.0)
+        ceiling = config.backpressure.max_multiplier
+        self._edge = BucketLimits(rate=self._tier.rate * ceiling, burst=self._tier.burst)
+        self._edge_state: dict[int, BucketState] = {}
+        self._ingest_state: dict[int, BucketState] = {}
+        shard = min(config.queue_set.shard_size, setup.queue_count)
+        self._shards = [shard_for(name, setup.queue_count, shard) for name in scenario.tenants]
+        self._depths = QueueDepths(config.ingest.depth_refresh_seconds)
+        self._poison_every = max(1, round(1 / scenario.poison_share))
+        self._subject_sent = 0
+        self._rng = np.random.default_rng(scenario.seed + 1)
+        self._work_ms = np.asarray(scenario.work_ms, dtype=np.float64)
+        backpressure = config.backpressure
+        self.controller_config = ControllerConfig(
+            backpressure=BackpressurePolicy(
+                backlog_target=backpressure.backlog_target,
+                min_multiplier=backpressure.min_multiplier,
+                growth_step=backpressure.growth_step,
+                max_multiplier=backpressure.max_multiplier,
+            ),
+            healthy_age_s=config.alarms.oldest_message_age_seconds,
+            archive_budget=ArchiveBudget(
+                age_s=sideline_cfg.archive_age_seconds, depth=sideline_cfg.archive_depth
+            ),
+            drift=DriftLimits(
+                minimum=backpressure.drift_tolerance, fraction=backpressure.drift_tolerance_fraction
+            ),
+            invocations=1,
+            parallel_shards=1,
+        )
+
+    def limits(self, _tenant: int) -> TierLimits:
+        return self._tier
+
+    def _mapping(
+        self,
+        queue: SqsQueue,
+        worker: WorkerModel,
+        concurrency: int,
+        function: FunctionConcurrency,
+        *,
+        enabled: bool = True,
+    ) -> EventSourceMapping:
+        env = self.env
+        config = self.setup.config.worker
+
+        def handler(batch: list[Message], source: SqsQueue, index: int) -> Invocation:
+            return worker.handle(batch, source, index, env.now)
+
+        return EventSourceMapping(
+            env,
+            queue,
+            handler,
+            batch_size=config.batch_size,
+            batching_window_s=config.batching_window_seconds,
+            max_concurrency=concurrency,
+            function=function,
+            enabled=enabled,
+        )
+
+    # -- Sink: what the workers report -----------------------------------------------------------------
+    def observe(self, message: Message, role: str, now_s: float) -> None:
+        if message.receive_count == 1 and role == "live":
+            rec = self.rec
+            rec.first_enqueued.append(message.enqueued_at / 1000)
+            rec.first_received.append(now_s)
+            rec.first_tenant.append(message.tenant)
+
+    def process(self, message: Message, at_s: float) -> tuple[Outcome, float]:
+        scenario = self.scenario
+        if scenario.kind == "outage" and scenario.in_event(at_s):
+            return "down", scenario.failure_ms / 1000
+        if message.poison:
+            return "failed", message.work_ms / 1000
+        rec = self.rec
+        rec.served_enqueued.append(message.enqueued_at / 1000)
+        rec.served_at.append(at_s)
+        rec.served_tenant.append(message.tenant)
+        return "ok", message.work_ms / 1000
+
+    def send_move(self, message: Message, destination: Origin, delay_s: int) -> None:
+        self.by_role[destination].send(message, float(delay_s))
+
+    def count(self, tenant: int, counter: str, amount: int = 1) -> None:
+        self.rec.add(counter, amount)
+        if self.setup.practices:
+            self.state.add(tenant, counter, amount)
+
+    def report_oldest(self, role: str, age_ms: int, now_ms: int) -> None:
+        self.state.record_oldest_age(role, age_ms, now_ms)
+
+    def report_outage(self, until_ms: int) -> None:
+        self.state.report_outage(until_ms)
+
+    # -- the front door ------------------------------------------------------------------------------
+    def _admit(self, times: np.ndarray, tenants: np.ndarray, tick_end: float) -> None:
+        rec, scenario = self.rec, self.scenario
+        offered = len(times)
+        if offered == 0:
+            return
+        rec.add("offered", offered)
+        stage = take_lease(self._stage_state, self._stage, tick_end, offered)
+        self._stage_state = stage.state
+        passed = stage.granted
+        if passed < offered:
+            rec.add("refused", offered - passed)
+            times, tenants = times[:passed], tenants[:passed]
+        if self.setup.practices:
+            keep = np.ones(len(times), dtype=bool)
+            unique, counts = np.unique(tenants, return_counts=True)
+            for tenant, count in zip(unique.tolist(), counts.tolist(), strict=True):
+                admitted = self._tenant_admits(tenant, count, tick_end)
+                if admitted < count:
+                    where = np.flatnonzero(tenants == tenant)
+                    keep[where[admitted:]] = False
+            if not keep.all():
+                rec.add("refused", int((~keep).sum()))
+                times, tenants = times[keep], tenants[keep]
+        rec.add("accepted", len(times))
+        if not len(times):
+            return
+        # each is stored in SQS a moment after ingest stamped it
+        stored = (times + self.costs.enqueue_ms / 1000).tolist()
+        stamps = (times * 1000).astype(np.int64).tolist()
+        who = tenants.tolist()
+        work = self._work_ms[tenants]
+        sigma = scenario.work_sigma
+        if sigma > 0:
+            work = work * self._rng.lognormal(-sigma * sigma / 2, sigma, len(times))
+        subject = scenario.subject
+        in_event = scenario.in_event(float(times[0]))  # ticks never straddle the event's bounds
+        if scenario.kind == "slow" and in_event:
+            work = np.where(tenants == subject, work * scenario.slow_factor, work)
+        costs = work.tolist()
+        poison = [False] * len(who)
+        if scenario.kind == "poison" and in_event:
+            for position in np.flatnonzero(tenants == subject).tolist():
+                self._subject_sent += 1
+                poison[position] = self._subject_sent % self._poison_every == self._poison_every // 2
+            rec.add("poison_sent", sum(poison))
+        ttl_ms = None if scenario.ttl_s is None else int(scenario.ttl_s * 1000)
+        expires = [None] * len(who) if ttl_ms is None else [stamp + ttl_ms for stamp in stamps]
+        groups: list[int | None] = list(who) if self.setup.group_ids else [None] * len(who)
+        messages = list(map(Message, who, stamps, groups, expires, costs, poison))
+        if not self.setup.practices:
+            self.live[0].arrive(stored, messages)
+            return
+        live, depths, shards = self.live, self._depths, self._shards
+        routed: dict[int, tuple[list[float], list[Message]]] = {}
+        for at, message in zip(stored, messages, strict=True):
+            candidates = shards[message.tenant]
+            for index in candidates:
+                if depths.is_stale(index, at):
+                    depths.observe(index, live[index].visible_count, at)
+            index = choose_queue(candidates, depths.snapshot(candidates))
+            depths.record_send(index)
+            bucket = routed.get(index)
+            if bucket is None:
+                bucket = routed[index] = ([], [])
+            bucket[0].append(at)
+            bucket[1].append(message)
+        for index, (at_times, batch) in routed.items():
+            live[index].arrive(at_times, batch)
+
+    def _tenant_admits(self, tenant: int, count: int, now: float) -> int:
+        """The usage plan's throttle at the edge, then ingest's bucket at the controller's multiplier."""
+        edge_state = self._edge_state.get(tenant) or BucketState.full(self._edge, now)
+        edge = take_lease(edge_state, self._edge, now, count)
+        self._edge_state[tenant] = edge.state
+        if edge.granted == 0:
+            return 0
+        limits = BucketLimits(rate=self._tier.rate, burst=self._tier.burst).scaled(
+            self.state.multiplier(tenant)
+        )
+        state = self._ingest_state.get(tenant) or BucketState.full(limits, now)
+        decision = take_lease(state, limits, now, edge.granted)
+        self._ingest_state[tenant] = decision.state
+        if decision.granted:
+            self.state.add(tenant, "accepted", decision.granted)
+        if decision.granted < edge.granted:
+            self.state.add(tenant, "throttled", edge.granted - decision.granted)
+        return decision.granted
+
+    # -- processes -----------------------------------------------------------------------------------
+    def _load(self) -> Generator[simpy.Event, object, None]:
+        scenario, env = self.scenario, self.env
+        load = Load(scenario)
+        tick = scenario.tick_s
+        t = 0.0
+        while t < scenario.load_end_s - 1e-9:
+            end = min(t + tick, scenario.load_end_s)
+            times, tenants = load.arrivals(t, end)
+            self._admit(times, tenants, end)
+            yield env.timeout(end - t)
+            t = end
+
+    def _sampler(self) -> Generator[simpy.Event, object, None]:
+        env, rec = self.env, self.rec
+        surge = [self.by_role[Origin.SURGE]] if Origin.SURGE in self.by_role else []
+        live_roles = [*self.live, *surge]
+        sideline = [self.by_role[role] for role in (Origin.SPILLOVER, Origin.BACKLOG) if role in self.by_role]
+        while True:
+            live = sum(queue.depth for queue in live_roles)
+            aside = sum(queue.depth for queue in sideline)
+            dead = sum(queue.depth for queue in self.dlqs)
+            rec.samples.append((env.now, live, aside, live + aside, dead))
+            yield env.timeout(self.scenario.sample_s)
+
+    def _controller(self) -> Generator[simpy.Event, object, None]:
+        env = self.env
+        ports = self.state.ports(
+            live=self.live,
+            every=self.every,
+            sideline={"spillover": self.by_role[Origin.SPILLOVER], "backlog": self.by_role[Origin.BACKLOG]},
+            set_sideline_enabled=self._set_sideline_enabled,
+            start_archiver=self._start_archiver,
+            clock_ms=lambda: int(env.now * 1000),
+        )
+        while True:
+            yield env.timeout(self.scenario.controller_interval_s)
+            run_controller(self.controller_config, ports, int(env.now * 1000) + 60_000)
+            metrics.clear_metrics()
+            self.rec.controller_runs += 1
+
+    def _set_sideline_enabled(self, enabled: bool, held: frozenset[str]) -> Iterable[str]:
+        changed = []
+        for name, mapping in self.sideline_mappings.items():
+            wanted = enabled and name not in held
+            if mapping.enabled != wanted:
+                mapping.enabled = wanted
+                changed.append(name)
+        return changed
+
+    def _start_archiver(self, due: ArchiveDue) -> None:
+        queue = next(queue for queue in self.every if queue.name == due.queue_url)
+
+        def archive() -> Generator[simpy.Event, object, None]:
+            yield self.env.timeout(ARCHIVER_START_S)
+            by_tenant: dict[int, int] = {}
+            for message in queue.purge_waiting():
+                by_tenant[message.tenant] = by_tenant.get(message.tenant, 0) + 1
+            for tenant, amount in by_tenant.items():
+                self.count(tenant, "archived", amount)
+
+        self.env.process(archive())
+
+    def run(self) -> Recording:
+        """Run to the scenario's end (virtual); the policies' logs and metrics stay quiet meanwhile."""
+        level = logger.log_level
+        logger.setLevel("ERROR")
+        started = time.perf_counter()
+        try:
+            env = self.env
+            env.process(self._load())
+            env.process(self._sampler())
+            if self.setup.practices:
+                env.process(self._controller())
+            env.run(until=self.scenario.end_s)
+        finally:
+            logger.setLevel(level)
+            metrics.clear_metrics()
+        rec = self.rec
+        rec.wall_s = time.perf_counter() - started
+        rec.totals["waiting_at_end"] = sum(queue.depth for queue in self.every)
+        rec.totals["in_dlq"] = sum(queue.depth for queue in self.dlqs)
+        rec.totals["poison_in_dlq"] = sum(
+            message.poison for queue in self.dlqs for message in queue.waiting_messages()
+        )
+        # every message the run moved through SQS: the load's, and each copy a worker moved
+        rec.totals["simulated_messages"] = sum(queue.sent for queue in [*self.every, *self.dlqs])
+        return rec

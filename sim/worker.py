@@ -1,0 +1,310 @@
+"""The worker's batch in virtual time: the real rules, gates and breaker, with in-memory ports.
+
+Per batch, in the order ``breakwater.worker.batch.Worker`` takes them: every record is observed and
+decided (``breakwater.sideline.decide``); the admitted ones pass the consumer rate gate
+(``breakwater.fairness.take_lease`` on the tenant's consumer bucket, one ask per tenant) and the
+concurrency leases of all their tenants (``breakwater.concurrency.grant_for`` with the burst pool,
+one acquisition per batch); a refused gate decides again with the gate's answer. The admitted
+messages are then processed one after the other under the container's circuit breaker
+(``breakwater.breaker.CircuitBreaker``); an outage holds the rest (``breakwater.sideline.hold_for_outage``).
+When the invocation returns, moves are sent, the rest deleted or left to their visibility timeout,
+leases released, and the per-tenant counters the controller reads are added.
+
+What is not the real code is the batch's bookkeeping (Powertools' ``BatchProcessor``, a pydantic
+model per record, logging): it costs far more per message than the rules and is not what decides
+where a message goes; ``tests/sim/test_worker_model.py`` runs the same batches through the real
+``Worker.handle`` and through this model and compares where every message went.
+"""
+
+from __future__ import annotations
+
+from collections import Counter
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Literal, Protocol
+
+from breakwater.backlog import will_dead_letter
+from breakwater.breaker import CircuitBreaker
+from breakwater.concurrency import ConcurrencyLimits, Grant, Lease, grant_for, live_leases
+from breakwater.envelope import Origin
+from breakwater.fairness import BucketState, take_lease
+from breakwater.settings import TierLimits
+from breakwater.sideline import (
+    Decision,
+    DecisionConfig,
+    SidelineDecision,
+    TenantState,
+    decide,
+    hold_for_outage,
+)
+from breakwater.worker.batch import concurrency_limits, consumer_bucket_limits
+from sim.lambda_esm import Invocation
+from sim.messages import Message
+from sim.sqs import SqsQueue
+
+Outcome = Literal["ok", "failed", "down"]
+
+_OVER_RATE = TenantState(within_consumer_rate=False)
+_NO_SLOT = TenantState(holds_concurrency_slot=False)
+
+COUNTER = {
+    SidelineDecision.PROCESS: "processed",
+    SidelineDecision.DROP: "dropped",
+    SidelineDecision.SIDELINE: "sidelined",
+    SidelineDecision.SPILL: "spilled",
+    SidelineDecision.DEFER: "deferred",
+}
+
+
+@dataclass(frozen=True)
+class Costs:
+    """Virtual time an invocation spends besides the processor: AWS calls and the handler's own work."""
+
+    enqueue_ms: float = 10.0  # from ingest stamping enqueued_at to the message stored in SQS (SendMessage)
+    invoke_ms: float = 20.0  # from the poll to the first record (invoke, cold paths, parsing)
+    per_record_ms: float = 0.5  # reading and deciding one record
+    gate_ms: float = 10.0  # the consumer bucket and the concurrency leases (DynamoDB), once per batch
+    move_ms: float = 15.0  # one SendMessageBatch (10 moves)
+    settle_ms: float = 10.0  # counters, lease release, idempotency records, once per batch
+
+
+@dataclass(frozen=True)
+class WorkerSetup:
+    """What a worker mapping needs: the rules' configuration and the gates to ask (Breakwater only)."""
+
+    decision: DecisionConfig
+    gates: bool
+    breaker: tuple[float, float] | None  # (first open window, longest), seconds
+    max_receive_count: int | None
+    timeout_s: float
+    costs: Costs
+
+
+class Sink(Protocol):
+    """What the worker reports to the rest of the simulated system."""
+
+    def observe(self, message: Message, role: str, now_s: float) -> None: ...
+    def process(self, message: Message, at_s: float) -> tuple[Outcome, float]: ...
+    def send_move(self, message: Message, destination: Origin, delay_s: int) -> None: ...
+    def count(self, tenant: int, counter: str, amount: int = 1) -> None: ...
+    def report_oldest(self, role: str, age_ms: int, now_ms: int) -> None: ...
+    def report_outage(self, until_ms: int) -> None: ...
+
+
+class ConsumerBuckets:
+    """The consumer-side token bucket per tenant (``RateGate``): one shared bucket, asked once per batch."""
+
+    def __init__(self, limits: Callable[[int], TierLimits]) -> None:
+        self._limits = limits
+        self._state: dict[int, BucketState] = {}
+
+    def try_acquire_up_to(self, tenant: int, count: int, now_s: float) -> int:
+        limits = consumer_bucket_limits(self._limits(tenant))
+        state = self._state.get(tenant) or BucketState.full(limits, now_s)
+        decision = take_lease(state, limits, now_s, count)
+        self._state[tenant] = decision.state
+        return decision.granted
+
+
+class LeaseTable:
+    """Per-tenant concurrency leases and the burst pool (``LeaseGate``), as the DynamoDB items hold them."""
+
+    def __init__(self, burst_capacity: int | None) -> None:
+        self.burst_capacity = burst_capacity
+        self._tenants: dict[int, dict[str, Lease]] = {}
+        self._pool: dict[str, Lease] = {}
+
+    def acquire_many(
+        self, requests: dict[int, ConcurrencyLimits], holder: str, expires_at_ms: int, now_ms: int
+    ) -> dict[int, Grant]:
+        """Mirrors ``ConcurrencyLeases.acquire_many``: each tenant's grant, burst leases against the pool."""
+        pool = live_leases(self._pool, now_ms) if self.burst_capacity is not None else None
+        grants: dict[int, Grant] = {}
+        for tenant, limits in requests.items():
+            leases = self._tenants.get(tenant, {})
+            grant = grant_for(holder, leases, limits, 0, None, now_ms)
+            if grant is Grant.BURST and pool is not None:
+                grant = grant_for(holder, leases, limits, len(pool), self.burst_capacity, now_ms)
+                if grant is Grant.BURST:
+                    pool[f"{tenant}#{holder}"] = Lease(expires_at_ms=expires_at_ms, burst=True)
+            grants[tenant] = grant
+            if grant is not Grant.REFUSED:
+                kept = live_leases(leases, now_ms)
+                kept[holder] = Lease(expires_at_ms=expires_at_ms, burst=grant is Grant.BURST)
+                self._tenants[tenant] = kept
+        if pool is not None:
+            self._pool = pool
+        return grants
+
+    def release(self, holder: str, tenants: list[int]) -> None:
+        for tenant in tenants:
+            self._tenants.get(tenant, {}).pop(holder, None)
+            self._pool.pop(f"{tenant}#{holder}", None)
+
+    def held(self, tenant: int, now_ms: int) -> int:
+        return len(live_leases(self._tenants.get(tenant, {}), now_ms))
+
+
+class WorkerModel:
+    """One worker function (live or sideline mode): the handler its mappings invoke."""
+
+    def __init__(
+        self,
+        name: str,
+        setup: WorkerSetup,
+        sink: Sink,
+        limits: Callable[[int], TierLimits],
+        rate: ConsumerBuckets | None,
+        leases: LeaseTable | None,
+    ) -> None:
+        self.name = name
+        self.setup = setup
+        self.sink = sink
+        self.limits = limits
+        self.rate = rate
+        self.leases = leases
+        self._breakers: dict[tuple[str, int], CircuitBreaker] = {}
+        self.moves_sent = 0
+
+    def _breaker(self, queue: SqsQueue, index: int) -> CircuitBreaker | None:
+        """One breaker per container (a mapping's poller stands for one)."""
+        if self.setup.breaker is None:
+            return None
+        key = (queue.name, index)
+        breaker = self._breakers.get(key)
+        if breaker is None:
+            base, longest = self.setup.breaker
+            breaker = self._breakers[key] = CircuitBreaker(base_s=base, max_s=max(base, longest))
+        return breaker
+
+    def handle(self, batch: list[Message], queue: SqsQueue, index: int, now_s: float) -> Invocation:
+        setup, sink, costs = self.setup, self.sink, self.setup.costs
+        config = setup.decision
+        at = now_s + costs.invoke_ms / 1000
+        now_ms = int(at * 1000)
+        moves: list[tuple[Message, Decision]] = []
+        admitted: list[Message] = []
+        settled: list[Message] = []
+        failed: list[Message] = []
+        counts: Counter[tuple[int, str]] = Counter()
+        oldest: dict[str, int] = {}
+        fresh = TenantState()
+        for message in batch:
+            role = message.origin.value if message.origin is not Origin.REPLAY else "live"
+            sink.observe(message, role, at)
+            if message.replay_run is None:
+                age = now_ms - message.enqueued_at
+                if age > oldest.get(role, -1):
+                    oldest[role] = age
+            decision = decide(message, now_ms, fresh, config, retried=message.receive_count > 1)
+            if decision.destination is not None:
+                moves.append((message, decision))
+            elif decision.action is SidelineDecision.DROP:
+                counts[(message.tenant, "dropped")] += 1
+                settled.append(message)
+            else:
+                admitted.append(message)
+        at += costs.per_record_ms * len(batch) / 1000
+        holder = f"{queue.name}#{index}"
+        granted: list[int] = []
+        breaker = self._breaker(queue, index)
+        if breaker is not None and admitted and not breaker.allows(at):
+            for message in admitted:
+                moves.append((message, hold_for_outage(message, breaker.retry_in_s(at), config)))
+            admitted = []
+        elif setup.gates and admitted:
+            admitted, granted = self._gate(admitted, moves, holder, at)
+            at += costs.gate_ms / 1000
+        for message in admitted:
+            if breaker is not None and not breaker.allows(at):
+                moves.append((message, hold_for_outage(message, breaker.retry_in_s(at), config)))
+                continue
+            outcome, spent_s = sink.process(message, at)
+            at += spent_s
+            if outcome == "ok":
+                if breaker is not None:
+                    breaker.record_success()
+                counts[(message.tenant, "processed")] += 1
+                settled.append(message)
+            elif outcome == "down" and breaker is not None:
+                until = breaker.record_outage(at)
+                sink.report_outage(int(at * 1000) + int((until - at) * 1000))
+                moves.append((message, hold_for_outage(message, breaker.retry_in_s(at), config)))
+            else:
+                counts[(message.tenant, "failed")] += 1
+                failed.append(message)
+        if moves:
+            at += costs.move_ms * ((len(moves) + 9) // 10) / 1000
+        at += costs.settle_ms / 1000
+        finished_ms = int(at * 1000)
+
+        def finish() -> None:
+            for message, decision in moves:
+                assert decision.destination is not None
+                attempt = (
+                    message.attempt + 1 if decision.action is SidelineDecision.DEFER else message.attempt
+                )
+                sink.send_move(
+                    message.moved(decision.destination, attempt), decision.destination, decision.delay_seconds
+                )
+                counts[(message.tenant, COUNTER[decision.action])] += 1
+            self.moves_sent += len(moves)
+            queue.delete(settled)
+            if moves:
+                queue.delete([message for message, _ in moves])
+            if failed:
+                queue.return_after_timeout(failed)
+                if setup.max_receive_count is not None:
+                    for message in failed:
+                        if will_dead_letter(message.receive_count, setup.max_receive_count):
+                            counts[(message.tenant, "dead_lettered")] += 1
+            for (tenant, counter), amount in counts.items():
+                sink.count(tenant, counter, amount)
+            if granted and self.leases is not None:
+                self.leases.release(holder, granted)
+            for role, age in oldest.items():
+                sink.report_oldest(role, age, finished_ms)
+
+        return Invocation(duration_s=at - now_s, finish=finish)
+
+    def _gate(
+        self, admitted: list[Message], moves: list[tuple[Message, Decision]], holder: str, at: float
+    ) -> tuple[list[Message], list[int]]:
+        """The consumer rate, one ask per tenant (its first messages get the tokens), then the leases."""
+        config = self.setup.decision
+        now_ms = int(at * 1000)
+        within: list[Message] = []
+        if self.rate is not None:
+            tokens = {
+                tenant: self.rate.try_acquire_up_to(tenant, count, at)
+                for tenant, count in Counter(message.tenant for message in admitted).items()
+            }
+            over = _OVER_RATE
+            for message in admitted:
+                if tokens[message.tenant] <= 0:
+                    decision = decide(message, now_ms, over, config, retried=message.receive_count > 1)
+                    moves.append((message, decision))
+                    continue
+                tokens[message.tenant] -= 1
+                within.append(message)
+        else:
+            within = admitted
+        if self.leases is None or not within:
+            return within, []
+        tenants = list(dict.fromkeys(message.tenant for message in within))
+        expires_at = now_ms + int(self.setup.timeout_s * 1000) + 1000
+        grants = self.leases.acquire_many(
+            {tenant: concurrency_limits(self.limits(tenant)) for tenant in tenants},
+            holder,
+            expires_at,
+            now_ms,
+        )
+        refused = _NO_SLOT
+        kept: list[Message] = []
+        for message in within:
+            if grants[message.tenant] is Grant.REFUSED:
+                decision = decide(message, now_ms, refused, config, retried=message.receive_count > 1)
+                moves.append((message, decision))
+            else:
+                kept.append(message)
+        return kept, [tenant for tenant, grant in grants.items() if grant is not Grant.REFUSED]
