@@ -146,10 +146,10 @@ def main(argv: list[str] | None = None) -> int:
         if not args.no_plot:
             plot(
                 args.out / f"{kind}.png",
-                scenario,
+                scenario.describe(),
                 results,
-                f"{kind}: {len(scenario.tenants)} tenants, "
-                f"quiet p99 AgeOfFirstAttempt and backlog (grey: the event)",
+                f"{kind}: {len(scenario.tenants)} tenants, quiet p99 AgeOfFirstAttempt and the backlog "
+                "(grey: the event)",
             )
         print(f"{path}")
     return 0

@@ -247,24 +247,43 @@ def _jsonable(value: Any) -> Any:
     raise TypeError(f"not JSON: {type(value).__name__}")
 
 
-def plot(path: Path, scenario: Scenario, results: Mapping[str, Mapping[str, Any]], title: str) -> None:
-    """Quiet tenants' p99 AgeOfFirstAttempt and the backlog over virtual time, one line per configuration."""
+def plot(
+    path: Path, described: Mapping[str, Any], results: Mapping[str, Mapping[str, Any]], title: str
+) -> None:
+    """Quiet tenants' p99 AgeOfFirstAttempt and the backlog over virtual time, one line per configuration.
+
+    ``described`` is :meth:`Scenario.describe` (as the JSON holds it), so a plot can be drawn again
+    from ``out/sim/<scenario>.json`` alone (``python -m sim.report out/sim/noisy.json out.png``).
+    """
     import matplotlib
 
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
-    minutes = scenario.end_s > 3600
+    start = float(described["baseline_s"])
+    end = start + float(described["event_s"])
+    total = end + float(described["after_s"]) + float(described["drain_s"])
+    minutes = total > 3600
     scale = 60.0 if minutes else 1.0
     fig, (top, bottom) = plt.subplots(2, 1, figsize=(10, 6.5), sharex=True)
     colours = {"naive": "tab:red", "fair": "tab:orange", "breakwater": "tab:blue"}
+    styles = {"naive": "-", "fair": "--", "breakwater": "-"}
     for name, result in results.items():
         series = result["series"]
         t = np.asarray(series["t_s"]) / scale
         p99 = np.asarray([np.nan if v is None else v / 1000 for v in series["quiet_p99_ms"]])
-        top.plot(t, p99, label=f"{name}: quiet p99", color=colours.get(name), lw=1.4)
+        top.plot(
+            t, p99, label=f"{name}: quiet p99", color=colours.get(name), lw=1.4, ls=styles.get(name, "-")
+        )
         bt = np.asarray(series["backlog_t_s"]) / scale
-        bottom.plot(bt, series["live_backlog"], label=f"{name}: live", color=colours.get(name), lw=1.4)
+        bottom.plot(
+            bt,
+            series["live_backlog"],
+            label=f"{name}: live",
+            color=colours.get(name),
+            lw=1.4,
+            ls=styles.get(name, "-"),
+        )
         if any(series["sideline_backlog"]):
             bottom.plot(
                 bt,
@@ -272,18 +291,39 @@ def plot(path: Path, scenario: Scenario, results: Mapping[str, Mapping[str, Any]
                 label=f"{name}: sidelined",
                 color=colours.get(name),
                 lw=1.0,
-                ls="--",
+                ls=":",
             )
     for axis in (top, bottom):
-        axis.axvspan(scenario.event_start_s / scale, scenario.event_end_s / scale, color="grey", alpha=0.15)
+        axis.axvspan(start / scale, end / scale, color="grey", alpha=0.15)
         axis.grid(alpha=0.3)
         axis.legend(loc="upper right", fontsize=8)
     top.set_yscale("log")
     top.set_ylabel("AgeOfFirstAttempt p99 (s)")
-    bottom.set_ylabel("messages waiting")
+    bottom.set_yscale("symlog", linthresh=100)
+    bottom.set_ylim(bottom=0)
+    bottom.set_ylabel("messages in the queues")
     bottom.set_xlabel("virtual time (min)" if minutes else "virtual time (s)")
     top.set_title(title)
     fig.tight_layout()
     path.parent.mkdir(parents=True, exist_ok=True)
     fig.savefig(path, dpi=110)
     plt.close(fig)
+
+
+def main(argv: list[str] | None = None) -> int:
+    """Draw a plot again from a run's JSON: ``python -m sim.report out/sim/noisy.json out/sim/noisy.png``."""
+    import sys
+
+    source, target = (argv if argv is not None else sys.argv[1:])[:2]
+    document = json.loads(Path(source).read_text())
+    described = document["scenario"]
+    title = (
+        f"{described['kind']}: {described['tenants']} tenants, quiet p99 AgeOfFirstAttempt and the backlog "
+        "(grey: the event)"
+    )
+    plot(Path(target), described, document["configurations"], title)
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

@@ -137,19 +137,19 @@ def seed_scale(
     """1,000 tenants, Zipf-skewed rates whose sum is ``quiet_share`` of the fleet's capacity, one event.
 
     noisy: the top tenant sends ``surge_factor`` x capacity for the event. outage: the dependency is
-    down for the event. slow: the top tenant sends 4 % of capacity and its messages cost
-    ``slow_factor`` x during the event. poison: the top tenant sends within its consumer rate and 2 %
-    of its messages sent during the event (a bad release) fail every time.
+    down for the event. slow: the top tenant sends half of what its tier's concurrency processes and
+    its messages cost ``slow_factor`` x during the event. poison: the top tenant sends as much, and
+    2 % of its messages sent during the event (a bad release) fail every time.
     """
     capacity = fleet_capacity(config, work_ms, invoke_ms, per_record_ms, settle_ms)
     names = tuple(f"tenant-{index:04d}" for index in range(1, tenants + 1))
     rates = zipf_rates(tenants, quiet_share * capacity, exponent)
     tier = config.tiers[config.default_tier]
-    if kind == "slow":
-        # 4 % of capacity's messages: at 20x their cost during the event they ask for 80 % of the fleet.
-        rates[0] = 0.04 * capacity
-    if kind == "poison":
-        rates[0] = min(tier.consumer_rate, 0.1 * capacity)
+    # What the tenant's tier lets it process at the usual cost: half its concurrency ceiling's worth,
+    # within its consumer rate. The slow and poison tenants send that much: busy, but within its limits.
+    within_tier = min(tier.consumer_rate, 0.5 * tier.concurrency * 1000.0 / work_ms, 0.1 * capacity)
+    if kind in ("slow", "poison"):
+        rates[0] = within_tier
     return Scenario(
         kind=kind,
         tenants=names,

@@ -159,6 +159,7 @@ class System:
         self._edge = BucketLimits(rate=self._tier.rate * ceiling, burst=self._tier.burst)
         self._edge_state: dict[int, BucketState] = {}
         self._ingest_state: dict[int, BucketState] = {}
+        self._ingest_limits: dict[float, BucketLimits] = {}  # by the controller's multiplier
         shard = min(config.queue_set.shard_size, setup.queue_count)
         self._shards = [shard_for(name, setup.queue_count, shard) for name in scenario.tenants]
         self._depths = QueueDepths(config.ingest.depth_refresh_seconds)
@@ -325,9 +326,11 @@ class System:
         self._edge_state[tenant] = edge.state
         if edge.granted == 0:
             return 0
-        limits = BucketLimits(rate=self._tier.rate, burst=self._tier.burst).scaled(
-            self.state.multiplier(tenant)
-        )
+        multiplier = self.state.multiplier(tenant)
+        limits = self._ingest_limits.get(multiplier)
+        if limits is None:
+            base = BucketLimits(rate=self._tier.rate, burst=self._tier.burst)
+            limits = self._ingest_limits[multiplier] = base.scaled(multiplier)
         state = self._ingest_state.get(tenant) or BucketState.full(limits, now)
         decision = take_lease(state, limits, now, edge.granted)
         self._ingest_state[tenant] = decision.state

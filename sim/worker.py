@@ -27,7 +27,7 @@ from breakwater.backlog import will_dead_letter
 from breakwater.breaker import CircuitBreaker
 from breakwater.concurrency import ConcurrencyLimits, Grant, Lease, grant_for, live_leases
 from breakwater.envelope import Origin
-from breakwater.fairness import BucketState, take_lease
+from breakwater.fairness import BucketLimits, BucketState, take_lease
 from breakwater.settings import TierLimits
 from breakwater.sideline import (
     Decision,
@@ -97,9 +97,12 @@ class ConsumerBuckets:
     def __init__(self, limits: Callable[[int], TierLimits]) -> None:
         self._limits = limits
         self._state: dict[int, BucketState] = {}
+        self._bucket_limits: dict[int, BucketLimits] = {}
 
     def try_acquire_up_to(self, tenant: int, count: int, now_s: float) -> int:
-        limits = consumer_bucket_limits(self._limits(tenant))
+        limits = self._bucket_limits.get(tenant)
+        if limits is None:
+            limits = self._bucket_limits[tenant] = consumer_bucket_limits(self._limits(tenant))
         state = self._state.get(tenant) or BucketState.full(limits, now_s)
         decision = take_lease(state, limits, now_s, count)
         self._state[tenant] = decision.state
@@ -164,6 +167,7 @@ class WorkerModel:
         self.rate = rate
         self.leases = leases
         self._breakers: dict[tuple[str, int], CircuitBreaker] = {}
+        self._concurrency: dict[int, ConcurrencyLimits] = {}
         self.moves_sent = 0
 
     def _breaker(self, queue: SqsQueue, index: int) -> CircuitBreaker | None:
@@ -293,8 +297,12 @@ class WorkerModel:
             return within, []
         tenants = list(dict.fromkeys(message.tenant for message in within))
         expires_at = now_ms + int(self.setup.timeout_s * 1000) + 1000
+        known = self._concurrency
+        for tenant in tenants:
+            if tenant not in known:
+                known[tenant] = concurrency_limits(self.limits(tenant))
         grants = self.leases.acquire_many(
-            {tenant: concurrency_limits(self.limits(tenant)) for tenant in tenants},
+            {tenant: known[tenant] for tenant in tenants},
             holder,
             expires_at,
             now_ms,
