@@ -223,7 +223,9 @@ class ConcurrencyLeases:
             "TableName": self._table,
             "Key": {"pk": {"S": tenant_pk(tenant)}, "sk": {"S": CONCURRENCY_SK}},
             "UpdateExpression": "SET leases.#h = :lease, #ttl = :ttl ADD version :one",
-            "ConditionExpression": "size(leases) < :floor",
+            # attribute_exists first: a new item fails as size() of nothing does (and moto, which
+            # cannot size a missing attribute, never has to)
+            "ConditionExpression": "attribute_exists(leases) AND size(leases) < :floor",
             "ExpressionAttributeNames": {"#h": self.holder, "#ttl": "ttl"},
             "ExpressionAttributeValues": {
                 ":lease": {"M": {"exp": {"N": str(expires_at_ms)}, "burst": {"BOOL": False}}},
