@@ -25,6 +25,7 @@ from sim.run import run_configurations
 from sim.scenarios import KINDS, Kind, seed_scale
 from sim.validation import REFERENCE, compare, run_validation
 from sim.worker import Costs
+from stacks.config import ConfigError
 
 
 def _arguments(argv: list[str] | None) -> argparse.Namespace:
@@ -106,7 +107,11 @@ def main(argv: list[str] | None = None) -> int:
         write_json(path, outcome["scenario"], outcome["results"], {"reference": outcome["reference"]})
         print(f"\n{path.relative_to(REPO) if path.is_relative_to(REPO) else path}")
         return 0 if all(check.passed for check in compare(outcome)) else 1
-    config = blueprint(load_context(args.cdk_json), _config_overrides(args))
+    try:
+        config = blueprint(load_context(args.cdk_json), _config_overrides(args))
+    except (ConfigError, ValueError) as exc:  # a bad setting: the synth's own message, no traceback
+        print(exc, file=sys.stderr)
+        return 2
     costs = Costs()
     names: list[ConfigName] = [name for name in CONFIGURATIONS if name in args.configurations.split(",")]
     kinds: list[Kind] = list(KINDS) if args.scenario == "all" else [args.scenario]
