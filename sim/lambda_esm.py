@@ -23,9 +23,10 @@ from collections.abc import Callable, Generator
 from dataclasses import dataclass
 
 import simpy
+from simpy.core import URGENT
 
 from sim.messages import Message
-from sim.sqs import SqsQueue
+from sim.sqs import SqsQueue, run_later
 
 INITIAL_CONCURRENCY = 5  # concurrent batches a mapping starts with
 SCALE_UP_PER_S = 5  # 300 more concurrent invocations a minute
@@ -95,13 +96,18 @@ class EventSourceMapping:
         self._enabled = enabled
         self.active = min(INITIAL_CONCURRENCY, max_concurrency)
         self._changed_at = 0.0
-        self._parked: deque[simpy.Event] = deque()
+        self._parked: deque[_Poller] = deque()
         self.busy = 0
         self.invocations = 0
         self.empty_receives = 0
         self._wanted = env.event()
         for index in range(max_concurrency):
-            env.process(self._poller(index))
+            # started as a process would be: an urgent event at the current time
+            started = simpy.Event(env)
+            started._ok = True
+            started._value = None
+            started.callbacks.append(_Poller(self, index).start)
+            env.schedule(started, URGENT)
         env.process(self._scaler())
 
     @property
@@ -114,9 +120,14 @@ class EventSourceMapping:
         if value:
             self._unpark()
 
+    def _park(self, poller: _Poller) -> None:
+        self._parked.append(poller)
+
     def _unpark(self) -> None:
-        while self._parked:
-            self._parked.popleft().succeed()
+        """The parked pollers poll again, at the current time, after what is already due now."""
+        if self._parked:
+            parked, self._parked = self._parked, deque()
+            run_later(self.env, parked)
 
     def _scaler(self) -> Generator[simpy.Event, object, None]:
         """While messages wait beyond what the pollers take, up to five more concurrent batches a second."""
@@ -137,41 +148,93 @@ class EventSourceMapping:
         if not self._wanted.triggered and self.active < self.max_concurrency:
             self._wanted.succeed()
 
-    def _poller(self, index: int) -> Generator[simpy.Event, object, None]:
-        env, queue = self.env, self.queue
+
+class _Poller:
+    """One poller of a mapping, as callbacks on SimPy events rather than a process of its own.
+
+    A process would cost an event per resume; a poller instead runs inside the event that concerns
+    it: the queue's alarm when a message becomes visible (the queue calls :meth:`run`), the end of its
+    invocation, a step of its batching window, or its slot in the function's concurrency.
+    """
+
+    __slots__ = ("_batch", "_deadline", "_invocation", "env", "index", "mapping", "queue")
+
+    def __init__(self, mapping: EventSourceMapping, index: int) -> None:
+        self.mapping = mapping
+        self.env = mapping.env
+        self.queue = mapping.queue
+        self.index = index
+        self._batch: list[Message] = []
+        self._deadline = 0.0
+        self._invocation: Invocation | None = None
+
+    def start(self, _event: simpy.Event) -> None:
+        self.run()
+
+    def run(self) -> None:
+        """Poll: park when not wanted, long-poll an empty queue, else take a batch to the function."""
+        mapping, queue, env = self.mapping, self.queue, self.env
         while True:
-            if not self._enabled or index >= self.active:
-                parked = env.event()
-                self._parked.append(parked)
-                yield parked
+            if not mapping._enabled or self.index >= mapping.active:
+                mapping._park(self)
+                return
+            batch = queue.receive(mapping.batch_size)
+            if batch:
+                break
+            mapping.empty_receives += 1
+            if (
+                self.index == mapping.active - 1
+                and mapping.active > min(INITIAL_CONCURRENCY, mapping.max_concurrency)
+                and env.now - mapping._changed_at >= SCALE_DOWN_AFTER_S
+            ):
+                mapping.active -= 1  # idle pollers fall away, one at a time
+                mapping._changed_at = env.now
                 continue
-            batch = queue.receive(self.batch_size)
-            if not batch:
-                self.empty_receives += 1
-                if (
-                    index == self.active - 1
-                    and self.active > min(INITIAL_CONCURRENCY, self.max_concurrency)
-                    and env.now - self._changed_at >= SCALE_DOWN_AFTER_S
-                ):
-                    self.active -= 1  # idle pollers fall away, one at a time
-                    self._changed_at = env.now
-                    continue
-                yield queue.wait()
-                continue
-            if len(batch) < self.batch_size and self.batching_window_s > 0:
-                deadline = env.now + self.batching_window_s
-                while len(batch) < self.batch_size and env.now < deadline:
-                    yield env.timeout(min(0.1, deadline - env.now))
-                    batch.extend(queue.receive(self.batch_size - len(batch)))
-            if queue.visible_count:
-                self._want_more()  # messages are waiting beyond this batch
-            slot = self.function.acquire()
-            if slot is not None:
-                yield slot
-            self.busy += 1
-            self.invocations += 1
-            invocation = self.handler(batch, queue, index)
-            yield env.timeout(invocation.duration_s)
-            invocation.finish()
-            self.busy -= 1
-            self.function.release()
+            queue.wait_with(self)  # the queue calls run() when a message may be there
+            return
+        if len(batch) < mapping.batch_size and mapping.batching_window_s > 0:
+            self._batch = batch
+            self._deadline = env.now + mapping.batching_window_s
+            env.timeout(min(0.1, self._deadline - env.now)).callbacks.append(self._fill)
+            return
+        self._invoke(batch)
+
+    def _fill(self, _event: simpy.Event) -> None:
+        mapping, env, batch = self.mapping, self.env, self._batch
+        batch.extend(self.queue.receive(mapping.batch_size - len(batch)))
+        if len(batch) < mapping.batch_size and env.now < self._deadline:
+            env.timeout(min(0.1, self._deadline - env.now)).callbacks.append(self._fill)
+            return
+        self._invoke(batch)
+
+    def _invoke(self, batch: list[Message]) -> None:
+        mapping = self.mapping
+        if self.queue.visible_count:
+            mapping._want_more()  # messages are waiting beyond this batch
+        self._batch = batch
+        slot = mapping.function.acquire()
+        if slot is not None:
+            slot.callbacks.append(self._started)
+            return
+        self._start(batch)
+
+    def _started(self, _event: simpy.Event) -> None:
+        self._start(self._batch)
+
+    def _start(self, batch: list[Message]) -> None:
+        mapping = self.mapping
+        self._batch = []
+        mapping.busy += 1
+        mapping.invocations += 1
+        invocation = self._invocation = mapping.handler(batch, self.queue, self.index)
+        self.env.timeout(invocation.duration_s).callbacks.append(self._done)
+
+    def _done(self, _event: simpy.Event) -> None:
+        mapping = self.mapping
+        invocation = self._invocation
+        assert invocation is not None
+        self._invocation = None
+        invocation.finish()
+        mapping.busy -= 1
+        mapping.function.release()
+        self.run()

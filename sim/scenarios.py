@@ -209,6 +209,7 @@ class Load:
         self._rng = np.random.default_rng(scenario.seed)
         first = scenario.first_sends or tuple(0.0 for _ in scenario.tenants)
         self._next = list(first)
+        self._mixes: dict[bool, tuple[float, np.ndarray]] = {}
 
     def arrivals(self, start: float, end: float) -> tuple[np.ndarray, np.ndarray]:
         if self.scenario.arrivals == "periodic":
@@ -218,18 +219,31 @@ class Load:
     def _poisson(self, start: float, end: float) -> tuple[np.ndarray, np.ndarray]:
         scenario = self.scenario
         middle = (start + end) / 2
-        rates = np.asarray(scenario.rates, dtype=float)
-        if scenario.kind == "noisy" and scenario.in_event(middle) and scenario.event_rate is not None:
-            rates = rates.copy()
-            rates[scenario.subject] = scenario.event_rate
-        total = float(rates.sum())
+        surge = scenario.kind == "noisy" and scenario.in_event(middle) and scenario.event_rate is not None
+        total, cdf = self._mix(surge)
         count = int(self._rng.poisson(total * (end - start)))
         if count == 0:
             return np.empty(0), np.empty(0, dtype=np.int64)
-        tenants = self._rng.choice(len(rates), size=count, p=rates / total)
+        # what Generator.choice(len(rates), size=count, p=rates / total) draws, with the table kept
+        tenants = cdf.searchsorted(self._rng.random(count), side="right").astype(np.int64)
         times = start + self._rng.random(count) * (end - start)
         order = np.argsort(times, kind="stable")
         return times[order], tenants[order]
+
+    def _mix(self, surge: bool) -> tuple[float, np.ndarray]:
+        """The rates' total and cumulative share (the same every tick of a phase, so built once)."""
+        found = self._mixes.get(surge)
+        if found is None:
+            scenario = self.scenario
+            rates = np.asarray(scenario.rates, dtype=float)
+            if surge:
+                rates = rates.copy()
+                rates[scenario.subject] = scenario.event_rate
+            total = float(rates.sum())
+            cdf = (rates / total).cumsum()
+            cdf /= cdf[-1]
+            found = self._mixes[surge] = (total, cdf)
+        return found
 
     def _periodic(self, start: float, end: float) -> tuple[np.ndarray, np.ndarray]:
         scenario = self.scenario

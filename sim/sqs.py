@@ -26,7 +26,8 @@ from __future__ import annotations
 import heapq
 import math
 from collections import deque
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
+from typing import Protocol
 
 import simpy
 
@@ -38,6 +39,24 @@ NOISY_MIN_IN_FLIGHT = 30  # ... and at least this many in flight for the in-flig
 NOISY_IDLE_S = 300.0  # a noisy group that sent nothing for 5 minutes is quiet again
 PROCESSING_WINDOW_S = 60.0  # "recent" processing time: an exponential window (AWS does not say how long)
 NOISY_REFRESH_S = 1.0  # how often the noisy set is re-evaluated (AWS: "approximate", a distributed system)
+
+
+class Poller(Protocol):
+    """A consumer that long-polls without an event of its own (``sim.lambda_esm``'s pollers)."""
+
+    def run(self) -> None: ...
+
+
+def run_later(env: simpy.Environment, pollers: Sequence[Poller]) -> None:
+    """Run ``pollers`` at the current time, after what is already due now (one event for them all)."""
+
+    def run(_event: simpy.Event) -> None:
+        for poller in pollers:
+            poller.run()
+
+    wake = env.event()
+    wake.callbacks.append(run)
+    wake.succeed()
 
 
 class SqsQueue:
@@ -72,7 +91,7 @@ class SqsQueue:
         self.received = 0
         self.deleted = 0
         self.dead_lettered = 0
-        self._waiters: deque[simpy.Event] = deque()
+        self._waiters: deque[simpy.Event | Poller] = deque()
         self._alarm_at: float | None = None
         self.on_dead_letter: Callable[[Message], None] | None = None
         # fair queues
@@ -135,7 +154,7 @@ class SqsQueue:
             return
         self._make_visible(message)
         if self._waiters:
-            self._waiters.popleft().succeed()
+            self._wake_later(1)
 
     def _make_visible(self, message: Message) -> None:
         self._visible.append(message)
@@ -151,7 +170,9 @@ class SqsQueue:
         if (self._pending and self._pending[0][0] <= now) or (
             self._incoming_at and self._incoming_at[0] <= now
         ):
-            self._release(now)
+            woke = self._release(now)
+            if woke and self._waiters:
+                self._wake_later(woke)
         count = min(count, RECEIVE_MAX)
         batch: list[Message] = []
         while len(batch) < count and self.visible_count:
@@ -345,8 +366,8 @@ class SqsQueue:
         return taken
 
     # -- time ----------------------------------------------------------------------------------------
-    def _release(self, now: float) -> None:
-        """Delayed messages whose delay passed, and in-flight ones whose visibility timed out."""
+    def _release(self, now: float) -> int:
+        """Delayed messages whose delay passed, and in-flight ones whose visibility timed out: how many."""
         pending = self._pending
         woke = 0
         incoming_at, incoming = self._incoming_at, self._incoming
@@ -375,10 +396,21 @@ class SqsQueue:
                 self.delayed_count -= 1
             self._make_visible(message)
             woke += 1
+        return woke
+
+    def _wake_later(self, count: int) -> None:
+        """Wake up to ``count`` long polls, each after what is already due now (like an event's success)."""
         waiters = self._waiters
-        while woke and waiters:
-            waiters.popleft().succeed()
-            woke -= 1
+        pollers: list[Poller] = []
+        while count and waiters:
+            waiter = waiters.popleft()
+            if isinstance(waiter, simpy.Event):
+                waiter.succeed()
+            else:
+                pollers.append(waiter)
+            count -= 1
+        if pollers:
+            run_later(self.env, pollers)
 
     def _leave_flight_timeout(self, message: Message, now: float) -> None:
         self._leave_flight([message], now)
@@ -389,6 +421,15 @@ class SqsQueue:
         self._waiters.append(event)
         self._arm()
         return event
+
+    def wait_with(self, poller: Poller) -> None:
+        """Long polling without an event of its own: ``poller.run()`` when a message may be there.
+
+        An idle poller costs nothing while the queue is empty; the alarm that makes a message visible
+        runs the pollers it wakes itself, so a message that finds an idle poller costs no extra event.
+        """
+        self._waiters.append(poller)
+        self._arm()
 
     def _arm(self) -> None:
         if self._pending:
@@ -409,6 +450,18 @@ class SqsQueue:
         now = self.env.now
         if self._alarm_at is not None and self._alarm_at <= now:
             self._alarm_at = None
-        self._release(now)
-        if self._waiters:
+        woke = self._release(now)
+        waiters = self._waiters
+        pollers: list[Poller] = []
+        while woke and waiters:
+            waiter = waiters.popleft()
+            if isinstance(waiter, simpy.Event):
+                waiter.succeed()
+            else:
+                pollers.append(waiter)
+            woke -= 1
+        if waiters:
             self._arm()
+        # inside the alarm's own event: nothing else is half done, so the woken pollers poll right away
+        for poller in pollers:
+            poller.run()

@@ -263,14 +263,20 @@ class System:
             rec.add("refused", offered - passed)
             times, tenants = times[:passed], tenants[:passed]
         if self.setup.practices:
-            keep = np.ones(len(times), dtype=bool)
-            unique, counts = np.unique(tenants, return_counts=True)
-            for tenant, count in zip(unique.tolist(), counts.tolist(), strict=True):
+            # a tick holds a handful of messages: counting them in Python costs less than np.unique
+            wanted: dict[int, int] = {}
+            for tenant in tenants.tolist():
+                wanted[tenant] = wanted.get(tenant, 0) + 1
+            keep: np.ndarray | None = None
+            for tenant in sorted(wanted):
+                count = wanted[tenant]
                 admitted = self._tenant_admits(tenant, count, tick_end)
                 if admitted < count:
+                    if keep is None:
+                        keep = np.ones(len(times), dtype=bool)
                     where = np.flatnonzero(tenants == tenant)
                     keep[where[admitted:]] = False
-            if not keep.all():
+            if keep is not None and not keep.all():
                 rec.add("refused", int((~keep).sum()))
                 times, tenants = times[keep], tenants[keep]
         rec.add("accepted", len(times))

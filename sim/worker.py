@@ -18,7 +18,6 @@ where a message goes; ``tests/sim/test_worker_model.py`` runs the same batches t
 
 from __future__ import annotations
 
-from collections import Counter
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Literal, Protocol
@@ -44,6 +43,7 @@ from sim.sqs import SqsQueue
 
 Outcome = Literal["ok", "failed", "down"]
 
+_FRESH = TenantState()
 _OVER_RATE = TenantState(within_consumer_rate=False)
 _NO_SLOT = TenantState(holds_concurrency_slot=False)
 
@@ -168,6 +168,7 @@ class WorkerModel:
         self.leases = leases
         self._breakers: dict[tuple[str, int], CircuitBreaker] = {}
         self._concurrency: dict[int, ConcurrencyLimits] = {}
+        self._holders: dict[tuple[str, int], str] = {}
         self.moves_sent = 0
 
     def _breaker(self, queue: SqsQueue, index: int) -> CircuitBreaker | None:
@@ -190,12 +191,14 @@ class WorkerModel:
         admitted: list[Message] = []
         settled: list[Message] = []
         failed: list[Message] = []
-        counts: Counter[tuple[int, str]] = Counter()
+        counts: dict[tuple[int, str], int] = {}
         oldest: dict[str, int] = {}
-        fresh = TenantState()
+        fresh = _FRESH
+        observe = sink.observe
         for message in batch:
-            role = message.origin.value if message.origin is not Origin.REPLAY else "live"
-            sink.observe(message, role, at)
+            origin = message.origin
+            role = origin.value if origin is not Origin.REPLAY else "live"
+            observe(message, role, at)
             if message.replay_run is None:
                 age = now_ms - message.enqueued_at
                 if age > oldest.get(role, -1):
@@ -204,12 +207,15 @@ class WorkerModel:
             if decision.destination is not None:
                 moves.append((message, decision))
             elif decision.action is SidelineDecision.DROP:
-                counts[(message.tenant, "dropped")] += 1
+                key = (message.tenant, "dropped")
+                counts[key] = counts.get(key, 0) + 1
                 settled.append(message)
             else:
                 admitted.append(message)
         at += costs.per_record_ms * len(batch) / 1000
-        holder = f"{queue.name}#{index}"
+        holder = self._holders.get((queue.name, index))
+        if holder is None:
+            holder = self._holders[(queue.name, index)] = f"{queue.name}#{index}"
         granted: list[int] = []
         breaker = self._breaker(queue, index)
         if breaker is not None and admitted and not breaker.allows(at):
@@ -219,57 +225,34 @@ class WorkerModel:
         elif setup.gates and admitted:
             admitted, granted = self._gate(admitted, moves, holder, at)
             at += costs.gate_ms / 1000
+        process = sink.process
         for message in admitted:
             if breaker is not None and not breaker.allows(at):
                 moves.append((message, hold_for_outage(message, breaker.retry_in_s(at), config)))
                 continue
-            outcome, spent_s = sink.process(message, at)
+            outcome, spent_s = process(message, at)
             at += spent_s
             if outcome == "ok":
                 if breaker is not None:
                     breaker.record_success()
-                counts[(message.tenant, "processed")] += 1
+                key = (message.tenant, "processed")
+                counts[key] = counts.get(key, 0) + 1
                 settled.append(message)
             elif outcome == "down" and breaker is not None:
                 until = breaker.record_outage(at)
                 sink.report_outage(int(at * 1000) + int((until - at) * 1000))
                 moves.append((message, hold_for_outage(message, breaker.retry_in_s(at), config)))
             else:
-                counts[(message.tenant, "failed")] += 1
+                key = (message.tenant, "failed")
+                counts[key] = counts.get(key, 0) + 1
                 failed.append(message)
         if moves:
             at += costs.move_ms * ((len(moves) + 9) // 10) / 1000
         at += costs.settle_ms / 1000
-        finished_ms = int(at * 1000)
-
-        def finish() -> None:
-            for message, decision in moves:
-                assert decision.destination is not None
-                attempt = (
-                    message.attempt + 1 if decision.action is SidelineDecision.DEFER else message.attempt
-                )
-                sink.send_move(
-                    message.moved(decision.destination, attempt), decision.destination, decision.delay_seconds
-                )
-                counts[(message.tenant, COUNTER[decision.action])] += 1
-            self.moves_sent += len(moves)
-            queue.delete(settled)
-            if moves:
-                queue.delete([message for message, _ in moves])
-            if failed:
-                queue.return_after_timeout(failed)
-                if setup.max_receive_count is not None:
-                    for message in failed:
-                        if will_dead_letter(message.receive_count, setup.max_receive_count):
-                            counts[(message.tenant, "dead_lettered")] += 1
-            for (tenant, counter), amount in counts.items():
-                sink.count(tenant, counter, amount)
-            if granted and self.leases is not None:
-                self.leases.release(holder, granted)
-            for role, age in oldest.items():
-                sink.report_oldest(role, age, finished_ms)
-
-        return Invocation(duration_s=at - now_s, finish=finish)
+        finished = _Finish(
+            self, queue, moves, settled, failed, counts, granted, holder, oldest, int(at * 1000)
+        )
+        return Invocation(duration_s=at - now_s, finish=finished.run)
 
     def _gate(
         self, admitted: list[Message], moves: list[tuple[Message, Decision]], holder: str, at: float
@@ -279,10 +262,11 @@ class WorkerModel:
         now_ms = int(at * 1000)
         within: list[Message] = []
         if self.rate is not None:
-            tokens = {
-                tenant: self.rate.try_acquire_up_to(tenant, count, at)
-                for tenant, count in Counter(message.tenant for message in admitted).items()
-            }
+            wanted: dict[int, int] = {}
+            for message in admitted:
+                wanted[message.tenant] = wanted.get(message.tenant, 0) + 1
+            acquire = self.rate.try_acquire_up_to
+            tokens = {tenant: acquire(tenant, count, at) for tenant, count in wanted.items()}
             over = _OVER_RATE
             for message in admitted:
                 if tokens[message.tenant] <= 0:
@@ -316,3 +300,75 @@ class WorkerModel:
             else:
                 kept.append(message)
         return kept, [tenant for tenant, grant in grants.items() if grant is not Grant.REFUSED]
+
+
+class _Finish:
+    """What an invocation does when it returns: the moves sent, the rest deleted or left, the counters."""
+
+    __slots__ = (
+        "counts",
+        "failed",
+        "finished_ms",
+        "granted",
+        "holder",
+        "moves",
+        "oldest",
+        "queue",
+        "settled",
+        "worker",
+    )
+
+    def __init__(
+        self,
+        worker: WorkerModel,
+        queue: SqsQueue,
+        moves: list[tuple[Message, Decision]],
+        settled: list[Message],
+        failed: list[Message],
+        counts: dict[tuple[int, str], int],
+        granted: list[int],
+        holder: str,
+        oldest: dict[str, int],
+        finished_ms: int,
+    ) -> None:
+        self.worker = worker
+        self.queue = queue
+        self.moves = moves
+        self.settled = settled
+        self.failed = failed
+        self.counts = counts
+        self.granted = granted
+        self.holder = holder
+        self.oldest = oldest
+        self.finished_ms = finished_ms
+
+    def run(self) -> None:
+        worker, queue, moves, counts = self.worker, self.queue, self.moves, self.counts
+        sink, setup = worker.sink, worker.setup
+        for message, decision in moves:
+            assert decision.destination is not None
+            attempt = message.attempt + 1 if decision.action is SidelineDecision.DEFER else message.attempt
+            sink.send_move(
+                message.moved(decision.destination, attempt), decision.destination, decision.delay_seconds
+            )
+            key = (message.tenant, COUNTER[decision.action])
+            counts[key] = counts.get(key, 0) + 1
+        worker.moves_sent += len(moves)
+        queue.delete(self.settled)
+        if moves:
+            queue.delete([message for message, _ in moves])
+        failed = self.failed
+        if failed:
+            queue.return_after_timeout(failed)
+            if setup.max_receive_count is not None:
+                for message in failed:
+                    if will_dead_letter(message.receive_count, setup.max_receive_count):
+                        key = (message.tenant, "dead_lettered")
+                        counts[key] = counts.get(key, 0) + 1
+        count = sink.count
+        for (tenant, counter), amount in counts.items():
+            count(tenant, counter, amount)
+        if self.granted and worker.leases is not None:
+            worker.leases.release(self.holder, self.granted)
+        for role, age in self.oldest.items():
+            sink.report_oldest(role, age, self.finished_ms)
