@@ -57,6 +57,7 @@ def processor(
     *,
     remaining_ms: int = 60_000,
     disabled: bool = False,
+    locking: bool = True,
 ) -> tuple[IdempotentProcessor, list[str]]:
     runs: list[str] = []
 
@@ -74,6 +75,7 @@ def processor(
         3600,
         client=boto3.client("dynamodb", region_name=REGION),
         powertools=PowertoolsSettings(idempotency_disabled=disabled),
+        locking=locking,
     )
     idempotent.register_context(FakeLambdaContext(remaining_ms=remaining_ms))  # type: ignore[arg-type]
     return idempotent, runs
@@ -176,6 +178,28 @@ def test_with_idempotency_disabled_the_effects_are_still_written(world: WorkerWo
     idempotent(message, WorkContext())
     assert writes(world, message) == 1
     assert statuses(world) == []
+
+
+def test_at_least_once_two_copies_may_both_run_but_the_effect_is_written_once(world: WorkerWorld) -> None:
+    message = make_envelope("acme")
+    other, other_runs = processor(locking=False)
+
+    def racing(envelope: Envelope, work: WorkContext) -> None:
+        other(envelope, WorkContext())  # no lock keeps the other copy out: it runs and commits first
+        work.add_effect(effect(envelope))
+
+    first, first_runs = processor(racing, locking=False)
+    first.lock([message])  # without locks: reads the record (none yet)
+    assert first(message, WorkContext()) == {"id": message.id}
+    assert first_runs == [message.id] and other_runs == [message.id]  # processed twice ...
+    assert writes(world, message) == 1  # ... the effect written once
+    assert statuses(world) == ["COMPLETED"]
+
+    later, later_runs = processor(locking=False)  # a redelivery after the record: not run at all
+    later.lock([message])
+    later(message, WorkContext())
+    assert later_runs == []
+    assert writes(world, message) == 1
 
 
 def test_add_effect_refuses_what_one_transaction_cannot_take() -> None:

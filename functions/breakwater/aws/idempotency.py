@@ -215,7 +215,7 @@ class BatchedPersistenceLayer(DynamoDBPersistenceLayer):
             response_data=json.dumps(result, default=str),
         )
         if self.effects:
-            self.commit_with_effects(record, self.effects)
+            self.commit_with_effects(record, self.effects, locked=False)
             return
         self._completed[key] = record
 
@@ -326,7 +326,9 @@ class BatchedPersistenceLayer(DynamoDBPersistenceLayer):
             return
         super()._put_record(data_record)
 
-    def commit_with_effects(self, data_record: DataRecord, effects: Sequence[dict[str, Any]]) -> None:
+    def commit_with_effects(
+        self, data_record: DataRecord, effects: Sequence[dict[str, Any]], *, locked: bool = True
+    ) -> None:
         """The COMPLETED record and ``effects`` in one transaction (the inbox pattern).
 
         The record's condition fails only where another copy completed the message: its effects are
@@ -353,7 +355,8 @@ class BatchedPersistenceLayer(DynamoDBPersistenceLayer):
                 raise EffectsAlreadyCommittedError(
                     "another copy of this message committed its effects", old_data_record=data_record
                 ) from exc
-            self._give_back_lock(key)
+            if locked:
+                self._give_back_lock(key)
             refused = [
                 f"{index}: {reason.get('Code')} {reason.get('Message', '')}".strip()
                 for index, reason in enumerate(reasons[:-1])
