@@ -9,8 +9,9 @@ keeps its ``idempotent_function`` and record layout but moves both writes to the
 per message being most of the worker's AWS cost: before the batch's admitted messages run, one
 TransactWriteItems takes the INPROGRESS lock of all of them with Powertools' own condition (so two
 copies of an envelope are never worked on in parallel, and a completed one is never run again); the
-COMPLETED records are buffered and handed to the batch's settle (:meth:`take_completed`), which
-writes them with the batch's other items, or written with BatchWriteItem (:meth:`flush`). A lock
+COMPLETED records are buffered and written after the batch, with BatchWriteItem (:meth:`take_completed`
+and :meth:`write_completed` in the batch's settle, or :meth:`flush`): one write unit each, where an
+item of a transaction costs two. A lock
 the batch could not take (the record exists: a duplicate) falls back to Powertools' per-call path,
 which reads the record and answers "already done" or "in progress". A failure deletes its lock at
 once, so the retry can run.
@@ -274,12 +275,8 @@ class BatchedPersistenceLayer(DynamoDBPersistenceLayer):
         self.write_completed(self.take_completed())
 
     def take_completed(self) -> list[dict[str, Any]]:
-        """End the batch: its buffered COMPLETED records as ``Put`` entries, for the caller to write.
-
-        The worker writes them in the transaction that settles the batch (its lease releases and
-        counters): one call after the batch instead of two. :meth:`write_completed` writes them
-        on their own if that transaction is refused.
-        """
+        """End the batch: its buffered COMPLETED records as ``Put`` entries, for the caller to write
+        (the worker's settle hands them to :meth:`write_completed`)."""
         records, self._completed, self._locked, self._running = (
             list(self._completed.values()),
             {},
