@@ -38,6 +38,7 @@ NOISY_SHARE = 0.10  # fair queues: share of in-flight messages or of recent proc
 NOISY_MIN_IN_FLIGHT = 30  # ... and at least this many in flight for the in-flight share to count
 NOISY_IDLE_S = 300.0  # a noisy group that sent nothing for 5 minutes is quiet again
 PROCESSING_WINDOW_S = 60.0  # "recent" processing time: an exponential window (AWS does not say how long)
+REBASE_GROWTH = 1e100  # scaled processing times are rebased past this weight (floats reach 1e308)
 NOISY_REFRESH_S = 1.0  # how often the noisy set is re-evaluated (AWS: "approximate", a distributed system)
 
 
@@ -100,8 +101,11 @@ class SqsQueue:
         self._in_flight_by_group: dict[int, int] = {}
         self._visible_by_group: dict[int, int] = {}
         self._last_sent: dict[int, float] = {}
-        self._busy: dict[int, tuple[float, float]] = {}  # group -> (decayed processing s, at)
-        self._busy_total = (0.0, 0.0)
+        # Recent processing time decays exponentially; each amount is kept scaled to one reference time
+        # (``_busy_origin``), so adding to it needs no decay of the others and shares compare as stored.
+        self._busy: dict[int, float] = {}  # group -> processing s, scaled to the reference time
+        self._busy_total = 0.0
+        self._busy_origin = 0.0
         self._crowded: set[int] = set()  # groups with at least NOISY_MIN_IN_FLIGHT in flight
         self._busy_candidates: set[int] = set()
         self.noisy: set[int] = set()
@@ -264,9 +268,9 @@ class SqsQueue:
                 self._crowded.discard(group)
             elif held > NOISY_SHARE * total:
                 noisy.add(group)
-        busy_total = self._decayed(self._busy_total, now)
+        busy_total = self._busy_total
         for group in list(self._busy_candidates):
-            busy = self._decayed(self._busy.get(group, (0.0, now)), now)
+            busy = self._busy.get(group, 0.0)
             if busy_total > 0 and busy > NOISY_SHARE * busy_total:
                 noisy.add(group)
             else:
@@ -282,10 +286,17 @@ class SqsQueue:
         }
         self.noisy = noisy
 
-    @staticmethod
-    def _decayed(value: tuple[float, float], now: float) -> float:
-        amount, at = value
-        return amount * math.exp(-(now - at) / PROCESSING_WINDOW_S)
+    def _growth(self, now: float) -> float:
+        """What a second of processing at ``now`` weighs against one at the reference time."""
+        growth = math.exp((now - self._busy_origin) / PROCESSING_WINDOW_S)
+        if growth > REBASE_GROWTH:  # move the reference time up before the weights overflow
+            busy = self._busy
+            for group in busy:
+                busy[group] /= growth
+            self._busy_total /= growth
+            self._busy_origin = now
+            growth = 1.0
+        return growth
 
     # -- after a receive -----------------------------------------------------------------------------
     def delete(self, messages: list[Message]) -> None:
@@ -306,11 +317,13 @@ class SqsQueue:
             spent[group] = spent.get(group, 0.0) + (now - message.received_at)
         if not spent:
             return
-        total = self._decayed(self._busy_total, now) + sum(spent.values())
-        self._busy_total = (total, now)
+        growth = self._growth(now)
+        total = self._busy_total + sum(spent.values()) * growth
+        self._busy_total = total
+        busy_of = self._busy
         for group, seconds in spent.items():
-            busy = self._decayed(self._busy.get(group, (0.0, now)), now) + seconds
-            self._busy[group] = (busy, now)
+            busy = busy_of.get(group, 0.0) + seconds * growth
+            busy_of[group] = busy
             if busy > NOISY_SHARE * total:
                 self._busy_candidates.add(group)
 

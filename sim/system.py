@@ -163,6 +163,8 @@ class System:
         shard = min(config.queue_set.shard_size, setup.queue_count)
         self._shards = [shard_for(name, setup.queue_count, shard) for name in scenario.tenants]
         self._depths = QueueDepths(config.ingest.depth_refresh_seconds)
+        # the outage's bounds, read per message processed
+        self._down = (scenario.event_start_s, scenario.event_end_s) if scenario.kind == "outage" else None
         self._poison_every = max(1, round(1 / scenario.poison_share))
         self._subject_sent = 0
         self._rng = np.random.default_rng(scenario.seed + 1)
@@ -224,9 +226,9 @@ class System:
             rec.first_tenant.append(message.tenant)
 
     def process(self, message: Message, at_s: float) -> tuple[Outcome, float]:
-        scenario = self.scenario
-        if scenario.kind == "outage" and scenario.in_event(at_s):
-            return "down", scenario.failure_ms / 1000
+        down = self._down
+        if down is not None and down[0] <= at_s < down[1]:
+            return "down", self.scenario.failure_ms / 1000
         if message.poison:
             return "failed", message.work_ms / 1000
         rec = self.rec

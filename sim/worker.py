@@ -121,12 +121,15 @@ class LeaseTable:
         self, requests: dict[int, ConcurrencyLimits], holder: str, expires_at_ms: int, now_ms: int
     ) -> dict[int, Grant]:
         """Mirrors ``ConcurrencyLeases.acquire_many``: each tenant's grant, burst leases against the pool."""
-        pool = live_leases(self._pool, now_ms) if self.burst_capacity is not None else None
+        # the pool is read only when a tenant is past its floor (what decides is the same)
+        pool: dict[str, Lease] | None = None
         grants: dict[int, Grant] = {}
         for tenant, limits in requests.items():
             leases = self._tenants.get(tenant, {})
             grant = grant_for(holder, leases, limits, 0, None, now_ms)
-            if grant is Grant.BURST and pool is not None:
+            if grant is Grant.BURST and self.burst_capacity is not None:
+                if pool is None:
+                    pool = live_leases(self._pool, now_ms)
                 grant = grant_for(holder, leases, limits, len(pool), self.burst_capacity, now_ms)
                 if grant is Grant.BURST:
                     pool[f"{tenant}#{holder}"] = Lease(expires_at_ms=expires_at_ms, burst=True)
@@ -260,37 +263,44 @@ class WorkerModel:
         """The consumer rate, one ask per tenant (its first messages get the tokens), then the leases."""
         config = self.setup.decision
         now_ms = int(at * 1000)
-        within: list[Message] = []
+        # the tenants in the order their first message comes, each with its messages' count
+        wanted: dict[int, int] = {}
+        for message in admitted:
+            wanted[message.tenant] = wanted.get(message.tenant, 0) + 1
+        within: list[Message]
         if self.rate is not None:
-            wanted: dict[int, int] = {}
-            for message in admitted:
-                wanted[message.tenant] = wanted.get(message.tenant, 0) + 1
             acquire = self.rate.try_acquire_up_to
             tokens = {tenant: acquire(tenant, count, at) for tenant, count in wanted.items()}
-            over = _OVER_RATE
-            for message in admitted:
-                if tokens[message.tenant] <= 0:
-                    decision = decide(message, now_ms, over, config, retried=message.receive_count > 1)
-                    moves.append((message, decision))
-                    continue
-                tokens[message.tenant] -= 1
-                within.append(message)
+            tenants = [tenant for tenant, granted in tokens.items() if granted > 0]
+            if all(tokens[tenant] >= count for tenant, count in wanted.items()):
+                within = admitted
+            else:
+                within = []
+                over = _OVER_RATE
+                for message in admitted:
+                    if tokens[message.tenant] <= 0:
+                        decision = decide(message, now_ms, over, config, retried=message.receive_count > 1)
+                        moves.append((message, decision))
+                        continue
+                    tokens[message.tenant] -= 1
+                    within.append(message)
         else:
             within = admitted
+            tenants = list(wanted)
         if self.leases is None or not within:
             return within, []
-        tenants = list(dict.fromkeys(message.tenant for message in within))
         expires_at = now_ms + int(self.setup.timeout_s * 1000) + 1000
         known = self._concurrency
+        requests: dict[int, ConcurrencyLimits] = {}
         for tenant in tenants:
-            if tenant not in known:
-                known[tenant] = concurrency_limits(self.limits(tenant))
-        grants = self.leases.acquire_many(
-            {tenant: known[tenant] for tenant in tenants},
-            holder,
-            expires_at,
-            now_ms,
-        )
+            limits = known.get(tenant)
+            if limits is None:
+                limits = known[tenant] = concurrency_limits(self.limits(tenant))
+            requests[tenant] = limits
+        grants = self.leases.acquire_many(requests, holder, expires_at, now_ms)
+        held = [tenant for tenant, grant in grants.items() if grant is not Grant.REFUSED]
+        if len(held) == len(grants):
+            return within, held
         refused = _NO_SLOT
         kept: list[Message] = []
         for message in within:
@@ -299,7 +309,7 @@ class WorkerModel:
                 moves.append((message, decision))
             else:
                 kept.append(message)
-        return kept, [tenant for tenant, grant in grants.items() if grant is not Grant.REFUSED]
+        return kept, held
 
 
 class _Finish:
