@@ -13,7 +13,8 @@ Modelled:
 - Partial batch responses: the records reported failed stay in the queue and come back after their
   visibility timeout; the others are deleted when the invocation returns.
 
-Each poller is one SimPy process and an invocation is one timeout: events are per batch.
+A poller is callbacks on the events that concern it (not a process of its own) and an invocation is
+one timeout: events are per batch, and a poller waiting on an empty queue costs none.
 """
 
 from __future__ import annotations
