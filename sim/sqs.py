@@ -177,6 +177,8 @@ class SqsQueue:
             woke = self._release(now)
             if woke and self._waiters:
                 self._wake_later(woke)
+        if not self.visible_count:
+            return []  # an empty receive (the usual one at low load, after every batch)
         count = min(count, RECEIVE_MAX)
         batch: list[Message] = []
         while len(batch) < count and self.visible_count:
