@@ -413,8 +413,8 @@ class SqsQueue:
             woke += 1
         return woke
 
-    def _wake_later(self, count: int) -> None:
-        """Wake up to ``count`` long polls, each after what is already due now (like an event's success)."""
+    def _take_waiters(self, count: int) -> list[Poller]:
+        """Up to ``count`` long polls, oldest first: events succeed now, pollers are returned to be run."""
         waiters = self._waiters
         pollers: list[Poller] = []
         while count and waiters:
@@ -424,6 +424,11 @@ class SqsQueue:
             else:
                 pollers.append(waiter)
             count -= 1
+        return pollers
+
+    def _wake_later(self, count: int) -> None:
+        """Wake up to ``count`` long polls, each after what is already due now (like an event's success)."""
+        pollers = self._take_waiters(count)
         if pollers:
             run_later(self.env, pollers)
 
@@ -465,17 +470,8 @@ class SqsQueue:
         now = self.env.now
         if self._alarm_at is not None and self._alarm_at <= now:
             self._alarm_at = None
-        woke = self._release(now)
-        waiters = self._waiters
-        pollers: list[Poller] = []
-        while woke and waiters:
-            waiter = waiters.popleft()
-            if isinstance(waiter, simpy.Event):
-                waiter.succeed()
-            else:
-                pollers.append(waiter)
-            woke -= 1
-        if waiters:
+        pollers = self._take_waiters(self._release(now))
+        if self._waiters:
             self._arm()
         # inside the alarm's own event: nothing else is half done, so the woken pollers poll right away
         for poller in pollers:
