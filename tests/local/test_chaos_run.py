@@ -46,13 +46,16 @@ def test_nothing_is_lost_done_twice_or_unexpected(report: dict[str, Any]) -> Non
     assert report["server_errors"] == report["id_mismatches"] == report["replayed_without_flag"] == 0
 
 
-def test_every_acknowledged_message_is_processed_or_dead_lettered_for_a_permanent_failure(
+def test_every_acknowledged_message_is_processed_or_dead_lettered_and_every_permanent_failure_is(
     report: dict[str, Any],
 ) -> None:
     assert report["acknowledged"] == SHORT.messages  # nothing here refuses a request for good
     assert report["processed"] + report["in_dlq"] == report["acknowledged"]
-    assert report["in_dlq"] == report["in_dlq_permanent"] == report["permanent_failures"] > 0
-    assert report["permanent_processed"] == report["still_queued"] == 0
+    assert report["in_dlq_permanent"] == report["permanent_failures"] > 0
+    assert report["permanent_not_in_dlq"] == report["permanent_processed"] == report["still_queued"] == 0
+    # A message that does not fail for good may still reach a DLQ: the run's visibility timeout is far
+    # below the worker's (see local/scenarios/chaos.py), so a copy that finds the lock of a killed
+    # invocation comes back, and fails, several times before that lock expires. It is accounted for.
 
 
 def test_every_fault_kind_was_injected(report: dict[str, Any]) -> None:
