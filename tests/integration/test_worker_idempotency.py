@@ -228,3 +228,34 @@ def test_at_least_once_takes_no_lock_reads_the_records_and_records_after(
     world.send("live-0", message)  # a redelivery after the record was written
     world.deliver(handler, "live-0")
     assert runs == [message.id]
+
+
+def test_a_copy_whose_lock_another_invocation_holds_waits_the_lock_out(
+    world: WorkerWorld, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Failing at the queue's pace would spend a receive per visibility timeout while a dead
+    invocation's lock lasts; the copy stays hidden until that lock can have expired instead."""
+    runs: list[str] = []
+    monkeypatch.setattr(processor, "process", _counting(runs))
+    message = make_envelope("acme")
+    world.send("live-0", message)
+    handler = load(monkeypatch, "worker.handler", world.environment())
+    layer = handler.worker.ports.process.persistence
+    held_for_ms = 40_000
+    world.dynamodb.put_item(
+        TableName=IDEMPOTENCY_TABLE,
+        Item={
+            layer.key_attr: {"S": layer.key_of(message)},
+            layer.status_attr: {"S": "INPROGRESS"},
+            layer.expiry_attr: {"N": str(int(time.time()) + 3600)},
+            layer.in_progress_expiry_attr: {"N": str(int(time.time() * 1000) + held_for_ms)},
+        },
+    )
+    hidden: list[int] = []
+    monkeypatch.setattr(handler.worker.ports, "extend_visibility", lambda _url, _handle, s: hidden.append(s))
+
+    response, received = world.deliver(handler, "live-0")
+
+    assert response == {"batchItemFailures": [{"itemIdentifier": received[0]["MessageId"]}]}
+    assert runs == []
+    assert len(hidden) == 1 and held_for_ms / 1000 - 2 <= hidden[0] <= held_for_ms / 1000 + 1

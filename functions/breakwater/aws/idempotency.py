@@ -41,6 +41,7 @@ from aws_lambda_powertools.utilities.idempotency import (
     idempotent_function,
 )
 from aws_lambda_powertools.utilities.idempotency.exceptions import (
+    IdempotencyAlreadyInProgressError,
     IdempotencyItemAlreadyExistsError,
     IdempotencyPersistenceLayerError,
 )
@@ -51,6 +52,7 @@ from botocore.exceptions import ClientError
 from breakwater.envelope import Envelope, processing_id
 from breakwater.observability import PowertoolsSettings, logger
 from breakwater.processor import WorkContext
+from breakwater.worker.ports import HeldElsewhereError
 
 if TYPE_CHECKING:
     from mypy_boto3_dynamodb import DynamoDBClient
@@ -97,6 +99,8 @@ class BatchedPersistenceLayer(DynamoDBPersistenceLayer):
         self._keys: dict[str, str] = {}  # envelope id -> record key, for the batch (one hash per envelope)
         # the running call's transactional effects, written with its COMPLETED record
         self.effects: list[dict[str, Any]] | None = None
+        # when the lock another invocation holds on the running call's message expires (epoch ms)
+        self.held_until_ms: int | None = None
         # without locks: the record keys the batch read, and the responses of those found completed
         self._read: set[str] = set()
         self._done: dict[str, dict[str, Any]] = {}
@@ -321,7 +325,13 @@ class BatchedPersistenceLayer(DynamoDBPersistenceLayer):
             self._locked.remove(key)
             self._running.add(key)
             return
-        super()._put_record(data_record)
+        try:
+            super()._put_record(data_record)
+        except IdempotencyItemAlreadyExistsError as exc:
+            held = exc.old_data_record
+            expiry = held.in_progress_expiry_timestamp if held is not None else None
+            self.held_until_ms = int(expiry) if expiry is not None else None  # a Decimal, as deserialized
+            raise
 
     def commit_with_effects(
         self, data_record: DataRecord, effects: Sequence[dict[str, Any]], *, locked: bool = True
@@ -486,12 +496,19 @@ class IdempotentProcessor:
                 return self._run_unlocked(envelope, work)
             if self.persistence.use_lock(envelope):
                 return self._run_locked(envelope, work)
+            self.persistence.held_until_ms = None
             try:
                 result = self._run(envelope=envelope, work=work)
             except IdempotencyPersistenceLayerError as exc:
                 if isinstance(exc.__cause__, EffectsAlreadyCommittedError):
                     return {}  # another copy's effects stand; this copy is done without its own
                 raise
+            except IdempotencyAlreadyInProgressError as exc:
+                until = self.persistence.held_until_ms
+                if until is None:
+                    raise
+                retry_in_s = max(0.0, (until - time.time() * 1000) / 1000)
+                raise HeldElsewhereError(str(exc), retry_in_s) from exc
             return result
         finally:
             self.persistence.effects = None

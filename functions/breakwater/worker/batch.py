@@ -21,6 +21,7 @@ This module talks to AWS only through :class:`WorkerPorts`.
 
 from __future__ import annotations
 
+import math
 from collections import Counter, defaultdict
 from collections.abc import Mapping
 from dataclasses import dataclass, field, replace
@@ -60,7 +61,7 @@ from breakwater.worker.metrics import (
     MetricsSink,
     metric_role,
 )
-from breakwater.worker.ports import WorkerPorts
+from breakwater.worker.ports import HeldElsewhereError, WorkerPorts
 from breakwater.worker.record import EnvelopeSqsRecord, queue_url_from_arn
 
 LOG_KEYS = ("tenant", "envelope_id", "request_id", "trace_id")
@@ -117,6 +118,9 @@ class WorkerOptions:
             outage_backoff_s=settings.outage_backoff_seconds if settings.sidelining_enabled else None,
             outage_backoff_max_s=settings.outage_backoff_max_seconds,
         )
+
+
+MAX_VISIBILITY_S = 43_200  # SQS's longest visibility timeout
 
 
 @dataclass(frozen=True)
@@ -326,6 +330,8 @@ class Worker:
                 batch.count(envelope.tenant, role, "failed", FAILED)
                 logger.exception("processing failed")
                 failures.add(each.record.messageId)
+                if isinstance(exc, HeldElsewhereError):
+                    self._wait_out(each.record, exc.retry_in_s)
                 continue
             if breaker is not None and breaker.record_success():
                 logger.info("dependency available again: circuit closed")
@@ -335,6 +341,16 @@ class Worker:
         if unused_locks:
             self._unlock(unused_locks)
         return failures
+
+    def _wait_out(self, record: EnvelopeSqsRecord, retry_in_s: float) -> None:
+        """Keep a message whose lock another invocation holds hidden until that lock can have expired."""
+        seconds = min(MAX_VISIBILITY_S, math.ceil(retry_in_s) + 1)
+        try:
+            self.ports.extend_visibility(
+                queue_url_from_arn(record.eventSourceARN), record.receiptHandle, seconds
+            )
+        except Exception as exc:  # it comes back at the queue's visibility timeout instead
+            logger.warning("visibility change failed", extra={"error": str(exc)})
 
     def _hold(self, breaker: CircuitBreaker, each: _Admitted, batch: _Batch) -> None:
         """Move a message the open breaker keeps from the processor, until about its next probe."""

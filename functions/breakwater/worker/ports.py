@@ -20,6 +20,18 @@ from breakwater.settings import TierLimits
 from breakwater.sideline import Move
 
 
+class HeldElsewhereError(RuntimeError):
+    """Another invocation holds this message's idempotency lock; it can have expired ``retry_in_s`` from now.
+
+    The worker fails the message and keeps it hidden that long, so a copy whose lock a dead
+    invocation still holds waits the lock out instead of spending a receive per visibility timeout.
+    """
+
+    def __init__(self, message: str, retry_in_s: float) -> None:
+        super().__init__(message)
+        self.retry_in_s = retry_in_s
+
+
 class RateGate(Protocol):
     """The consumer-side token bucket (``breakwater.aws.buckets.LeasedTokenBucket``, purpose ``consumer``)."""
 
