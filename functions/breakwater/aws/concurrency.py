@@ -75,6 +75,10 @@ def _failed_riders(
     return [rider_keys[index - leases] for index in failed]
 
 
+def _no_riders(_grants: Mapping[str, Grant]) -> Mapping[str, Any]:
+    return {}
+
+
 class ConcurrencyLeases:
     """One container's leases: ``holder`` is the container's id, so it holds at most one per tenant."""
 
@@ -147,11 +151,11 @@ class ConcurrencyLeases:
         failure falls back to :meth:`acquire` per tenant without riders. Returns the grants and the
         keys of the riders written (none if the riders would not fit in one transaction).
         """
-        if not requests or len(requests) > MAX_TENANTS_PER_WRITE or (len(requests) == 1 and riders is None):
+        if not requests or len(requests) > MAX_TENANTS_PER_WRITE:
             return self._one_by_one(requests, expires_at_ms), []
-        if len(requests) == 1 and riders is not None:
+        if len(requests) == 1:
             tenant, limits = next(iter(requests.items()))
-            unread = self._floor_without_read(tenant, limits, expires_at_ms, riders)
+            unread = self._floor_without_read(tenant, limits, expires_at_ms, riders or _no_riders)
             if unread is not None:
                 return unread
         now = self._clock_ms()

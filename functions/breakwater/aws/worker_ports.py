@@ -95,12 +95,8 @@ class LeasesAndLocks:
     def acquire_many(
         self, requests: Mapping[str, ConcurrencyLimits], expires_at_ms: int, lock: Sequence[Envelope] = ()
     ) -> dict[str, Grant]:
-        if not lock:
+        if not lock or not self.idempotent.locking:  # no locks to ride with the leases
             return self.leases.acquire_many(requests, expires_at_ms)
-        if not self.idempotent.locking:  # no locks to ride; one tenant's floor lease still needs no read
-            if len(requests) != 1:
-                return self.leases.acquire_many(requests, expires_at_ms)
-            return self.leases.acquire_with_riders(requests, expires_at_ms, lambda _grants: {})[0]
 
         def locks(grants: Mapping[str, Grant]) -> dict[str, Any]:
             granted = [
