@@ -90,25 +90,42 @@ def write_updates(client: DynamoDBClient, updates: Sequence[dict[str, Any]]) -> 
     return errors
 
 
-def batch_get(
-    client: DynamoDBClient, table_name: str, keys: Iterable[tuple[str, str]], *, consistent: bool = False
-) -> dict[tuple[str, str], dict[str, Any]]:
-    """Items by (pk, sk), 100 keys per BatchGetItem, retrying unprocessed keys; missing items are absent."""
-    pending: list[Any] = [{"pk": {"S": pk}, "sk": {"S": sk}} for pk, sk in dict.fromkeys(keys)]
-    found: dict[tuple[str, str], dict[str, Any]] = {}
-    for attempt in range(10):
+def batch_get_items(
+    client: DynamoDBClient,
+    table_name: str,
+    keys: Sequence[Mapping[str, Any]],
+    *,
+    consistent: bool = False,
+    calls: int = 10,
+) -> tuple[list[dict[str, Any]], list[dict[str, Any]]]:
+    """The items of ``keys`` (low-level keys), 100 per BatchGetItem, unprocessed keys asked again, in
+    at most ``calls`` calls; returns the items found (missing ones are absent) and the keys left."""
+    pending: list[Any] = list(keys)
+    found: list[dict[str, Any]] = []
+    for _ in range(calls):
         if not pending:
             break
         chunk, pending = pending[:100], pending[100:]
         request: Any = {"Keys": chunk, "ConsistentRead": consistent}
         response = client.batch_get_item(RequestItems={table_name: request})
-        for item in response.get("Responses", {}).get(table_name, []):
-            value = plain(item)
-            found[(str(value["pk"]), str(value["sk"]))] = value
+        found.extend(response.get("Responses", {}).get(table_name, []))
         unprocessed: dict[str, Any] = dict(response.get("UnprocessedKeys") or {})
         pending.extend((unprocessed.get(table_name) or {}).get("Keys", []))
-        if attempt == 9 and pending:
-            raise RuntimeError(f"BatchGetItem left {len(pending)} keys unprocessed")
+    return found, pending
+
+
+def batch_get(
+    client: DynamoDBClient, table_name: str, keys: Iterable[tuple[str, str]], *, consistent: bool = False
+) -> dict[tuple[str, str], dict[str, Any]]:
+    """Items by (pk, sk), 100 keys per BatchGetItem, retrying unprocessed keys; missing items are absent."""
+    requested = [{"pk": {"S": pk}, "sk": {"S": sk}} for pk, sk in dict.fromkeys(keys)]
+    items, left = batch_get_items(client, table_name, requested, consistent=consistent)
+    if left:
+        raise RuntimeError(f"BatchGetItem left {len(left)} keys unprocessed")
+    found: dict[tuple[str, str], dict[str, Any]] = {}
+    for item in items:
+        value = plain(item)
+        found[(str(value["pk"]), str(value["sk"]))] = value
     return found
 
 

@@ -49,6 +49,7 @@ from aws_lambda_powertools.utilities.idempotency.persistence.datarecord import D
 from aws_lambda_powertools.utilities.typing import LambdaContext
 from botocore.exceptions import ClientError
 
+from breakwater.aws.counters import batch_get_items
 from breakwater.envelope import Envelope, processing_id
 from breakwater.observability import PowertoolsSettings, logger
 from breakwater.processor import WorkContext
@@ -175,24 +176,19 @@ class BatchedPersistenceLayer(DynamoDBPersistenceLayer):
             for key in dict.fromkeys(self.key_of(envelope) for envelope in envelopes)
             if key not in self._read and key not in self._completed
         ]
+        # Enough calls for every key and a few rounds of unprocessed ones; what is left is read one by
+        # one when its message runs (done_response).
+        items, left = batch_get_items(
+            self.client,
+            self.table_name,
+            [self._get_key(key) for key in keys],
+            consistent=True,
+            calls=len(keys) // 100 + 8,
+        )
         now_s = int(time.time())
-        unread: set[str] = set()  # left unprocessed after the retries: read one by one (done_response)
-        for start in range(0, len(keys), MAX_TRANSACT_ITEMS):
-            pending: list[Any] = [self._get_key(key) for key in keys[start : start + MAX_TRANSACT_ITEMS]]
-            for _ in range(8):
-                if not pending:
-                    break
-                response = self.client.batch_get_item(
-                    RequestItems={self.table_name: {"Keys": pending, "ConsistentRead": True}}
-                )
-                for item in (response.get("Responses") or {}).get(self.table_name, []):
-                    expiry = int(item.get(self.expiry_attr, {}).get("N", "0"))
-                    if item.get(self.status_attr, {}).get("S") == "COMPLETED" and expiry > now_s:
-                        data = item.get(self.data_attr, {}).get("S") or "{}"
-                        self._done[item[self.key_attr]["S"]] = json.loads(data)
-                left: Any = (response.get("UnprocessedKeys") or {}).get(self.table_name) or {}
-                pending = list(left.get("Keys", []))
-            unread.update(key[self.key_attr]["S"] for key in pending)
+        for item in items:
+            self._remember_if_completed(item, now_s)
+        unread = {key[self.key_attr]["S"] for key in left}
         self._read.update(key for key in keys if key not in unread)
 
     def done_response(self, key: str) -> dict[str, Any] | None:
@@ -203,13 +199,15 @@ class BatchedPersistenceLayer(DynamoDBPersistenceLayer):
             item = self.client.get_item(
                 TableName=self.table_name, Key=self._get_key(key), ConsistentRead=True
             )
-            found = item.get("Item") or {}
-            if found.get(self.status_attr, {}).get("S") == "COMPLETED" and int(
-                found.get(self.expiry_attr, {}).get("N", "0")
-            ) > int(time.time()):
-                self._done[key] = json.loads(found.get(self.data_attr, {}).get("S") or "{}")
+            self._remember_if_completed(item.get("Item") or {}, int(time.time()))
             self._read.add(key)
         return self._done.get(key)
+
+    def _remember_if_completed(self, item: dict[str, Any], now_s: int) -> None:
+        """A record read without locks: its response, if it says COMPLETED and has not expired."""
+        expiry = int(item.get(self.expiry_attr, {}).get("N", "0"))
+        if item.get(self.status_attr, {}).get("S") == "COMPLETED" and expiry > now_s:
+            self._done[item[self.key_attr]["S"]] = json.loads(item.get(self.data_attr, {}).get("S") or "{}")
 
     def record_success(self, key: str, result: dict[str, Any]) -> None:
         """Without locks: the COMPLETED record of a success (with its effects at once, else buffered)."""
