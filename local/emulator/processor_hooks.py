@@ -74,7 +74,12 @@ def draw(seed: int, tenant: str, key: str, kind: str) -> float:
 
 def effect_key(envelope: Any) -> str:
     """What an effect is recorded under beside its tenant: the client's key, else the envelope id."""
-    return str(envelope.dedup_key) if envelope.dedup_key else f"id:{envelope.id}"
+    return effect_key_of(envelope.dedup_key, envelope.id)
+
+
+def effect_key_of(dedup_key: Any, envelope_id: Any) -> str:
+    """:func:`effect_key` from an envelope's two fields (the chaos checker reads envelopes as JSON)."""
+    return str(dedup_key) if dedup_key else f"id:{envelope_id}"
 
 
 @dataclass(frozen=True)

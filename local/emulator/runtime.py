@@ -370,6 +370,16 @@ class LocalRuntime:
                 thread.join(timeout)
         self.wait_async(timeout)
 
+    def last_schedule_run(self, timeout: float = 120.0) -> list[Invocation]:
+        """Stop the schedules, fire each once more, and wait for the invocations that run started.
+
+        A sideline queue the controller held for the archiver is then parked, or under budget again
+        and drained; the finished ``Event`` invocations' outcomes (the archiver's runs among them).
+        """
+        self.stop_schedules()
+        self.run_schedules_once()
+        return self.wait_async(timeout)
+
     def wait_async(self, timeout: float = 30.0) -> list[Invocation]:
         """Wait for the ``Event`` invocations started so far; the finished ones' outcomes."""
         done, pending = wait(list(self.async_invocations), timeout)

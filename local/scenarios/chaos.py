@@ -55,6 +55,7 @@ from local.emulator.processor_hooks import (
     FAULT_LOG_ENV,
     FAULTS_ENV,
     ChaosFaults,
+    effect_key_of,
 )
 from local.emulator.replay import ReplayRequest
 from local.emulator.runtime import ROOT, LocalRuntime, RuntimeOptions
@@ -279,8 +280,8 @@ def dead_letters(runtime: LocalRuntime) -> Counter[Key]:
 
 
 def _key_of(envelope: dict[str, Any]) -> str:
-    """An envelope's (as JSON) key beside its tenant, as the processor hooks record it (``effect_key``)."""
-    return str(envelope["dedup_key"]) if envelope.get("dedup_key") else f"id:{envelope['id']}"
+    """An envelope's (as JSON) key beside its tenant, as the processor hooks record it."""
+    return effect_key_of(envelope.get("dedup_key"), envelope["id"])
 
 
 def archived(runtime: LocalRuntime) -> set[Key]:
@@ -406,7 +407,9 @@ def run_chaos(config: ChaosConfig, *, name: str = "chaos", progress: bool = True
         attempts = client.run(started, on_tick=tick)
         load_s = time.time() - started
         drain_s = drain(runtime, sqs, config.drain_s, progress)
-        replayed = replay_parked(runtime, sqs, config, progress)
+        runtime.last_schedule_run()
+        parked = archived(runtime)  # the archiver runs only on the schedules: nothing is parked after this
+        replayed = replay_parked(runtime, sqs, config, len(parked), progress)
         runtime.quiesce()
         live, sideline, _ = queue_depths(runtime, sqs)
         ids = {a.message_id: (a.tenant, a.key) for a in attempts if a.message_id}
@@ -416,7 +419,7 @@ def run_chaos(config: ChaosConfig, *, name: str = "chaos", progress: bool = True
             runs=runs,
             dead_letters=dead_letters(runtime),
             dropped=policy_drops(workdir / "functions.log", ids),
-            archived=archived(runtime),
+            archived=parked,
             still_queued=live + sideline,
         )
         faults = Counter(dict.fromkeys(config.injected(), 0))  # a kind that is on shows, even at 0
@@ -444,16 +447,11 @@ def run_chaos(config: ChaosConfig, *, name: str = "chaos", progress: bool = True
         runtime.stop()
 
 
-def replay_parked(runtime: LocalRuntime, sqs: Any, config: ChaosConfig, progress: bool) -> dict[str, Any]:
-    """Replay what the archiver parked (the replay job on local[2]), then drain again; what it did.
-
-    The schedules stop first and run once more, so a sideline queue the controller held for the
-    archiver is parked or drained before the archive is read.
-    """
-    runtime.stop_schedules()
-    runtime.run_schedules_once()
-    runtime.wait_async(120.0)
-    parked = len(archived(runtime))
+def replay_parked(
+    runtime: LocalRuntime, sqs: Any, config: ChaosConfig, parked: int, progress: bool
+) -> dict[str, Any]:
+    """Replay the ``parked`` messages in the archive (the replay job on local[2]), then drain again;
+    what it did. The schedules have had their last run (``LocalRuntime.last_schedule_run``)."""
     if parked == 0:
         return {"parked": 0}
     if progress:

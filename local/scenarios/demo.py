@@ -304,9 +304,7 @@ def park_and_replay(
     that last run parks what is still past the budget). The archiver runs finish; the mappings keep
     draining, so the replayed envelopes are worked like any live message.
     """
-    runtime.stop_schedules()
-    runtime.run_schedules_once()
-    runs = [inv.result for inv in runtime.wait_async(120.0) if inv.ok and isinstance(inv.result, dict)]
+    runs = [inv.result for inv in runtime.last_schedule_run() if inv.ok and isinstance(inv.result, dict)]
     results = [r for run in runs for r in run.get("results", [])]
     parked: dict[str, Any] = {
         "archiver_runs": len(runtime.async_invocations),
