@@ -62,9 +62,10 @@ def scenario_and_context(mix: str) -> tuple[Any, dict[str, Any]]:
 
     if mix == "noisy":
         return Scenario(), {}
-    if mix == "low":
-        rate = Scenario.quiet_rate
-        steady = Scenario(
+
+    def steady(rate: float, **fields: Any) -> Scenario:
+        """Every tenant at ``rate`` through all three phases (no burst, nothing parked to replay)."""
+        return Scenario(
             quiet_rate=rate,
             noisy_rate=rate,
             burst_rate=rate,
@@ -72,20 +73,13 @@ def scenario_and_context(mix: str) -> tuple[Any, dict[str, Any]]:
             baseline_s=STEADY_PHASE_S,
             burst_s=STEADY_PHASE_S,
             after_s=STEADY_PHASE_S,
+            **fields,
         )
-        return steady, {}
+
+    if mix == "low":
+        return steady(Scenario.quiet_rate), {}
     if mix == "high":
-        scenario = Scenario(
-            tenants=HIGH_TENANTS,
-            quiet_rate=HIGH_RATE,
-            noisy_rate=HIGH_RATE,
-            burst_rate=HIGH_RATE,
-            replay=False,
-            senders=6,
-            baseline_s=STEADY_PHASE_S,
-            burst_s=STEADY_PHASE_S,
-            after_s=STEADY_PHASE_S,
-        )
+        scenario = steady(HIGH_RATE, tenants=HIGH_TENANTS, senders=6)
         return scenario, {"breakwater": {"tiers": {"standard": HIGH_TIER}}}
     raise ValueError(f"mix must be one of {', '.join(MIXES)}, not {mix!r}")
 
