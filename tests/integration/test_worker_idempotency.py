@@ -149,7 +149,7 @@ def _record_writes(client: Any) -> list[tuple[str, list[str]]]:
         writes.append(("TransactWriteItems", kinds))
 
     client.meta.events.register("provide-client-params.dynamodb.TransactWriteItems", record)
-    for operation in ("BatchWriteItem", "UpdateItem"):
+    for operation in ("BatchWriteItem", "UpdateItem", "PutItem"):
         client.meta.events.register(
             f"provide-client-params.dynamodb.{operation}",
             lambda operation=operation, **_: writes.append((operation, [])),
@@ -157,23 +157,28 @@ def _record_writes(client: Any) -> list[tuple[str, list[str]]]:
     return writes
 
 
-def test_the_batch_settles_without_a_transaction(world: WorkerWorld, monkeypatch: pytest.MonkeyPatch) -> None:
-    """An item in a transaction costs two write units, in a batch write or an update one: the batch's
-    records, lease release and counters need no transaction."""
+def test_a_batch_of_one_tenant_writes_no_transaction(
+    world: WorkerWorld, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """An item in a transaction costs two write units, on its own one: the lease, the lock, the
+    record and the release with the counters need no transaction."""
     handler, client = _one_message_waiting(world, monkeypatch)
     writes = _record_writes(client)
 
     response, _ = world.deliver(handler, "live-0")
 
     assert response == {"batchItemFailures": []}
-    # the lease with the lock; after the work the COMPLETED record, then plain updates only (the
-    # lease's release, the counters)
-    assert ("TransactWriteItems", ["Update", "Put"]) in writes
-    settle = writes[writes.index(("BatchWriteItem", [])) :]
-    assert len(settle) >= 3 and {operation for operation, _ in settle[1:]} == {"UpdateItem"}
+    assert all(operation != "TransactWriteItems" for operation, _ in writes)
+    operations = [operation for operation, _ in writes]
+    # the consumer tokens and the concurrency lease, the lock, the COMPLETED record, then the lease's
+    # release with the counters (one write) and the queue's oldest age
+    after_gate = operations[operations.index("PutItem") :]
+    assert after_gate == ["PutItem", "BatchWriteItem", "UpdateItem", "UpdateItem"]
+    assert operations.count("PutItem") == 1
     (stored,) = _records(world)
     assert stored["status"] == {"S": "COMPLETED"}
-    assert world.item("tenant#acme", "counters")["processed"] == 1
+    item = world.item("tenant#acme", "counters")
+    assert (item["processed"], item["leases"]) == (1, {})
 
 
 def test_a_failed_counter_write_is_carried_to_the_next_batch(
@@ -183,7 +188,7 @@ def test_a_failed_counter_write_is_carried_to_the_next_batch(
     refused: list[int] = []
 
     def refuse_counters(params: dict[str, Any], **_: Any) -> None:  # throttled past the retries, say
-        if params["Key"]["sk"] == {"S": "counters"} and not refused:
+        if "writes :one" in params["UpdateExpression"] and not refused:
             refused.append(1)
             raise ClientError({"Error": {"Code": "ThrottlingException"}}, "UpdateItem")
 
@@ -220,7 +225,7 @@ def test_at_least_once_takes_no_lock_reads_the_records_and_records_after(
 
     assert response == {"batchItemFailures": []}
     assert runs == [message.id]  # the copy found the first's result
-    assert all("Put" not in kinds for _, kinds in writes)  # no INPROGRESS lock rode with the lease
+    assert all(operation != "PutItem" for operation, _ in writes)  # no INPROGRESS lock
     assert reads and all(reads)  # the records were read, consistently
     (stored,) = _records(world)
     assert stored["status"] == {"S": "COMPLETED"}

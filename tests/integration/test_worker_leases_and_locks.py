@@ -1,5 +1,6 @@
-"""The batch's concurrency leases and idempotency locks go out in one transaction, and the floors hold
-when several containers contend for a small burst pool, against moto."""
+"""The batch's concurrency leases (on the tenant's counters item, one conditional write per tenant) and
+idempotency locks (one conditional put per message, no transaction), and the floors when several
+containers contend for a small burst pool, against moto."""
 
 from __future__ import annotations
 
@@ -9,7 +10,7 @@ import boto3
 
 from breakwater.aws.concurrency import POOL_PK, POOL_SK, ConcurrencyLeases
 from breakwater.aws.idempotency import IdempotentProcessor
-from breakwater.aws.worker_ports import LeasesAndLocks, build_worker_ports
+from breakwater.aws.worker_ports import build_worker_ports
 from breakwater.concurrency import ConcurrencyLimits, Grant
 from breakwater.envelope import Envelope, Origin
 from breakwater.processor import WorkContext
@@ -32,34 +33,37 @@ FAR = 10**13
 
 
 class CountingClient:
-    """The moto client, counting calls per operation; ``before_transact`` runs before each transaction."""
+    """The moto client, counting calls per operation; ``before_write`` runs before the next UpdateItem."""
 
     def __init__(self, client: Any) -> None:
         self._client = client
         self.calls: list[str] = []
-        self.before_transact: Any = None
+        self.before_write: Any = None
 
     def __getattr__(self, name: str) -> Any:
         method = getattr(self._client, name)
 
         def call(**kwargs: Any) -> Any:
             self.calls.append(name)
-            if name == "transact_write_items" and self.before_transact is not None:
-                hook, self.before_transact = self.before_transact, None
+            if name == "update_item" and self.before_write is not None:
+                hook, self.before_write = self.before_write, None
                 hook()
             return method(**kwargs)
 
         return call
 
 
-def _gate(client: CountingClient) -> tuple[LeasesAndLocks, IdempotentProcessor]:
+def _leases(client: CountingClient) -> ConcurrencyLeases:
+    return ConcurrencyLeases(client, STATE_TABLE, "me")  # type: ignore[arg-type]
+
+
+def _idempotent(client: CountingClient) -> IdempotentProcessor:
     def process(envelope: Envelope, work: WorkContext) -> dict[str, Any]:
         return {"id": envelope.id}
 
     idempotent = IdempotentProcessor(process, IDEMPOTENCY_TABLE, 3600, client=client)  # type: ignore[arg-type]
     idempotent.register_context(FakeLambdaContext())  # type: ignore[arg-type]
-    leases = ConcurrencyLeases(client, STATE_TABLE, "me")  # type: ignore[arg-type]
-    return LeasesAndLocks(leases, idempotent), idempotent
+    return idempotent
 
 
 def _statuses(world: WorkerWorld) -> list[str]:
@@ -70,142 +74,135 @@ def _hold(world: WorkerWorld, tenant: str, version: int = 1) -> None:
     world.put(
         {
             "pk": {"S": f"tenant#{tenant}"},
-            "sk": {"S": "concurrency"},
+            "sk": {"S": "counters"},
             "leases": {"M": {"other": {"M": {"exp": {"N": str(FAR)}, "burst": {"BOOL": False}}}}},
             "version": {"N": str(version)},
         }
     )
 
 
-def test_leases_and_the_locks_of_granted_tenants_are_one_transaction(world: WorkerWorld) -> None:
-    client = CountingClient(boto3.client("dynamodb", region_name=REGION))
-    gate, idempotent = _gate(client)
-    _hold(world, "busy")
-    envelopes = [make_envelope("acme"), make_envelope("globex"), make_envelope("busy")]
-
-    grants = gate.acquire_many({"acme": LIMITS, "globex": LIMITS, "busy": LIMITS}, FAR, envelopes)
-
-    assert grants == {"acme": Grant.FLOOR, "globex": Grant.FLOOR, "busy": Grant.REFUSED}
-    assert client.calls == ["batch_get_item", "transact_write_items"]
-    assert _statuses(world) == ["INPROGRESS", "INPROGRESS"]  # none for the refused tenant's message
-    idempotent.lock(envelopes[:2])  # already held: nothing more is written
-    assert client.calls == ["batch_get_item", "transact_write_items"]
-    assert [idempotent(envelope, WorkContext()) for envelope in envelopes[:2]] == [
-        {"id": envelope.id} for envelope in envelopes[:2]
-    ]
-    idempotent.flush()
-    assert _statuses(world) == ["COMPLETED", "COMPLETED"]
-
-
-def test_a_lock_whose_record_exists_is_dropped_and_the_rest_written_again(world: WorkerWorld) -> None:
-    client = CountingClient(boto3.client("dynamodb", region_name=REGION))
-    gate, idempotent = _gate(client)
-    done, fresh = make_envelope("acme"), make_envelope("acme")
-    idempotent.lock([done])
-    idempotent(done, WorkContext())
-    idempotent.flush()
-    client.calls.clear()
-
-    grants = gate.acquire_many({"acme": LIMITS}, FAR, [done, fresh])
-
-    assert grants == {"acme": Grant.FLOOR}
-    # one tenant, no item yet: the floor lease without a read is refused (nothing to count), then
-    # the read, the transaction with both locks (refused by the done one), and again without it
-    assert client.calls == [
-        "transact_write_items",
-        "batch_get_item",
-        "transact_write_items",
-        "transact_write_items",
-    ]
-    assert sorted(_statuses(world)) == ["COMPLETED", "INPROGRESS"]
-    assert world.item("tenant#acme", "concurrency")["leases"].keys() == {"me"}
-
-
 def _released(world: WorkerWorld, tenant: str, leases: dict[str, Any] | None = None) -> None:
-    """The tenant's item as a release leaves it: an empty map of leases (or the ones given)."""
+    """The tenant's item as a release leaves it: counters and an empty map of leases (or those given)."""
     world.put(
         {
             "pk": {"S": f"tenant#{tenant}"},
-            "sk": {"S": "concurrency"},
+            "sk": {"S": "counters"},
+            "processed": {"N": "3"},
+            "writes": {"N": "2"},
             "leases": {"M": leases or {}},
             "version": {"N": "4"},
         }
     )
 
 
-def test_a_one_tenant_batch_takes_its_floor_lease_and_locks_in_one_write(world: WorkerWorld) -> None:
+def test_a_batch_reads_its_tenants_once_and_writes_each_lease_on_its_own(world: WorkerWorld) -> None:
     client = CountingClient(boto3.client("dynamodb", region_name=REGION))
-    gate, idempotent = _gate(client)
+    _hold(world, "busy")
+    _released(world, "globex")
+
+    grants = _leases(client).acquire_many({"acme": LIMITS, "globex": LIMITS, "busy": LIMITS}, FAR)
+
+    assert grants == {"acme": Grant.FLOOR, "globex": Grant.FLOOR, "busy": Grant.REFUSED}
+    # no transaction: a lease in one costs two write units, on its own one
+    assert client.calls == ["batch_get_item", "update_item", "update_item"]
+    globex = world.item("tenant#globex", "counters")
+    assert globex["leases"] == {"me": {"exp": FAR, "burst": False}}
+    assert (globex["processed"], globex["writes"], globex["version"]) == (3, 2, 5)  # the counters stay
+    assert world.item("tenant#acme", "counters")["leases"].keys() == {"me"}
+
+
+def test_a_one_tenant_batch_takes_its_floor_lease_in_one_write_without_a_read(world: WorkerWorld) -> None:
+    client = CountingClient(boto3.client("dynamodb", region_name=REGION))
     _released(world, "acme")
-    envelopes = [make_envelope("acme"), make_envelope("acme")]
 
-    grants = gate.acquire_many({"acme": LIMITS}, FAR, envelopes)
+    assert _leases(client).acquire_many({"acme": LIMITS}, FAR) == {"acme": Grant.FLOOR}
 
-    assert grants == {"acme": Grant.FLOOR}
-    assert client.calls == ["transact_write_items"]  # no read
-    item = world.item("tenant#acme", "concurrency")
+    assert client.calls == ["update_item"]  # no read
+    item = world.item("tenant#acme", "counters")
     assert item["leases"] == {"me": {"exp": FAR, "burst": False}}
     assert item["version"] == 5  # a read-then-write of another container made meanwhile fails
-    assert _statuses(world) == ["INPROGRESS", "INPROGRESS"]
-    idempotent.lock(envelopes)  # already held
-    assert client.calls == ["transact_write_items"]
+    assert item["processed"] == 3
 
 
-def test_a_lock_whose_record_exists_is_dropped_from_the_write_without_read(world: WorkerWorld) -> None:
+def test_locks_are_a_conditional_put_each_and_a_duplicate_is_left_to_the_per_call_path(
+    world: WorkerWorld,
+) -> None:
     client = CountingClient(boto3.client("dynamodb", region_name=REGION))
-    gate, idempotent = _gate(client)
-    _released(world, "acme")
+    idempotent = _idempotent(client)
     done, fresh = make_envelope("acme"), make_envelope("acme")
     idempotent.lock([done])
     idempotent(done, WorkContext())
     idempotent.flush()
     client.calls.clear()
 
-    assert gate.acquire_many({"acme": LIMITS}, FAR, [done, fresh]) == {"acme": Grant.FLOOR}
+    idempotent.lock([done, fresh])
 
-    assert client.calls == ["transact_write_items", "transact_write_items"]
+    assert client.calls == ["put_item", "put_item"]  # the done one's is refused by its record
     assert sorted(_statuses(world)) == ["COMPLETED", "INPROGRESS"]
+    idempotent.lock([fresh])  # held already: nothing more is written
+    assert client.calls == ["put_item", "put_item"]
+    assert idempotent(fresh, WorkContext()) == {"id": fresh.id}
+    assert idempotent(done, WorkContext()) == {"id": done.id}  # the per-call path answers "done"
+    idempotent.flush()
+    assert _statuses(world) == ["COMPLETED", "COMPLETED"]
+
+
+def test_the_lease_goes_back_with_the_batch_s_counters_in_one_write(world: WorkerWorld) -> None:
+    client = CountingClient(boto3.client("dynamodb", region_name=REGION))
+    settings = WorkerSettings.from_env(world.environment())
+    ports = build_worker_ports(
+        settings,
+        lambda envelope, work: {},
+        dynamodb=client,
+        sqs=world.sqs,
+        container_id="me",  # type: ignore[arg-type]
+    )
+    _released(world, "acme")
+    assert ports.leases is not None
+    grants = ports.leases.acquire_many({"acme": LIMITS}, FAR)
+    client.calls.clear()
+
+    assert ports.settle(grants, {"acme": {"processed": 2}}) == {}
+
+    assert client.calls == ["update_item"]
+    item = world.item("tenant#acme", "counters")
+    assert (item["leases"], item["processed"], item["writes"]) == ({}, 5, 3)
+    assert item["dirty_shard"]  # marked for the controller, as every counter write does
 
 
 def test_a_tenant_at_its_floor_is_read_and_read_first_for_a_while(world: WorkerWorld) -> None:
     client = CountingClient(boto3.client("dynamodb", region_name=REGION))
-    gate, _ = _gate(client)
+    leases = _leases(client)
     _hold(world, "busy")  # another container's live lease: the floor (and the ceiling) of 1 is taken
 
-    assert gate.acquire_many({"busy": LIMITS}, FAR, [make_envelope("busy")]) == {"busy": Grant.REFUSED}
-    assert client.calls == ["transact_write_items", "batch_get_item"]  # refused, read: nothing to write
+    assert leases.acquire_many({"busy": LIMITS}, FAR) == {"busy": Grant.REFUSED}
+    assert client.calls == ["update_item", "batch_get_item"]  # refused, read: nothing to write
 
     client.calls.clear()
-    assert gate.acquire_many({"busy": LIMITS}, FAR, [make_envelope("busy")]) == {"busy": Grant.REFUSED}
+    assert leases.acquire_many({"busy": LIMITS}, FAR) == {"busy": Grant.REFUSED}
     assert client.calls == ["batch_get_item"]  # crowded: read first
-    assert world.item("tenant#busy", "concurrency")["leases"].keys() == {"other"}
+    assert world.item("tenant#busy", "counters")["leases"].keys() == {"other"}
 
 
 def test_an_expired_lease_counts_until_the_read_path_drops_it(world: WorkerWorld) -> None:
     client = CountingClient(boto3.client("dynamodb", region_name=REGION))
-    gate, _ = _gate(client)
     _released(world, "acme", {"crashed": {"M": {"exp": {"N": "1"}, "burst": {"BOOL": False}}}})
 
-    assert gate.acquire_many({"acme": LIMITS}, FAR, [make_envelope("acme")]) == {"acme": Grant.FLOOR}
+    assert _leases(client).acquire_many({"acme": LIMITS}, FAR) == {"acme": Grant.FLOOR}
 
-    assert client.calls == ["transact_write_items", "batch_get_item", "transact_write_items"]
-    assert world.item("tenant#acme", "concurrency")["leases"].keys() == {"me"}
+    assert client.calls == ["update_item", "batch_get_item", "update_item"]
+    assert world.item("tenant#acme", "counters")["leases"].keys() == {"me"}
 
 
-def test_a_lease_that_loses_a_race_falls_back_to_one_tenant_at_a_time_without_locks(
-    world: WorkerWorld,
-) -> None:
+def test_a_lease_that_loses_a_race_is_acquired_again_on_its_own(world: WorkerWorld) -> None:
     client = CountingClient(boto3.client("dynamodb", region_name=REGION))
-    gate, idempotent = _gate(client)
-    envelopes = [make_envelope("acme"), make_envelope("globex")]
-    client.before_transact = lambda: _hold(world, "globex", version=7)  # another container wrote first
+    client.before_write = lambda: _hold(world, "globex", version=7)  # another container wrote first
 
-    grants = gate.acquire_many({"acme": LIMITS, "globex": LIMITS}, FAR, envelopes)
+    grants = _leases(client).acquire_many({"globex": LIMITS, "acme": LIMITS}, FAR)
 
     assert grants == {"acme": Grant.FLOOR, "globex": Grant.REFUSED}
-    assert _statuses(world) == []  # nothing rode along; the worker locks what it admits
-    idempotent.lock(envelopes[:1])
-    assert _statuses(world) == ["INPROGRESS"]
+    assert client.calls == ["batch_get_item", "update_item", "update_item", "get_item"]
+    assert world.item("tenant#globex", "counters")["leases"].keys() == {"other"}
 
 
 # -- floors under contention: several containers, one state table, a small burst pool --------------------
@@ -218,7 +215,7 @@ def _pool(world: WorkerWorld) -> set[str]:
 
 
 def _holders(world: WorkerWorld, tenant: str) -> set[str]:
-    return set(world.item(f"tenant#{tenant}", "concurrency").get("leases", {}))
+    return set(world.item(f"tenant#{tenant}", "counters").get("leases", {}))
 
 
 def test_a_noisy_tenant_gets_no_burst_beyond_the_pool_and_a_quiet_one_always_its_floor(

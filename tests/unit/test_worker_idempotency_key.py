@@ -10,8 +10,12 @@ from breakwater.envelope import Envelope, new_envelope_id
 from breakwater.observability import PowertoolsSettings
 
 
-class _Client:  # never called: only the key is computed
-    pass
+class _Client:  # only the key is computed; a lock's put is recorded, never sent
+    def __init__(self) -> None:
+        self.puts: list[dict[str, object]] = []
+
+    def put_item(self, **put: object) -> None:
+        self.puts.append(put)
 
 
 @pytest.mark.parametrize("envelope_id", ["01M7ZW00MHMRWF3QJXMWXNB2JC", "x", 'é"\\ü'])
@@ -35,4 +39,6 @@ def test_with_idempotency_disabled_the_batch_takes_no_lock(disabled: bool) -> No
         client=_Client(),  # type: ignore[arg-type]
         powertools=PowertoolsSettings(idempotency_disabled=disabled),
     )
-    assert (processor.lock_items([envelope]) == {}) is disabled
+    client = processor.persistence.client
+    processor.lock([envelope])
+    assert (client.puts == []) is disabled

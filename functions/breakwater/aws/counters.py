@@ -5,11 +5,14 @@ and a flush is one UpdateItem per tenant per batch, never one per message. The s
 tenant changed for the controller: ``dirty_shard`` (its shard, the key of the state table's sparse
 index of changed tenants) and ``writes`` (one more per flush, so the controller clears the mark only
 if nothing was written since it read the counters). The controller keeps its own attributes
-(bookmarks ``seen_*``, its estimate and offset) on the same item with ``SET``.
+(bookmarks ``seen_*``, its estimate and offset) on the same item with ``SET``, and the tenant's
+concurrency leases live there too (``leases``, ``version``: :mod:`breakwater.aws.concurrency`), so a
+worker's release and its counters are one write (:func:`merged_update`).
 """
 
 from __future__ import annotations
 
+import re
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from typing import TYPE_CHECKING, Any
 
@@ -66,6 +69,39 @@ def counters_update(table_name: str, tenant: str, deltas: Mapping[str, int]) -> 
         "ExpressionAttributeValues": values
         | {":shard": {"S": shard_key(shard_of(tenant))}, ":one": {"N": "1"}},
     }
+
+
+_ACTIONS = re.compile(r"\b(SET|REMOVE|ADD|DELETE)\b")
+
+
+def merged_update(first: Mapping[str, Any], second: Mapping[str, Any]) -> dict[str, Any]:
+    """Two unconditional UpdateItems of one item as one (one write unit where two took two).
+
+    Their clauses are joined per action (``SET``, ``REMOVE``, ``ADD``, ``DELETE``); a placeholder
+    both use must stand for the same name or value.
+    """
+    if first["TableName"] != second["TableName"] or first["Key"] != second["Key"]:
+        raise ValueError("only updates of the same item merge")
+    if "ConditionExpression" in first or "ConditionExpression" in second:
+        raise ValueError("conditional updates do not merge")
+    clauses: dict[str, list[str]] = {}
+    for update in (first, second):
+        parts = _ACTIONS.split(str(update["UpdateExpression"]))
+        for action, body in zip(parts[1::2], parts[2::2], strict=True):
+            clauses.setdefault(action, []).append(body.strip().rstrip(","))
+    merged: dict[str, Any] = {
+        "TableName": first["TableName"],
+        "Key": first["Key"],
+        "UpdateExpression": " ".join(f"{action} {', '.join(bodies)}" for action, bodies in clauses.items()),
+    }
+    for field in ("ExpressionAttributeNames", "ExpressionAttributeValues"):
+        joined = dict(first.get(field) or {})
+        for placeholder, value in (second.get(field) or {}).items():
+            if joined.setdefault(placeholder, value) != value:
+                raise ValueError(f"{placeholder} stands for two things in the updates to merge")
+        if joined:
+            merged[field] = joined
+    return merged
 
 
 def add_counters(client: DynamoDBClient, table_name: str, tenant: str, deltas: Mapping[str, int]) -> None:

@@ -6,15 +6,14 @@ again by the other.
 
 Powertools writes two records per call (put INPROGRESS, update COMPLETED). :class:`BatchedPersistenceLayer`
 keeps its ``idempotent_function`` and record layout but moves both writes to the batch, two writes
-per message being most of the worker's AWS cost: before the batch's admitted messages run, one
-TransactWriteItems takes the INPROGRESS lock of all of them with Powertools' own condition (so two
-copies of an envelope are never worked on in parallel, and a completed one is never run again); the
-COMPLETED records are buffered and written after the batch, with BatchWriteItem (:meth:`take_completed`
-and :meth:`write_completed` in the batch's settle, or :meth:`flush`): one write unit each, where an
-item of a transaction costs two. A lock
-the batch could not take (the record exists: a duplicate) falls back to Powertools' per-call path,
-which reads the record and answers "already done" or "in progress". A failure deletes its lock at
-once, so the retry can run.
+per message being most of the worker's AWS cost: before the batch's admitted messages run, each
+one's INPROGRESS lock is taken with Powertools' own condition (so two copies of an envelope are
+never worked on in parallel, and a completed one is never run again), one conditional PutItem each;
+the COMPLETED records are buffered and written after the batch, with BatchWriteItem
+(:meth:`take_completed` and :meth:`write_completed` in the batch's settle, or :meth:`flush`). Each is
+one write unit, where an item of a transaction costs two. A lock the batch could not take (the
+record exists: a duplicate) falls back to Powertools' per-call path, which reads the record and
+answers "already done" or "in progress". A failure deletes its lock at once, so the retry can run.
 
 Without locking (``processing.guarantee`` = ``at_least_once``) the batch takes no INPROGRESS locks: it
 reads the records of its messages (one consistent BatchGetItem per 100) and skips the completed
@@ -59,7 +58,6 @@ if TYPE_CHECKING:
     from mypy_boto3_dynamodb import DynamoDBClient
 
 KEY_PREFIX = "breakwater.process"
-MAX_TRANSACT_ITEMS = 100
 MAX_BATCH_WRITE = 25
 
 Processor = Callable[[Envelope, WorkContext], dict[str, Any]]
@@ -77,16 +75,6 @@ class EffectsAlreadyCommittedError(IdempotencyItemAlreadyExistsError):
 
 class EffectsNotCommittedError(RuntimeError):
     """The transaction of a message's effects and record was refused or failed: nothing of it was written."""
-
-
-def refused_by_condition(exc: ClientError, keys: Sequence[str]) -> list[str]:
-    """The keys whose item of a cancelled transaction failed its condition (in item order)."""
-    reasons = exc.response.get("CancellationReasons") or []
-    return [
-        key
-        for key, reason in zip(keys, reasons, strict=False)
-        if reason.get("Code") == "ConditionalCheckFailed"
-    ]
 
 
 class BatchedPersistenceLayer(DynamoDBPersistenceLayer):
@@ -138,8 +126,8 @@ class BatchedPersistenceLayer(DynamoDBPersistenceLayer):
         return super()._get_hashed_idempotency_key(data)
 
     # -- per batch -----------------------------------------------------------------------------------
-    def lock_items(self, envelopes: Iterable[Envelope], remaining_ms: int) -> dict[str, Any]:
-        """The TransactWriteItems entries that take the INPROGRESS locks the batch does not hold yet.
+    def lock_puts(self, envelopes: Iterable[Envelope], remaining_ms: int) -> dict[str, dict[str, Any]]:
+        """The conditional PutItems that take the INPROGRESS locks the batch does not hold yet.
 
         Keyed by record key (a second copy of an envelope adds nothing). The condition takes a
         lock only where no record exists; an expired record or lock fails it, and that message
@@ -149,25 +137,23 @@ class BatchedPersistenceLayer(DynamoDBPersistenceLayer):
         expiry = {"N": str(self._get_expiry_timestamp())}
         in_progress_expiry = {"N": str(now_ms + remaining_ms)}
         names = {"#id": self.key_attr}
-        items: dict[str, Any] = {}
+        puts: dict[str, dict[str, Any]] = {}
         for envelope in envelopes:
             key = self.key_of(envelope)
-            if key in items or key in self._locked or key in self._running or key in self._completed:
+            if key in puts or key in self._locked or key in self._running or key in self._completed:
                 continue
-            items[key] = {
-                "Put": {
-                    "TableName": self.table_name,
-                    "Item": {
-                        self.key_attr: {"S": key},
-                        self.expiry_attr: expiry,
-                        self.status_attr: {"S": "INPROGRESS"},
-                        self.in_progress_expiry_attr: in_progress_expiry,
-                    },
-                    "ConditionExpression": _LOCK_CONDITION,
-                    "ExpressionAttributeNames": names,
-                }
+            puts[key] = {
+                "TableName": self.table_name,
+                "Item": {
+                    self.key_attr: {"S": key},
+                    self.expiry_attr: expiry,
+                    self.status_attr: {"S": "INPROGRESS"},
+                    self.in_progress_expiry_attr: in_progress_expiry,
+                },
+                "ConditionExpression": _LOCK_CONDITION,
+                "ExpressionAttributeNames": names,
             }
-        return items
+        return puts
 
     def read_batch(self, envelopes: Iterable[Envelope]) -> None:
         """Without locks: read the records of ``envelopes`` not read yet (BatchGetItem, consistent)."""
@@ -222,34 +208,23 @@ class BatchedPersistenceLayer(DynamoDBPersistenceLayer):
             return
         self._completed[key] = record
 
-    def locked(self, keys: Iterable[str]) -> None:
-        """The batch holds these locks now (written by :meth:`lock_batch` or with the leases)."""
-        self._locked.update(keys)
-
     def lock_batch(self, envelopes: Iterable[Envelope], remaining_ms: int) -> None:
-        """Take the INPROGRESS locks the batch does not hold yet, in one TransactWriteItems per 100.
+        """Take the INPROGRESS locks the batch does not hold yet, one conditional PutItem each.
 
-        All or nothing: if any record exists, nothing is written and those keys are left to the
-        per-call path (which reads the record); the rest is tried again without them.
+        Not one transaction: a lock is one write unit on its own and two in a transaction, and no
+        lock needs another to land with it. A lock refused because the record exists (a duplicate,
+        done or in progress) is left to the per-call path, which reads the record; any other error
+        leaves this and the remaining messages to it too.
         """
-        items = self.lock_items(envelopes, remaining_ms)
-        keys = list(items)
-        for start in range(0, len(keys), MAX_TRANSACT_ITEMS):
-            pending = keys[start : start + MAX_TRANSACT_ITEMS]
-            for _ in range(3):
-                if not pending:
-                    break
-                try:
-                    self.client.transact_write_items(TransactItems=[items[key] for key in pending])
-                except ClientError as exc:
-                    taken = set(refused_by_condition(exc, pending))
-                    if not taken:  # conflict or throttling: each message takes its own lock
-                        logger.warning("batch idempotency lock failed", extra={"error": str(exc)})
-                        break
-                    pending = [key for key in pending if key not in taken]
-                    continue
-                self.locked(pending)
-                break
+        for key, put in self.lock_puts(envelopes, remaining_ms).items():
+            try:
+                self.client.put_item(**put)
+            except ClientError as exc:
+                if exc.response.get("Error", {}).get("Code") != "ConditionalCheckFailedException":
+                    logger.warning("batch idempotency lock failed", extra={"error": str(exc)})
+                    return
+                continue
+            self._locked.add(key)
 
     def unlock_batch(self, envelopes: Iterable[Envelope]) -> None:
         """Delete the INPROGRESS locks the batch took for ``envelopes`` and no call used (BatchWriteItem).
@@ -457,15 +432,6 @@ class IdempotentProcessor:
             self.persistence.lock_batch(envelopes, self._remaining_ms())
         else:
             self.persistence.read_batch(envelopes)
-
-    def lock_items(self, envelopes: Sequence[Envelope]) -> dict[str, Any]:
-        """The lock writes of ``envelopes``, for a transaction the caller makes (then :meth:`locked`)."""
-        if not envelopes or self._disabled or not self._locking:
-            return {}
-        return self.persistence.lock_items(envelopes, self._remaining_ms())
-
-    def locked(self, keys: Iterable[str]) -> None:
-        self.persistence.locked(keys)
 
     def unlock(self, envelopes: Sequence[Envelope]) -> None:
         """Give back the locks of ``envelopes`` the batch took but did not use."""

@@ -5,7 +5,7 @@ from __future__ import annotations
 import platform
 import time
 import uuid
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Mapping
 from typing import TYPE_CHECKING, Any
 
 import boto3
@@ -14,13 +14,13 @@ from botocore.config import Config
 
 from breakwater.aws.buckets import LeasedTokenBucket
 from breakwater.aws.concurrency import ConcurrencyLeases
-from breakwater.aws.counters import counters_update, plain, tenant_pk, write_updates
+from breakwater.aws.counters import counters_update, merged_update, plain, tenant_pk, write_updates
 from breakwater.aws.health import record_dependency_down, throttled_age_reports
 from breakwater.aws.idempotency import IdempotentProcessor
 from breakwater.aws.moves import send_moves
 from breakwater.aws.tenant_limits import TenantLimitsCache
 from breakwater.aws.tenants import TenantTable
-from breakwater.concurrency import ConcurrencyLimits, Grant
+from breakwater.concurrency import Grant
 from breakwater.envelope import Envelope
 from breakwater.observability import logger
 from breakwater.processor import WorkContext
@@ -78,39 +78,6 @@ class SweepCache:
         return swept
 
 
-class LeasesAndLocks:
-    """The worker's lease gate: the batch's concurrency leases and idempotency locks in one transaction.
-
-    The locks of the messages whose tenant is granted ride in the leases' TransactWriteItems
-    (all or nothing, so a lock is never taken for a message the gate turned away, and a lease
-    never without its messages' locks); a lock whose record exists is dropped from it, and that
-    message takes Powertools' per-call path. Whatever did not ride is locked on its own by
-    ``WorkerPorts.lock``.
-    """
-
-    def __init__(self, leases: ConcurrencyLeases, idempotent: IdempotentProcessor) -> None:
-        self.leases = leases
-        self.idempotent = idempotent
-
-    def acquire_many(
-        self, requests: Mapping[str, ConcurrencyLimits], expires_at_ms: int, lock: Sequence[Envelope] = ()
-    ) -> dict[str, Grant]:
-        if not lock or not self.idempotent.locking:  # no locks to ride with the leases
-            return self.leases.acquire_many(requests, expires_at_ms)
-
-        def locks(grants: Mapping[str, Grant]) -> dict[str, Any]:
-            granted = [
-                envelope
-                for envelope in lock
-                if grants.get(envelope.tenant, Grant.REFUSED) is not Grant.REFUSED
-            ]
-            return self.idempotent.lock_items(granted)
-
-        grants, locked = self.leases.acquire_with_riders(requests, expires_at_ms, locks)
-        self.idempotent.locked(locked)
-        return grants
-
-
 def client_config() -> Config:
     """The worker's botocore clients: standard retries, no client-side validation, a fixed User-Agent.
 
@@ -156,28 +123,35 @@ def build_worker_ports(
     def settle(
         grants: Mapping[str, Grant], counters: Mapping[str, Mapping[str, int]]
     ) -> dict[str, dict[str, int]]:
-        """The batch's writes: its COMPLETED records (BatchWriteItem), its lease releases and its
-        tenants' counter ADDs (an UpdateItem each).
+        """The batch's writes: its COMPLETED records (BatchWriteItem), then one UpdateItem per tenant
+        that gives its lease back and adds its counters (both live on the tenant's counters item), and
+        one for its places in the burst pool.
 
         No transaction: an item in one costs two write units, in a batch write or a plain update
         one, and none of these needs the others to land with it.
         Returns the tenants' counters that were not written, for the worker to add to its next
-        batch's.
+        batch's (a lease not given back expires on its own).
         """
         idempotent.write_completed(idempotent.take_completed())
-        releases = leases.release_updates(grants) if leases is not None else []
-        for error in write_updates(ddb, releases):  # a lease expires on its own
-            logger.warning("lease release failed", extra={"error": str(error)})
-        by_tenant = {
-            tenant: update
-            for tenant, deltas in counters.items()
-            if (update := counters_update(table, tenant, deltas)) is not None
-        }
         failed = []
-        for tenant, update in by_tenant.items():
-            for error in write_updates(ddb, [update]):
+        for tenant in dict.fromkeys([*counters, *grants]):
+            parts = [
+                update
+                for update in (
+                    counters_update(table, tenant, counters.get(tenant, {})),
+                    leases.release_update(tenant, grants[tenant]) if leases and tenant in grants else None,
+                )
+                if update is not None
+            ]
+            if not parts:
+                continue
+            for error in write_updates(ddb, [merged_update(*parts) if len(parts) == 2 else parts[0]]):
                 logger.warning("counter flush failed", extra={"tenant": tenant, "error": str(error)})
-                failed.append(tenant)
+                if tenant in counters:
+                    failed.append(tenant)
+        pool = leases.pool_release_update(grants) if leases is not None else None
+        for error in write_updates(ddb, [pool] if pool else []):  # a place expires on its own
+            logger.warning("lease release failed", extra={"error": str(error)})
         return {tenant: dict(counters[tenant]) for tenant in failed}
 
     def extend(queue_url: str, receipt_handle: str, seconds: int) -> None:
@@ -202,6 +176,6 @@ def build_worker_ports(
         ports.rate = LeasedTokenBucket(
             table, "consumer", time.time, settings.lease_seconds, settings.lease_max_fraction, client=ddb
         )
-        ports.leases = LeasesAndLocks(leases, idempotent) if leases is not None else None
+        ports.leases = leases
         ports.report_outage = lambda until_ms: record_dependency_down(ddb, table, until_ms)
     return ports

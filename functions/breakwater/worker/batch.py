@@ -4,11 +4,12 @@ Per record (Powertools ``BatchProcessor`` with :class:`EnvelopeSqsRecord`): obse
 :func:`breakwater.sideline.decide`, then buffer a move, drop it, or admit it. The messages the
 rules admitted then pass the gates, paid for per batch rather than per message: the consumer
 token bucket (leased in chunks) and the concurrency leases of all their tenants (one read, one
-write, which also takes the idempotency locks of the messages it lets through). What passes is
-processed under a heartbeat, one after the other. After the batch: every buffered move goes out
-through ``SendMessageBatch`` and a failed entry turns its original into a batch item failure
-(nothing is acknowledged before its copy exists); the idempotency records, the lease releases
-with the per-tenant counters, the oldest age per queue role and the metrics go out once per batch;
+write per tenant; a lone tenant's floor lease without the read), then the idempotency locks of the
+messages let through. What passes is processed under a heartbeat, one after the other. After the
+batch: every buffered move goes out through ``SendMessageBatch`` and a failed entry turns its
+original into a batch item failure (nothing is acknowledged before its copy exists); the
+idempotency records, the lease releases with the per-tenant counters (one write per tenant), the
+oldest age per queue role and the metrics go out once per batch;
 counters whose write failed are kept and go out with the container's next batch.
 Replayed and redriven work is measured apart (``breakwater.worker.metrics.metric_role``) and never
 reported as a queue's oldest age. A message left unacknowledged on its queue's last receive is
@@ -291,7 +292,7 @@ class Worker:
 
     # -- the admitted messages -------------------------------------------------------------------------
     def _process_admitted(self, batch: _Batch) -> set[str]:
-        """Gates for the batch, one idempotency lock write, then each message; returns the failed ids.
+        """Gates for the batch, the idempotency locks, then each message; returns the failed ids.
 
         While the breaker is open nothing is gated, locked or processed: every admitted message is
         held (:meth:`_hold`). One that meets an outage, and those after it, are held too.
@@ -401,7 +402,6 @@ class Worker:
         batch.grants = self.ports.leases.acquire_many(
             {tenant: concurrency_limits(self.ports.tenant_limits(tenant)) for tenant in tenants},
             expires_at,
-            [each.envelope for each in within],
         )
         admitted: list[_Admitted] = []
         for each in within:

@@ -6,7 +6,7 @@
 from __future__ import annotations
 
 import time
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import Any, Protocol
 
@@ -39,14 +39,10 @@ class RateGate(Protocol):
 
 
 class LeaseGate(Protocol):
-    """Per-tenant concurrency leases (``breakwater.aws.worker_ports.LeasesAndLocks``).
-
-    ``lock``: the messages waiting for these leases; the gate may take the idempotency locks of
-    those whose tenant it grants in the same write (``WorkerPorts.lock`` then skips them).
-    """
+    """Per-tenant concurrency leases (``breakwater.aws.concurrency.ConcurrencyLeases``)."""
 
     def acquire_many(
-        self, requests: Mapping[str, ConcurrencyLimits], expires_at_ms: int, lock: Sequence[Envelope] = ()
+        self, requests: Mapping[str, ConcurrencyLimits], expires_at_ms: int
     ) -> dict[str, Grant]: ...
 
 
