@@ -356,7 +356,13 @@ def run_shards(
     # From where the last run ran out of time, so that the same shards are never the ones left behind.
     first = next((i for i, shard in enumerate(shards) if shard >= request.resume_shard), 0)
     ordered = [*shards[first:], *shards[:first]]
-    with ThreadPoolExecutor(max_workers=max(1, min(config.parallel_shards, len(shards)))) as pool:
+    workers = max(1, min(config.parallel_shards, len(shards)))
+    if workers == 1:
+        # One shard at a time: a thread would only hand each shard over and back, in the same order.
+        for shard in ordered:
+            report.merge(_run_shard(config, ports, shard, request))
+        return report
+    with ThreadPoolExecutor(max_workers=workers) as pool:
         for part in pool.map(lambda shard: _run_shard(config, ports, shard, request), ordered):
             report.merge(part)
     return report

@@ -48,9 +48,14 @@ class BucketState:
 
 def refill(state: BucketState, limits: BucketLimits, now: float) -> BucketState:
     """Tokens accrued since the last update, capped at the burst. Time never runs backwards."""
+    tokens, updated_at = _refilled(state, limits, now)
+    return BucketState(tokens=tokens, updated_at=updated_at)
+
+
+def _refilled(state: BucketState, limits: BucketLimits, now: float) -> tuple[float, float]:
+    """:func:`refill`'s tokens and time, without a state: a lease builds only the state it returns."""
     elapsed = max(0.0, now - state.updated_at)
-    tokens = min(limits.burst, state.tokens + elapsed * limits.rate)
-    return BucketState(tokens=tokens, updated_at=max(now, state.updated_at))
+    return min(limits.burst, state.tokens + elapsed * limits.rate), max(now, state.updated_at)
 
 
 def is_full(state: BucketState, limits: BucketLimits, now: float) -> bool:
@@ -143,20 +148,24 @@ class LeaseDecision:
 
 def take_lease(state: BucketState, limits: BucketLimits, now: float, wanted: int) -> LeaseDecision:
     """Take up to ``wanted`` whole tokens from the bucket; grant what is there (at least one) or nothing."""
-    current = refill(state, limits, now)
+    tokens, updated_at = _refilled(state, limits, now)
     # A hair of tolerance: waiting exactly ``retry_after`` must yield the promised token despite rounding.
-    available = math.floor(current.tokens + _EPSILON)
+    available = math.floor(tokens + _EPSILON)
     granted = min(wanted, available)
     if granted >= 1:
         return LeaseDecision(
             granted=granted,
-            state=BucketState(tokens=max(0.0, current.tokens - granted), updated_at=current.updated_at),
+            state=BucketState(tokens=max(0.0, tokens - granted), updated_at=updated_at),
             retry_after=0.0,
         )
     # Come back when a whole lease is there, not after every single token: a throttled tenant then
     # costs one shared-bucket write per lease instead of one per admitted request.
-    missing = max(1.0, min(float(wanted), limits.burst)) - current.tokens
-    return LeaseDecision(granted=0, state=current, retry_after=max(missing / limits.rate, 0.001))
+    missing = max(1.0, min(float(wanted), limits.burst)) - tokens
+    return LeaseDecision(
+        granted=0,
+        state=BucketState(tokens=tokens, updated_at=updated_at),
+        retry_after=max(missing / limits.rate, 0.001),
+    )
 
 
 MAX_CONTENTION_DOUBLINGS = 2
