@@ -43,6 +43,8 @@ from sim.sqs import SqsQueue
 
 Outcome = Literal["ok", "failed", "down"]
 
+# the role a record reports its age under, by origin (an enum's ``value`` is a property: looked up once)
+_ROLE = {origin: origin.value if origin is not Origin.REPLAY else "live" for origin in Origin}
 _FRESH = TenantState()
 _OVER_RATE = TenantState(within_consumer_rate=False)
 _NO_SLOT = TenantState(holds_concurrency_slot=False)
@@ -169,21 +171,21 @@ class WorkerModel:
         self.limits = limits
         self.rate = rate
         self.leases = leases
-        self._breakers: dict[tuple[str, int], CircuitBreaker] = {}
         self._concurrency: dict[int, ConcurrencyLimits] = {}
-        self._holders: dict[tuple[str, int], str] = {}
+        # per container (a mapping's poller stands for one): its lease holder name and its breaker
+        self._containers: dict[tuple[str, int], tuple[str, CircuitBreaker | None]] = {}
         self.moves_sent = 0
 
-    def _breaker(self, queue: SqsQueue, index: int) -> CircuitBreaker | None:
-        """One breaker per container (a mapping's poller stands for one)."""
-        if self.setup.breaker is None:
-            return None
+    def _container(self, queue: SqsQueue, index: int) -> tuple[str, CircuitBreaker | None]:
         key = (queue.name, index)
-        breaker = self._breakers.get(key)
-        if breaker is None:
-            base, longest = self.setup.breaker
-            breaker = self._breakers[key] = CircuitBreaker(base_s=base, max_s=max(base, longest))
-        return breaker
+        container = self._containers.get(key)
+        if container is None:
+            breaker = None
+            if self.setup.breaker is not None:
+                base, longest = self.setup.breaker
+                breaker = CircuitBreaker(base_s=base, max_s=max(base, longest))
+            container = self._containers[key] = (f"{queue.name}#{index}", breaker)
+        return container
 
     def handle(self, batch: list[Message], queue: SqsQueue, index: int, now_s: float) -> Invocation:
         setup, sink, costs = self.setup, self.sink, self.setup.costs
@@ -198,9 +200,9 @@ class WorkerModel:
         oldest: dict[str, int] = {}
         fresh = _FRESH
         observe = sink.observe
+        roles = _ROLE
         for message in batch:
-            origin = message.origin
-            role = origin.value if origin is not Origin.REPLAY else "live"
+            role = roles[message.origin]
             observe(message, role, at)
             if message.replay_run is None:
                 age = now_ms - message.enqueued_at
@@ -216,11 +218,8 @@ class WorkerModel:
             else:
                 admitted.append(message)
         at += costs.per_record_ms * len(batch) / 1000
-        holder = self._holders.get((queue.name, index))
-        if holder is None:
-            holder = self._holders[(queue.name, index)] = f"{queue.name}#{index}"
+        holder, breaker = self._container(queue, index)
         granted: list[int] = []
-        breaker = self._breaker(queue, index)
         if breaker is not None and admitted and not breaker.allows(at):
             for message in admitted:
                 moves.append((message, hold_for_outage(message, breaker.retry_in_s(at), config)))
@@ -270,9 +269,16 @@ class WorkerModel:
         within: list[Message]
         if self.rate is not None:
             acquire = self.rate.try_acquire_up_to
-            tokens = {tenant: acquire(tenant, count, at) for tenant, count in wanted.items()}
-            tenants = [tenant for tenant, granted in tokens.items() if granted > 0]
-            if all(tokens[tenant] >= count for tenant, count in wanted.items()):
+            tokens: dict[int, int] = {}
+            tenants: list[int] = []
+            short = False
+            for tenant, count in wanted.items():
+                granted = tokens[tenant] = acquire(tenant, count, at)
+                if granted > 0:
+                    tenants.append(tenant)
+                if granted < count:
+                    short = True
+            if not short:
                 within = admitted
             else:
                 within = []
