@@ -2,16 +2,20 @@
 
     .venv/bin/python bench/sim.py              # every figure (a few minutes on two cores)
     .venv/bin/python bench/sim.py --quick      # the goals on a smaller fleet, for a look
+    .venv/bin/python bench/sim.py --jobs 1     # each scenario's configurations one after the other
 
-Each scenario runs in a child process of its own (``python -m sim``), so its peak memory is its own.
-Figures:
+Each scenario runs in a child process of its own (``python -m sim``), so its peak memory is its own;
+its configurations run in parallel processes of that one (``--jobs``, default one per core), and
+the peak memory reported is the child's and its workers' peaks added up (they overlap in time, so
+that is a bound, not a measurement of one moment). Figures:
 
 - the practices' arithmetic: naive's recovery after a 30-minute surge at 10x capacity with the quiet
   load at 10 % of it, against ``event x (surge + quiet - 1) / (1 - quiet)`` (about 300 minutes);
 - Breakwater at the same surge: the quiet tenants' p99 AgeOfFirstAttempt during and after the surge
   over the baseline's (and the worst minute's), the fresh traffic's recovery; fair-queues-only beside it;
 - speed: messages moved through the simulated queues per second of wall time (the load's and every
-  copy a worker moved), the wall time and peak memory of the noisy and outage scenarios;
+  copy a worker moved), the wall time and peak memory of every scenario (noisy, outage, slow,
+  poison), and each configuration's own wall time;
 - linearity: the naive noisy scenario with messages ten times as expensive (a tenth of the messages,
   the same virtual dynamics) against the usual one: time per message should stay the same.
 """
@@ -42,10 +46,11 @@ RUN_SIM = (
 )
 
 
-def child(args: list[str]) -> dict[str, Any]:
+def child(args: list[str], jobs: int | None = None) -> dict[str, Any]:
     """``python -m sim`` with ``args`` in a process of its own: its JSON, wall time and peak RSS."""
     with tempfile.TemporaryDirectory() as out:
-        command = [PYTHON, "-c", RUN_SIM, "--no-plot", "--out", out, *args]
+        parallel = [] if jobs is None else ["--jobs", str(jobs)]
+        command = [PYTHON, "-c", RUN_SIM, "--no-plot", "--out", out, *parallel, *args]
         started = time.perf_counter()
         done = subprocess.run(  # noqa: S603 - this interpreter and our own arguments
             command, cwd=ROOT, check=True, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True
@@ -55,7 +60,8 @@ def child(args: list[str]) -> dict[str, Any]:
         document = json.loads(path.read_text())
     document["process_wall_s"] = wall
     peak = [int(row.split()[1]) for row in done.stderr.splitlines() if row.startswith("peak_rss_kb")]
-    document["peak_rss_mb"] = peak[0] / 1024 if peak else None
+    workers = sum(document.get("workers_peak_rss_mb") or [])
+    document["peak_rss_mb"] = peak[0] / 1024 + workers if peak else None
     return document
 
 
@@ -67,6 +73,9 @@ def line(figure: str, value: str, goal: str = "", ok: bool | None = None) -> Non
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--quick", action="store_true", help="a fleet of 8 x 2 and a 10-minute surge")
+    parser.add_argument(
+        "--jobs", type=int, default=None, help="configurations at once per scenario (python -m sim's default)"
+    )
     args = parser.parse_args()
     small = (
         ["--set", "worker.max_concurrency=2", "--event-minutes", "10", "--after-hours", "2"]
@@ -76,7 +85,7 @@ def main() -> int:
     load = os.getloadavg()
     print(f"machine: {os.cpu_count()} cores, load average {load[0]:.2f} {load[1]:.2f} {load[2]:.2f} (start)")
 
-    noisy = child(["--scenario", "noisy", *small])
+    noisy = child(["--scenario", "noisy", *small], args.jobs)
     scenario, configs = noisy["scenario"], noisy["configurations"]
     quiet, surge = scenario["quiet_share"], scenario["surge_factor"]
     event_min = scenario["event_s"] / 60
@@ -122,16 +131,23 @@ def main() -> int:
         line(f"{name}: peak backlog", f"{result['peak_backlog']:,}")
     line("naive: peak backlog", f"{configs['naive']['peak_backlog']:,}")
 
-    outage = child(["--scenario", "outage", *small])
-    for label, document in (("noisy", noisy), ("outage", outage)):
+    outage = child(["--scenario", "outage", *small], args.jobs)
+    slow = child(["--scenario", "slow", *small], args.jobs)
+    poison = child(["--scenario", "poison", *small], args.jobs)
+    for label, document in (("noisy", noisy), ("outage", outage), ("slow", slow), ("poison", poison)):
         rate = document["simulated_messages"] / document["wall_s"]
+        jobs = document.get("jobs", 1)
         line(
-            f"{label}: simulated messages per wall second (3 configurations)",
+            f"{label}: simulated messages per wall second (3 configurations, {jobs} "
+            f"{'process' if jobs == 1 else 'processes'})",
             f"{rate:,.0f}",
             "goal >= 50,000",
             rate >= 50_000,
         )
         line(f"{label}: simulated messages", f"{document['simulated_messages']:,}")
+        line(f"{label}: the configurations' wall time (s)", f"{document['wall_s']:.1f}")
+        for name, result in document["configurations"].items():
+            line(f"{label} {name}: wall time (s)", f"{result['wall_s']:.1f}")
         line(
             f"{label}: wall time (s)",
             f"{document['process_wall_s']:.1f}",

@@ -7,6 +7,8 @@ Examples::
     python -m sim --scenario noisy --surge-factor 10 --event-minutes 30   # "X sends 10x for 30 min?"
     python -m sim --set worker.max_concurrency=20 --overrides my-fork.json
     python -m sim --validate                       # the embedded default's noisy run, against its report
+    python -m sim --jobs 1                         # the configurations one after the other (default: in
+                                                   # parallel, one process per core; the same results)
 """
 
 from __future__ import annotations
@@ -14,14 +16,13 @@ from __future__ import annotations
 import argparse
 import json
 import sys
-import time
 from pathlib import Path
 from typing import Any
 
 import sim  # noqa: F401  (puts the runtime library on the path)
 from sim.config import CDK_JSON, CONFIGURATIONS, REPO, ConfigName, blueprint, load_context, parse_assignment
 from sim.report import plot, table, write_json
-from sim.run import run_configurations
+from sim.run import default_jobs, run_scenario
 from sim.scenarios import KINDS, Kind, seed_scale
 from sim.validation import REFERENCE, compare, run_validation
 from sim.worker import Costs
@@ -77,6 +78,13 @@ def _arguments(argv: list[str] | None) -> argparse.Namespace:
         "--separate-fleets",
         action="store_true",
         help="naive and fair keep one queue's max_concurrency instead of the live set's",
+    )
+    parser.add_argument(
+        "--jobs",
+        type=int,
+        default=default_jobs(),
+        help="configurations run at once, each in a process of its own (1: one after the other in this "
+        "process; the results are the same); default: the number of CPUs",
     )
     parser.add_argument("--out", type=Path, default=REPO / "out" / "sim")
     parser.add_argument("--no-plot", action="store_true")
@@ -135,19 +143,35 @@ def main(argv: list[str] | None = None) -> int:
             from dataclasses import replace
 
             scenario = replace(scenario, ttl_s=args.ttl_seconds)
-        started = time.perf_counter()
-        results = run_configurations(
-            scenario, config, costs=costs, configurations=names, same_fleet=not args.separate_fleets
+        run = run_scenario(
+            scenario,
+            config,
+            costs=costs,
+            configurations=names,
+            same_fleet=not args.separate_fleets,
+            jobs=args.jobs,
         )
-        wall = time.perf_counter() - started
+        results, wall = run.results, run.wall_s
+        simulated = sum(result["simulated_messages"] for result in results.values())
         print(
             f"\n== {kind}: {scenario.describe()['tenants']} tenants, capacity {scenario.capacity:.1f} msg/s, "
-            f"{scenario.end_s / 3600:.1f} virtual hours, {wall:.1f} s wall =="
+            f"{scenario.end_s / 3600:.1f} virtual hours, {wall:.1f} s wall ({run.jobs} "
+            f"{'process' if run.jobs == 1 else 'processes'}), {simulated / wall:,.0f} simulated messages "
+            "per wall second =="
         )
         print(table(results))
         path = args.out / f"{kind}.json"
-        simulated = sum(result["simulated_messages"] for result in results.values())
-        write_json(path, scenario, results, {"wall_s": round(wall, 2), "simulated_messages": simulated})
+        write_json(
+            path,
+            scenario,
+            results,
+            {
+                "wall_s": round(wall, 2),
+                "simulated_messages": simulated,
+                "jobs": run.jobs,
+                "workers_peak_rss_mb": [round(peak, 1) for peak in run.workers_peak_rss_mb],
+            },
+        )
         if not args.no_plot:
             plot(
                 args.out / f"{kind}.png",
