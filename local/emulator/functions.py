@@ -26,7 +26,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import IO, Any, Protocol
 
-from local.pricing.usage import LAMBDA_PLATFORM_LOG_BYTES, add_to, gb_seconds
+from local.pricing.cost import aws_call_latency_ms
+from local.pricing.usage import LAMBDA_PLATFORM_LOG_BYTES, add_to, gb_seconds, modelled_duration_ms
 
 CONTAINER_SCRIPT = Path(__file__).resolve().parent / "container.py"
 
@@ -285,8 +286,9 @@ class FunctionPool:
         self.cold_starts_ms: list[float] = []
         self.requests: Counter[str] = Counter()
         # What AWS would bill this function for (keys of local/pricing/prices.json, GB-seconds under
-        # ``lambda.gb_seconds`` whatever the architecture): its invocations, their duration, its log
-        # lines and the billed units of its AWS requests.
+        # ``lambda.gb_seconds`` whatever the architecture): its invocations, their duration (with AWS's
+        # round trips in place of the emulator's; as measured under ``measured.lambda_gb_seconds``), its
+        # log lines and the billed units of its AWS requests.
         self.usage: dict[str, float] = {}
         self._log_sink = self._metered_logs(log_sink)
         self.invocations = 0
@@ -308,11 +310,16 @@ class FunctionPool:
             self.requests.update(container.init_requests)
             add_to(self.usage, container.init_usage)
             if container.cold_start_ms is not None:  # Lambda bills the INIT phase as duration
-                add_to(
-                    self.usage,
-                    {"lambda.gb_seconds": gb_seconds(container.cold_start_ms, self.spec.memory_mb)},
-                )
+                add_to(self.usage, self._duration(container.cold_start_ms, container.init_usage))
         return container, container.cold_start_ms
+
+    def _duration(self, measured_ms: float, usage: dict[str, float]) -> dict[str, float]:
+        """GB-seconds as billed, with AWS's round trips in place of the emulator's, and as measured."""
+        billed_ms = modelled_duration_ms(measured_ms, usage, aws_call_latency_ms())
+        return {
+            "lambda.gb_seconds": gb_seconds(billed_ms, self.spec.memory_mb),
+            "measured.lambda_gb_seconds": gb_seconds(measured_ms, self.spec.memory_mb),
+        }
 
     def _metered_logs(self, log_sink: LogSink) -> LogSink:
         """``log_sink``, counting the bytes of each line as CloudWatch Logs would ingest them."""
@@ -343,14 +350,8 @@ class FunctionPool:
                 self.errors += 0 if invocation.ok else 1
                 self.requests.update(invocation.requests)
                 add_to(self.usage, invocation.usage)
-                add_to(
-                    self.usage,
-                    {
-                        "lambda.requests": 1,
-                        "lambda.gb_seconds": gb_seconds(invocation.duration_ms, self.spec.memory_mb),
-                        "logs.ingested_bytes": LAMBDA_PLATFORM_LOG_BYTES,
-                    },
-                )
+                add_to(self.usage, self._duration(invocation.duration_ms, invocation.usage))
+                add_to(self.usage, {"lambda.requests": 1, "logs.ingested_bytes": LAMBDA_PLATFORM_LOG_BYTES})
                 dead = None
                 if container.alive and container.init_error is None:
                     self._idle.append(container)

@@ -20,8 +20,9 @@ from typing import Any
 
 PRICES_PATH = Path(__file__).resolve().parent / "prices.json"
 HOURS_PER_MONTH = 730  # CloudWatch prorates a metric-month by the hour over 730 hours
-# Counted but not priced: kept in a report's usage for comparison.
+# Counted but not priced: kept in a report's usage for comparison (so is every ``measured.*`` unit).
 UNPRICED = frozenset({"dynamodb.reported_capacity_units"})
+MEASURED = "measured."
 
 
 @dataclass(frozen=True)
@@ -44,6 +45,14 @@ def load_prices(path: Path = PRICES_PATH) -> dict[str, Price]:
     """The price table, one :class:`Price` per unit."""
     table = json.loads(path.read_text(encoding="utf-8"))
     return {unit: Price(unit=unit, **entry) for unit, entry in table["prices"].items()}
+
+
+@cache
+def aws_call_latency_ms(path: Path = PRICES_PATH) -> dict[str, float]:
+    """A round trip of an AWS call from a function, per service (``default`` for the others): what
+    the function pools bill Lambda duration with in place of the emulator's round trips."""
+    table = json.loads(path.read_text(encoding="utf-8"))["aws_call_latency_ms"]
+    return {service: float(ms) for service, ms in table.items() if service not in ("note", "source")}
 
 
 def services(prices: Mapping[str, Price] | None = None) -> list[str]:
@@ -78,7 +87,7 @@ def price_usage(usage: Mapping[str, float], prices: Mapping[str, Price] | None =
     table = prices or load_prices()
     out: dict[str, float] = {}
     for unit, quantity in usage.items():
-        if unit in UNPRICED:
+        if unit in UNPRICED or unit.startswith(MEASURED):
             continue
         if unit not in table:
             raise KeyError(f"no price for {unit!r} in {PRICES_PATH.name}")
@@ -142,6 +151,14 @@ def cost_summary(
         "aws_requests_per_delivered_message": (requests / delivered) if requests and delivered else None,
         "prices": str(PRICES_PATH.relative_to(PRICES_PATH.parents[2])),
     }
+    duration_units = [unit for unit in costs if unit.startswith("lambda.gb_seconds")]
+    billed_gb_s = sum(usage[unit] for unit in duration_units)
+    measured_gb_s = usage.get(MEASURED + "lambda_gb_seconds")
+    if measured_gb_s is not None and billed_gb_s:
+        # Lambda's duration as the emulator measured it (its round trips, not AWS's), for comparison
+        summary["usd_per_million_lambda_duration_as_measured"] = scaled(
+            sum(costs[unit] for unit in duration_units) * measured_gb_s / billed_gb_s
+        )
     if by_part is not None:
         summary["usd_per_million_by_part"] = {
             part: scaled(sum(price_usage(part_usage, table).values()))
@@ -159,7 +176,7 @@ def side_by_side(summaries: Mapping[str, Mapping[str, Any]], *, base: str = "nai
     each to ``base`` (when it is one of them)."""
     names = list(summaries)
     rows = services()
-    width = max(len(name) for name in [*rows, "total", "requests / message"]) + 2
+    width = max(len(name) for name in [*rows, "(Lambda duration at emulator speed)"]) + 2
     header = f"{'$ per million delivered':{width}s}" + "".join(f"{name:>14s}" for name in names)
     with_ratio = base in summaries and len(names) > 1
     others = [name for name in names if name != base]
@@ -182,6 +199,9 @@ def side_by_side(summaries: Mapping[str, Mapping[str, Any]], *, base: str = "nai
         if any(values.values()):
             lines.append(row(service, values, ",.2f"))
     lines.append(row("total", {n: summaries[n]["usd_per_million_delivered"] for n in names}, ",.2f"))
+    measured = {n: summaries[n].get("usd_per_million_lambda_duration_as_measured") for n in names}
+    if any(measured.values()):  # the duration above is billed at AWS's round trips
+        lines.append(row("(Lambda duration at emulator speed)", measured, ",.2f"))
     lines.append(
         row(
             "requests / message",

@@ -16,6 +16,11 @@ small way is undercounted). Writes to a global secondary index are not counted.
 A request botocore gives up on (throttled, or failed with a 5xx) costs nothing; one AWS refused for
 a failed condition still consumes its write units. Retries inside botocore are not counted apart.
 
+The meter also times the calls a function's main thread makes (``measured.aws_call_ms``, and
+``measured.aws_calls.<service>`` counts them): the emulator's round trips are not AWS's, and the
+function pools bill Lambda duration with AWS's latencies in their place
+(:func:`modelled_duration_ms`). ``measured.*`` units are reported, never priced.
+
 Only the standard library: the function containers load this file by its path (their ``sys.path``
 holds the function's code, not this repository).
 """
@@ -26,6 +31,8 @@ import base64
 import json
 import math
 import threading
+import time
+from collections.abc import Mapping
 from typing import Any
 
 SQS_CHUNK_BYTES = 64 * 1024
@@ -306,6 +313,7 @@ class UsageMeter:
     def attach(self, events: Any) -> None:
         events.register("before-call.*.*", self._before_call)
         events.register("after-call.*.*", self._after_call)
+        events.register("after-call-error.*.*", self._after_call_error)
         if self.reported_capacity:
             events.register("before-parameter-build.dynamodb.*", self._ask_capacity)
 
@@ -318,6 +326,8 @@ class UsageMeter:
     def _before_call(self, model: Any = None, params: Any = None, context: Any = None, **_: Any) -> None:
         if model is None or not isinstance(context, dict) or not isinstance(params, dict):
             return
+        if threading.current_thread() is threading.main_thread():  # the invocation's own wait
+            context["breakwater_call_began"] = time.perf_counter()
         if model.service_model.service_name in JSON_SERVICES:
             context["breakwater_usage_request"] = params.get("body", b"")
 
@@ -327,6 +337,7 @@ class UsageMeter:
         if model is None:
             return
         service = model.service_model.service_name
+        self._timed(service, context)
         status = int(getattr(http_response, "status_code", 200) or 200)
         # Only the JSON protocols' answers, which botocore has read already: a streamed body (an S3
         # object) read here would be gone for the caller.
@@ -343,6 +354,23 @@ class UsageMeter:
         usage = self.usage_of(service, model.name, _json(request_body), response)
         with self._lock:
             add_to(self.counts, usage)
+
+    def _after_call_error(self, model: Any = None, context: Any = None, **_: Any) -> None:
+        if model is not None:  # no answer (a connection error): the wait still counts
+            self._timed(model.service_model.service_name, context)
+
+    def _timed(self, service: str, context: Any) -> None:
+        began = context.pop("breakwater_call_began", None) if isinstance(context, dict) else None
+        if began is None:
+            return
+        with self._lock:
+            add_to(
+                self.counts,
+                {
+                    "measured.aws_call_ms": (time.perf_counter() - began) * 1000,
+                    f"measured.aws_calls.{service}": 1,
+                },
+            )
 
     def usage_of(
         self, service: str, operation: str, request: dict[str, Any], response: dict[str, Any]
@@ -381,3 +409,25 @@ class UsageMeter:
 
 
 _DYNAMODB_PRICED = ("dynamodb.read_request_units", "dynamodb.write_request_units")
+
+
+def modelled_duration_ms(
+    measured_ms: float, usage: Mapping[str, float], latency_ms: Mapping[str, float]
+) -> float:
+    """An invocation's duration with AWS's latencies in place of the emulator's round trips.
+
+    ``usage``: the invocation's metered usage (its ``measured.aws_call_ms`` and
+    ``measured.aws_calls.<service>``); ``latency_ms``: a round trip per service, ``default`` for
+    the others. What the handler did besides waiting for AWS (its own work, a processor's) stays
+    as measured.
+    """
+    waited = float(usage.get("measured.aws_call_ms", 0.0))
+    calls = {
+        unit.removeprefix("measured.aws_calls."): count
+        for unit, count in usage.items()
+        if unit.startswith("measured.aws_calls.")
+    }
+    at_aws = sum(
+        count * float(latency_ms.get(service, latency_ms["default"])) for service, count in calls.items()
+    )
+    return max(0.0, measured_ms - waited) + at_aws

@@ -42,6 +42,24 @@ def test_sqs_requests_are_counted_per_64_kb_chunk_and_a_batch_is_one(
     assert counted["sqs.fifo_requests"] == 1
 
 
+def test_the_meter_times_the_calls_it_counts(aws: EmbeddedAws, metered: UsageMeter) -> None:
+    sqs = aws.client("sqs")
+    url = sqs.create_queue(QueueName="pricing-timed")["QueueUrl"]
+    metered.take()
+    for _ in range(3):
+        sqs.send_message(QueueUrl=url, MessageBody="x")
+    with pytest.raises(sqs.exceptions.QueueDoesNotExist):  # an error answer is waited for too
+        sqs.get_queue_url(QueueName="pricing-absent")
+    counted = metered.take()
+    assert counted["measured.aws_calls.sqs"] == 4
+    assert counted["measured.aws_call_ms"] > 0
+
+
+def _priced(counted: dict[str, float]) -> dict[str, float]:
+    """The billed units of a count, without the calls' timings."""
+    return {unit: quantity for unit, quantity in counted.items() if not unit.startswith("measured.")}
+
+
 def _table(aws: EmbeddedAws, name: str) -> Any:
     dynamodb = aws.client("dynamodb", counted=False)
     dynamodb.create_table(
@@ -95,7 +113,7 @@ def test_a_condition_that_fails_still_consumes_write_units_a_throttle_nothing(
             Item={"pk": {"S": "k"}},
             ConditionExpression="attribute_not_exists(pk)",
         )
-    assert metered.take() == {"dynamodb.write_request_units": 1}
+    assert _priced(metered.take()) == {"dynamodb.write_request_units": 1}
 
 
 def test_moto_reports_a_constant_consumed_capacity_so_the_emulator_computes_units(aws: EmbeddedAws) -> None:

@@ -4,9 +4,12 @@ from __future__ import annotations
 
 from pathlib import Path
 
+import pytest
+
 from local.emulator.embedded_aws import EmbeddedAws
 from local.emulator.functions import FunctionPool, FunctionSpec
-from local.pricing.usage import LAMBDA_PLATFORM_LOG_BYTES
+from local.pricing.cost import aws_call_latency_ms
+from local.pricing.usage import LAMBDA_PLATFORM_LOG_BYTES, gb_seconds, modelled_duration_ms
 from tests.polling import wait_for
 
 HANDLERS = Path(__file__).parent / "handlers"
@@ -34,7 +37,13 @@ def test_a_pool_counts_invocations_duration_logs_and_the_handler_s_billed_reques
         pool.stop()
     assert after_init["lambda.gb_seconds"] > 0  # the INIT phase is billed as duration
     assert usage["lambda.requests"] == 1
+    # the duration is billed with AWS's round trip for the handler's SQS call in place of the emulator's
+    assert invocation.usage["measured.aws_calls.sqs"] == 1
+    billed_ms = modelled_duration_ms(invocation.duration_ms, invocation.usage, aws_call_latency_ms())
+    assert billed_ms >= aws_call_latency_ms()["sqs"]
     billed = usage["lambda.gb_seconds"] - after_init["lambda.gb_seconds"]
-    assert billed >= invocation.duration_ms / 1000 * 0.5
+    assert billed == pytest.approx(gb_seconds(billed_ms, 512))
+    measured = usage["measured.lambda_gb_seconds"] - after_init["measured.lambda_gb_seconds"]
+    assert measured == pytest.approx(gb_seconds(invocation.duration_ms, 512))
     assert usage["sqs.standard_requests"] == 1  # ten messages in one batch
     assert usage["logs.ingested_bytes"] >= logged

@@ -126,6 +126,25 @@ def test_an_unknown_unit_is_an_error_not_free() -> None:
         cost.price_usage({"sqs.standard_request": 1})
 
 
+def test_lambda_duration_is_billed_with_aws_round_trips_in_place_of_the_emulator_s() -> None:
+    latency = {"dynamodb": 8.0, "sqs": 15.0, "default": 20.0}
+    measured = {
+        "measured.aws_call_ms": 60.0,  # the emulator's waits: three DynamoDB calls, an SQS and an S3 one
+        "measured.aws_calls.dynamodb": 3,
+        "measured.aws_calls.sqs": 1,
+        "measured.aws_calls.s3": 1,
+    }
+    assert usage.modelled_duration_ms(100.0, measured, latency) == 40 + 3 * 8 + 15 + 20
+    assert usage.modelled_duration_ms(100.0, {}, latency) == 100.0  # no calls: as measured
+    assert usage.modelled_duration_ms(50.0, measured, latency) == 3 * 8 + 15 + 20  # never below the calls
+
+
+def test_the_stated_latencies_cover_every_service_and_measured_units_are_never_priced() -> None:
+    latency = cost.aws_call_latency_ms()
+    assert {"dynamodb", "sqs", "default"} <= set(latency) and all(ms > 0 for ms in latency.values())
+    assert cost.price_usage({"measured.aws_call_ms": 5000.0, "measured.lambda_gb_seconds": 3.0}) == {}
+
+
 def test_side_by_side_puts_each_configuration_beside_naive_with_the_ratio() -> None:
     breakwater = cost.cost_summary({"sqs.standard_requests": 4000}, delivered=1000, window_s=60)
     naive = cost.cost_summary({"sqs.standard_requests": 2000}, delivered=1000, window_s=60)
