@@ -5,6 +5,11 @@ the ingest and the workers write, and the controller's own attributes), the chan
 shard, the shards' ledgers and the run state, the workers' oldest-age reports (the same conditional
 window as ``breakwater.aws.health.record_oldest_age``) and the breakers' outage reports. Queue depths
 are read from the simulated queues, as the real ports read SQS's attributes.
+
+Each port call counts the AWS calls it stands for (:class:`sim.billing.Meter`): a GetQueueAttributes
+per queue read, the run state and the shards' items read and written, a Query page of changed
+tenants, their counters items read, a page's commit as one transaction (each tenant's item and the
+shard's ledger), a changed multiplier written where ingest reads it.
 """
 
 from __future__ import annotations
@@ -17,6 +22,7 @@ from breakwater.archive_budget import ArchiveDue, SidelineObservation
 from breakwater.backlog import DIRTY_SHARDS, Ledger, RunState, shard_of
 from breakwater.controller import ControllerPorts, ShardState, TenantSnapshot, TenantWrite
 from breakwater.settings import TierLimits
+from sim.billing import Billing, Meter
 from sim.sqs import SqsQueue
 
 WINDOW_MS = 60_000  # the health item's window (breakwater.aws.health)
@@ -25,7 +31,15 @@ WINDOW_MS = 60_000  # the health item's window (breakwater.aws.health)
 class ControllerState:
     """Everything the controller and the writers share, keyed by tenant index."""
 
-    def __init__(self, names: Sequence[str], limits: Callable[[int], TierLimits]) -> None:
+    def __init__(
+        self,
+        names: Sequence[str],
+        limits: Callable[[int], TierLimits],
+        meter: Meter | None = None,
+        billing: Billing | None = None,
+    ) -> None:
+        self.meter = meter if meter is not None else Meter()
+        self._mark_bytes = (billing or Billing()).mark_bytes
         self.names = list(names)
         self._index = {name: index for index, name in enumerate(self.names)}
         self._limits = limits
@@ -72,11 +86,31 @@ class ControllerState:
         start_archiver: Callable[[ArchiveDue], None] | None,
         clock_ms: Callable[[], int],
     ) -> ControllerPorts:
+        meter = self.meter
+
         def live_oldest() -> tuple[int | None, int | None]:
+            meter.dynamodb_item_reads += 1  # the health item
             stored = self.health.get("live")
             return (stored[0], stored[1]) if stored is not None else (None, None)
 
+        def live_depth() -> int:
+            meter.sqs(0, len(live))
+            return sum(queue.visible_count + queue.in_flight for queue in live)
+
+        def observed_depth() -> int:
+            meter.sqs(0, len(every))
+            return sum(queue.depth for queue in every)
+
+        def read_run_state() -> RunState:
+            meter.dynamodb_item_reads += 1
+            return self.run_state
+
+        def read_ledgers(shards: Sequence[int]) -> dict[int, Ledger]:
+            meter.dynamodb_item_reads += len(shards)
+            return {shard: self.ledgers.get(shard, Ledger()) for shard in shards}
+
         def observations() -> list[SidelineObservation]:
+            meter.sqs(0, len(sideline))
             seen = []
             for role, queue in sideline.items():
                 age, at = self.health.get(role, (None, None))
@@ -84,18 +118,18 @@ class ControllerState:
             return seen
 
         return ControllerPorts(
-            live_depth=lambda: sum(queue.visible_count + queue.in_flight for queue in live),
+            live_depth=live_depth,
             live_oldest=live_oldest,
             set_sideline_enabled=set_sideline_enabled,
-            observed_depth=lambda: sum(queue.depth for queue in every),
-            read_run_state=lambda: self.run_state,
+            observed_depth=observed_depth,
+            read_run_state=read_run_state,
             write_run_state=self._write_run_state,
             claim_shard=self._claim_shard,
             dirty_tenants=self._dirty_tenants,
             read_tenants=self._read_tenants,
             commit=self._commit,
             release_shard=self._release_shard,
-            read_ledgers=lambda shards: {shard: self.ledgers.get(shard, Ledger()) for shard in shards},
+            read_ledgers=read_ledgers,
             sideline_observations=observations,
             dependency_down_until=lambda: self.down_until,
             start_archiver=start_archiver,
@@ -103,9 +137,11 @@ class ControllerState:
         )
 
     def _write_run_state(self, state: RunState) -> None:
+        self.meter.dynamodb_writes += 1
         self.run_state = state
 
     def _claim_shard(self, shard: int, _now_ms: int, _until_ms: int) -> ShardState | None:
+        self.meter.dynamodb_writes += 1  # the shard's item, claimed under a condition
         return ShardState(
             shard, self.ledgers.get(shard, Ledger()), self.versions.get(shard, 0), self.cursors.get(shard)
         )
@@ -115,9 +151,11 @@ class ControllerState:
         marked = sorted(tenant for tenant in self.dirty[shard] if tenant > after)
         page = marked[:limit]
         more = len(marked) > limit
+        self.meter.query(len(page), self._mark_bytes)
         return [self.names[tenant] for tenant in page], (str(page[-1]) if more else None)
 
     def _read_tenants(self, tenants: Sequence[str]) -> list[TenantSnapshot]:
+        self.meter.dynamodb_item_reads += len(tenants)  # BatchGetItem of their counters items
         snapshots = []
         for name in tenants:
             tenant = self._index[name]
@@ -129,6 +167,9 @@ class ControllerState:
         return snapshots
 
     def _commit(self, state: ShardState, writes: Sequence[TenantWrite]) -> ShardState:
+        meter = self.meter
+        meter.dynamodb_transact_items += len(writes) + 1  # the page's tenants and the shard's ledger
+        meter.dynamodb_writes += sum(write.multiplier_changed for write in writes)  # bucket#ingest
         for write in writes:
             tenant = self._index[write.tenant]
             item = self.counters.setdefault(tenant, {})
@@ -151,5 +192,6 @@ class ControllerState:
         return replace(state, ledger=ledger, version=state.version + 1)
 
     def _release_shard(self, state: ShardState, cursor: str | None) -> None:
+        self.meter.dynamodb_writes += 1
         self.ledgers[state.shard] = state.ledger
         self.cursors[state.shard] = cursor

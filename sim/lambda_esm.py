@@ -12,6 +12,9 @@ Modelled:
   mappings: an invocation waits for a free slot.
 - Partial batch responses: the records reported failed stay in the queue and come back after their
   visibility timeout; the others are deleted when the invocation returns.
+- Billing: each ReceiveMessage that returns messages is a request, and a poller waiting on an empty
+  queue makes one empty long poll per :data:`LONG_POLL_S` (Lambda's pollers wait 20 seconds); each
+  invocation's duration is billed rounded up to the millisecond (``billed_ms``).
 
 A poller is callbacks on the events that concern it (not a process of its own) and an invocation is
 one timeout: events are per batch, and a poller waiting on an empty queue costs none.
@@ -19,6 +22,7 @@ one timeout: events are per batch, and a poller waiting on an empty queue costs 
 
 from __future__ import annotations
 
+import math
 from collections import deque
 from collections.abc import Callable, Generator
 from dataclasses import dataclass
@@ -32,6 +36,7 @@ from sim.sqs import SqsQueue, run_later
 INITIAL_CONCURRENCY = 5  # concurrent batches a mapping starts with
 SCALE_UP_PER_S = 5  # 300 more concurrent invocations a minute
 SCALE_DOWN_AFTER_S = 60.0  # an idle poller is let go at most once a minute (AWS does not document the pace)
+LONG_POLL_S = 20.0  # the wait of each ReceiveMessage an SQS mapping's poller makes
 
 
 @dataclass
@@ -101,13 +106,18 @@ class EventSourceMapping:
         self.busy = 0
         self.invocations = 0
         self.empty_receives = 0
+        # what AWS bills: receives by the messages they returned, empty long polls, invocation milliseconds
+        self.receives = [0] * 11
+        self.idle_polls = 0
+        self.billed_ms = 0
         self._wanted = env.event()
-        for index in range(max_concurrency):
+        self._pollers = [_Poller(self, index) for index in range(max_concurrency)]
+        for poller in self._pollers:
             # started as a process would be: an urgent event at the current time
             started = simpy.Event(env)
             started._ok = True
             started._value = None
-            started.callbacks.append(_Poller(self, index).start)
+            started.callbacks.append(poller.start)
             env.schedule(started, URGENT)
         env.process(self._scaler())
 
@@ -149,6 +159,11 @@ class EventSourceMapping:
         if not self._wanted.triggered and self.active < self.max_concurrency:
             self._wanted.succeed()
 
+    def settle_polls(self) -> None:
+        """Count the empty long polls of the pollers still waiting (at the end of a run)."""
+        for poller in self._pollers:
+            poller.settle_wait()
+
 
 class _Poller:
     """One poller of a mapping, as callbacks on SimPy events rather than a process of its own.
@@ -158,7 +173,7 @@ class _Poller:
     invocation, a step of its batching window, or its slot in the function's concurrency.
     """
 
-    __slots__ = ("_batch", "_deadline", "_invocation", "env", "index", "mapping", "queue")
+    __slots__ = ("_batch", "_deadline", "_invocation", "_since", "env", "index", "mapping", "queue")
 
     def __init__(self, mapping: EventSourceMapping, index: int) -> None:
         self.mapping = mapping
@@ -168,19 +183,35 @@ class _Poller:
         self._batch: list[Message] = []
         self._deadline = 0.0
         self._invocation: Invocation | None = None
+        self._since: float | None = None  # waiting on an empty queue since (a long poll under way)
 
     def start(self, _event: simpy.Event) -> None:
         self.run()
+
+    def settle_wait(self) -> None:
+        """The empty long polls of the wait that ends now: one per whole :data:`LONG_POLL_S` waited.
+
+        A wake-up that finds the message taken by another poller does not end the wait: the poll
+        under way goes on, as AWS's would.
+        """
+        since = self._since
+        if since is not None:
+            self.mapping.idle_polls += int((self.env.now - since) // LONG_POLL_S)
+            self._since = None
 
     def run(self) -> None:
         """Poll: park when not wanted, long-poll an empty queue, else take a batch to the function."""
         mapping, queue, env = self.mapping, self.queue, self.env
         while True:
             if not mapping._enabled or self.index >= mapping.active:
+                self.settle_wait()
                 mapping._park(self)
                 return
             batch = queue.receive(mapping.batch_size)
             if batch:
+                if self._since is not None:
+                    self.settle_wait()
+                mapping.receives[len(batch)] += 1
                 break
             mapping.empty_receives += 1
             if (
@@ -191,6 +222,8 @@ class _Poller:
                 mapping.active -= 1  # idle pollers fall away, one at a time
                 mapping._changed_at = env.now
                 continue
+            if self._since is None:
+                self._since = env.now
             queue.wait_with(self)  # the queue calls run() when a message may be there
             return
         if len(batch) < mapping.batch_size and mapping.batching_window_s > 0:
@@ -202,7 +235,10 @@ class _Poller:
 
     def _fill(self, _event: simpy.Event) -> None:
         mapping, env, batch = self.mapping, self.env, self._batch
-        batch.extend(self.queue.receive(mapping.batch_size - len(batch)))
+        more = self.queue.receive(mapping.batch_size - len(batch))
+        if more:
+            mapping.receives[len(more)] += 1
+            batch.extend(more)
         if len(batch) < mapping.batch_size and env.now < self._deadline:
             env.timeout(min(0.1, self._deadline - env.now)).callbacks.append(self._fill)
             return
@@ -228,6 +264,7 @@ class _Poller:
         mapping.busy += 1
         mapping.invocations += 1
         invocation = self._invocation = mapping.handler(batch, self.queue, self.index)
+        mapping.billed_ms += math.ceil(invocation.duration_s * 1000)
         self.env.timeout(invocation.duration_s).callbacks.append(self._done)
 
     def _done(self, _event: simpy.Event) -> None:

@@ -11,6 +11,9 @@ Recovery: the fresh traffic's, as the embedded default measures it. The threshol
 tenants' baseline p99 (at least 50 ms); recovery is the first time after the event's end from which
 the quiet messages enqueued since have their p99 within the threshold (0: at once). When quiet
 messages sent in the run's last tenth were never served, the run did not recover (``None``).
+
+Cost: the run's AWS calls as billed (:mod:`sim.billing`), priced per million delivered (processed)
+messages over the whole run, by service and in total.
 """
 
 from __future__ import annotations
@@ -23,6 +26,7 @@ from typing import Any
 
 import numpy as np
 
+from sim.billing import cost
 from sim.scenarios import Scenario
 from sim.system import Recording
 
@@ -88,6 +92,7 @@ def summarize(rec: Recording, scenario: Scenario) -> dict[str, Any]:
     worst = max(event_bins, default=None)
     samples = np.asarray(rec.samples, dtype=np.float64) if rec.samples else np.zeros((0, 5))
     totals = rec.totals
+    priced = cost(rec.usage, totals.get("processed", 0), scenario.end_s)
     return {
         "ages": ages,
         "quiet_baseline_p99_ms": baseline,
@@ -112,6 +117,12 @@ def summarize(rec: Recording, scenario: Scenario) -> dict[str, Any]:
         "failed_attempts": totals.get("failed", 0),
         "moved": {name: totals.get(name, 0) for name in ("sidelined", "spilled", "deferred")},
         "controller_runs": rec.controller_runs,
+        "usd_per_million": priced["usd_per_million_delivered"],
+        "usd_per_million_by_service": priced["usd_per_million_by_service"],
+        "cost": {
+            key: priced[key]
+            for key in ("delivered", "usd_total", "usd_per_million_by_unit", "usage", "prices")
+        },
         "first_attempts": len(age),
         "simulated_messages": totals.get("simulated_messages", 0),
         "wall_s": round(rec.wall_s, 2),
@@ -212,7 +223,6 @@ def table(results: Mapping[str, Mapping[str, Any]]) -> str:
         ("parked (archived)", "parked", ""),
         ("dead-lettered", "dead_lettered", ""),
         ("waiting at end", "waiting_at_end", ""),
-        ("wall time", "wall_s", " s"),
     ):
         cells = []
         for name in names:
@@ -221,6 +231,22 @@ def table(results: Mapping[str, Mapping[str, Any]]) -> str:
                 "not recovered" if key == "recovery_min" and value is None else fmt(value, 1.0, unit)
             )
         rows.append((label, cells))
+    services = [
+        service
+        for service in next(iter(results.values()), {}).get("usd_per_million_by_service", {})
+        if any(results[name]["usd_per_million_by_service"].get(service) for name in names)
+    ]
+    for service in services:
+        rows.append(
+            (
+                f"$ per million delivered: {service}",
+                [_usd(results[name]["usd_per_million_by_service"].get(service)) for name in names],
+            )
+        )
+    if services:
+        total = [_usd(results[name].get("usd_per_million")) for name in names]
+        rows.append(("$ per million delivered", total))
+    rows.append(("wall time", [fmt(results[name].get("wall_s"), 1.0, " s") for name in names]))
     width = max(len(label) for label, _ in rows)
     cols = [max(len(name), *(len(cells[i]) for _, cells in rows)) for i, name in enumerate(names)]
     lines = [" " * width + "  " + "  ".join(name.rjust(cols[i]) for i, name in enumerate(names))]
@@ -229,6 +255,10 @@ def table(results: Mapping[str, Mapping[str, Any]]) -> str:
             label.ljust(width) + "  " + "  ".join(cell.rjust(cols[i]) for i, cell in enumerate(cells))
         )
     return "\n".join(lines)
+
+
+def _usd(value: float | None) -> str:
+    return "-" if value is None else f"{value:,.2f}"
 
 
 def write_json(

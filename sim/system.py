@@ -7,11 +7,15 @@ its own arrival time. Workers (``sim.worker``) consume through event source mapp
 (``sim.lambda_esm``); the controller (``breakwater.controller.run_controller``) runs on its schedule
 with in-memory ports (``sim.control``) and turns the sideline drainers on and off, starts the
 archiver and sets each tenant's multiplier.
+
+Every part counts the AWS calls it stands for in one :class:`sim.billing.Meter`; at the end of the
+run they become the billed units of ``local/pricing`` (:attr:`Recording.usage`).
 """
 
 from __future__ import annotations
 
 import gc
+import math
 import time
 from array import array
 from collections.abc import Generator, Iterable
@@ -30,6 +34,7 @@ from breakwater.observability import logger, metrics
 from breakwater.routing import QueueDepths, choose_queue, shard_for
 from breakwater.settings import TierLimits
 from breakwater.sideline import DecisionConfig
+from sim.billing import Billing, Meter, usage
 from sim.config import Setup
 from sim.control import ControllerState
 from sim.lambda_esm import EventSourceMapping, FunctionConcurrency, Invocation
@@ -57,6 +62,7 @@ class Recording:
     totals: dict[str, int] = field(default_factory=dict)
     controller_runs: int = 0
     wall_s: float = 0.0
+    usage: dict[str, float] = field(default_factory=dict)  # billed units (local/pricing/prices.json)
 
     def add(self, name: str, amount: int = 1) -> None:
         self.totals[name] = self.totals.get(name, 0) + amount
@@ -66,17 +72,25 @@ class System:
     """Build one configuration for one scenario; :meth:`run` it to the scenario's end."""
 
     def __init__(
-        self, scenario: Scenario, setup: Setup, costs: Costs, *, function_concurrency: int | None = None
+        self,
+        scenario: Scenario,
+        setup: Setup,
+        costs: Costs,
+        *,
+        function_concurrency: int | None = None,
+        billing: Billing | None = None,
     ) -> None:
         self.scenario = scenario
         self.setup = setup
         self.costs = costs
+        self.billing = billing or Billing()
+        self.meter = Meter()
         self.env = simpy.Environment()
         self.rec = Recording()
         config = setup.config
         tier = config.tiers[config.default_tier]
         self._tier = TierLimits(**tier.model_dump())
-        self.state = ControllerState(scenario.tenants, self.limits)
+        self.state = ControllerState(scenario.tenants, self.limits, self.meter, self.billing)
         visibility = config.worker.visibility_timeout_seconds
         receives = config.queue_set.max_receive_count
         env = self.env
@@ -129,6 +143,7 @@ class System:
             self.limits,
             rate,
             LeaseTable(live_slots) if practices else None,
+            self.meter,
         )
         self.mappings: list[EventSourceMapping] = []
         mapped = list(self.live)
@@ -144,9 +159,16 @@ class System:
                 self._mapping(each, self.live_worker, setup.live_max_concurrency, live_function)
             )
         self.sideline_mappings: dict[str, EventSourceMapping] = {}
+        self.sideline_worker: WorkerModel | None = None
         if practices:
             self.sideline_worker = WorkerModel(
-                "sideline", worker_setup("sideline"), self, self.limits, rate, LeaseTable(sideline_slots)
+                "sideline",
+                worker_setup("sideline"),
+                self,
+                self.limits,
+                rate,
+                LeaseTable(sideline_slots),
+                self.meter,
             )
             for role in (Origin.SPILLOVER, Origin.BACKLOG):
                 self.sideline_mappings[self.by_role[role].name] = self._mapping(
@@ -164,6 +186,9 @@ class System:
         shard = min(config.queue_set.shard_size, setup.queue_count)
         self._shards = [shard_for(name, setup.queue_count, shard) for name in scenario.tenants]
         self._depths = QueueDepths(config.ingest.depth_refresh_seconds)
+        # the authorizer's answer is cached per API key (a tenant) this long
+        self._authorizer_cache_s = float(config.api.authorizer_cache_seconds)
+        self._authorized_until: dict[int, float] = {}
         # the outage's bounds, read per message processed
         self._down = (scenario.event_start_s, scenario.event_end_s) if scenario.kind == "outage" else None
         self._poison_every = max(1, round(1 / scenario.poison_share))
@@ -250,6 +275,7 @@ class System:
         self.state.record_oldest_age(role, age_ms, now_ms)
 
     def report_outage(self, until_ms: int) -> None:
+        self.meter.dynamodb_writes += 1  # the health item's outage mark
         self.state.report_outage(until_ms)
 
     # -- the front door ------------------------------------------------------------------------------
@@ -265,15 +291,18 @@ class System:
         if passed < offered:
             rec.add("refused", offered - passed)
             times, tenants = times[:passed], tenants[:passed]
+        # a tick holds a handful of messages: counting them in Python costs less than np.unique
+        wanted: dict[int, int] = {}
+        for tenant in tenants.tolist():
+            wanted[tenant] = wanted.get(tenant, 0) + 1
+        self._authorize(wanted, tick_end)
+        integrated = passed  # requests that reach ingest: API Gateway bills them, and ingest runs
         if self.setup.practices:
-            # a tick holds a handful of messages: counting them in Python costs less than np.unique
-            wanted: dict[int, int] = {}
-            for tenant in tenants.tolist():
-                wanted[tenant] = wanted.get(tenant, 0) + 1
             keep: np.ndarray | None = None
             for tenant in sorted(wanted):
                 count = wanted[tenant]
-                admitted = self._tenant_admits(tenant, count, tick_end)
+                at_edge, admitted = self._tenant_admits(tenant, count, tick_end)
+                integrated -= count - at_edge  # the usage plan's throttle answers at the gateway
                 if admitted < count:
                     if keep is None:
                         keep = np.ones(len(times), dtype=bool)
@@ -282,6 +311,10 @@ class System:
             if keep is not None and not keep.all():
                 rec.add("refused", int((~keep).sum()))
                 times, tenants = times[keep], tenants[keep]
+        meter = self.meter
+        meter.api_requests += integrated
+        meter.invoke("ingest", integrated, integrated * math.ceil(self.billing.ingest_ms))
+        meter.sqs(1, len(times))  # SendMessage, one per message accepted
         rec.add("accepted", len(times))
         if not len(times):
             return
@@ -317,6 +350,7 @@ class System:
             candidates = shards[message.tenant]
             for index in candidates:
                 if depths.is_stale(index, at):
+                    self.meter.sqs(0)  # GetQueueAttributes
                     depths.observe(index, live[index].visible_count, at)
             index = choose_queue(candidates, depths.snapshot(candidates))
             depths.record_send(index)
@@ -328,13 +362,27 @@ class System:
         for index, (at_times, batch) in routed.items():
             live[index].arrive(at_times, batch)
 
-    def _tenant_admits(self, tenant: int, count: int, now: float) -> int:
-        """The usage plan's throttle at the edge, then ingest's bucket at the controller's multiplier."""
+    def _authorize(self, wanted: dict[int, int], now: float) -> None:
+        """The REQUEST authorizer runs for a tenant's request when its cached answer has expired."""
+        until = self._authorized_until
+        ran = 0
+        for tenant, count in wanted.items():
+            if self._authorizer_cache_s <= 0:
+                ran += count
+            elif until.get(tenant, -math.inf) <= now:
+                until[tenant] = now + self._authorizer_cache_s
+                ran += 1
+        if ran:
+            self.meter.invoke("authorizer", ran, ran * math.ceil(self.billing.authorizer_ms))
+
+    def _tenant_admits(self, tenant: int, count: int, now: float) -> tuple[int, int]:
+        """The usage plan's throttle at the edge, then ingest's bucket at the controller's multiplier:
+        how many passed the edge, and how many ingest admitted."""
         edge_state = self._edge_state.get(tenant) or BucketState.full(self._edge, now)
         edge = take_lease(edge_state, self._edge, now, count)
         self._edge_state[tenant] = edge.state
         if edge.granted == 0:
-            return 0
+            return 0, 0
         multiplier = self.state.multiplier(tenant)
         limits = self._ingest_limits.get(multiplier)
         if limits is None:
@@ -343,11 +391,13 @@ class System:
         state = self._ingest_state.get(tenant) or BucketState.full(limits, now)
         decision = take_lease(state, limits, now, edge.granted)
         self._ingest_state[tenant] = decision.state
+        # the bucket's conditional write, and the tenant's counters (accepted, throttled) in one write
+        self.meter.dynamodb_writes += 2
         if decision.granted:
             self.state.add(tenant, "accepted", decision.granted)
         if decision.granted < edge.granted:
             self.state.add(tenant, "throttled", edge.granted - decision.granted)
-        return decision.granted
+        return edge.granted, decision.granted
 
     # -- processes -----------------------------------------------------------------------------------
     def _load(self) -> Generator[simpy.Event, object, None]:
@@ -389,6 +439,7 @@ class System:
             run_controller(self.controller_config, ports, int(env.now * 1000) + 60_000)
             metrics.clear_metrics()
             self.rec.controller_runs += 1
+            self.meter.invoke("controller", 1, math.ceil(self.billing.controller_ms))
 
     def _set_sideline_enabled(self, enabled: bool, held: frozenset[str]) -> Iterable[str]:
         changed = []
@@ -405,12 +456,39 @@ class System:
         def archive() -> Generator[simpy.Event, object, None]:
             yield self.env.timeout(ARCHIVER_START_S)
             by_tenant: dict[int, int] = {}
-            for message in queue.purge_waiting():
+            parked = queue.purge_waiting()
+            for message in parked:
                 by_tenant[message.tenant] = by_tenant.get(message.tenant, 0) + 1
+            # one run: it receives and deletes what waits, ten at a time, and writes it to S3 in objects
+            meter = self.meter
+            meter.invoke("archiver", 1, math.ceil(self.billing.archiver_ms))
+            meter.sqs_batches(len(parked))
+            meter.sqs(0, -(-len(parked) // 10))
+            meter.s3_puts += -(-len(parked) // self.setup.config.archive.max_messages_per_object)
             for tenant, amount in by_tenant.items():
                 self.count(tenant, "archived", amount)
 
         self.env.process(archive())
+
+    def _usage(self) -> dict[str, float]:
+        """What the run's calls are billed as (the meter, the mappings' and the gates' counts)."""
+        meter = self.meter
+        for mapping in [*self.mappings, *self.sideline_mappings.values()]:
+            mapping.settle_polls()
+            meter.invoke("worker", mapping.invocations, mapping.billed_ms)
+            for messages, requests in enumerate(mapping.receives):
+                meter.sqs(messages, requests)
+            meter.sqs_idle_polls += mapping.idle_polls
+        rate = self.live_worker.rate
+        if rate is not None:
+            meter.dynamodb_writes += rate.writes
+        for worker in (self.live_worker, self.sideline_worker):
+            leases = worker.leases if worker is not None else None
+            if leases is not None:
+                meter.dynamodb_writes += leases.writes
+                meter.dynamodb_transact_items += leases.transact_items
+                meter.dynamodb_item_reads += leases.item_reads
+        return usage(meter, self.setup.config, self.billing)
 
     def run(self) -> Recording:
         """Run to the scenario's end (virtual); the policies' logs and metrics stay quiet meanwhile."""
@@ -435,6 +513,7 @@ class System:
             metrics.clear_metrics()
         rec = self.rec
         rec.wall_s = time.perf_counter() - started
+        rec.usage = self._usage()
         rec.totals["waiting_at_end"] = sum(queue.depth for queue in self.every)
         rec.totals["in_dlq"] = sum(queue.depth for queue in self.dlqs)
         rec.totals["poison_in_dlq"] = sum(

@@ -10,6 +10,12 @@ messages are then processed one after the other under the container's circuit br
 When the invocation returns, moves are sent, the rest deleted or left to their visibility timeout,
 leases released, and the per-tenant counters the controller reads are added.
 
+The gates and the invocation's end count the AWS calls the real worker makes for them
+(:class:`sim.billing.Meter`): a write per consumer-bucket ask and per tenant's lease (a burst lease
+with the pool in a transaction, after one read of the items), one write per tenant for the release
+and the counters, a DeleteMessageBatch per ten settled or moved records, a SendMessageBatch per ten
+moves to a queue.
+
 What is not the real code is the batch's bookkeeping (Powertools' ``BatchProcessor``, a pydantic
 model per record, logging): it costs far more per message than the rules and is not what decides
 where a message goes; ``tests/sim/test_worker_model.py`` runs the same batches through the real
@@ -37,6 +43,7 @@ from breakwater.sideline import (
     hold_for_outage,
 )
 from breakwater.worker.batch import concurrency_limits, consumer_bucket_limits
+from sim.billing import RECEIVE_MAX, Meter
 from sim.lambda_esm import Invocation
 from sim.messages import Message
 from sim.sqs import SqsQueue
@@ -100,8 +107,10 @@ class ConsumerBuckets:
         self._limits = limits
         self._state: dict[int, BucketState] = {}
         self._bucket_limits: dict[int, BucketLimits] = {}
+        self.writes = 0  # one conditional UpdateItem of the bucket's item per ask
 
     def try_acquire_up_to(self, tenant: int, count: int, now_s: float) -> int:
+        self.writes += 1
         limits = self._bucket_limits.get(tenant)
         if limits is None:
             limits = self._bucket_limits[tenant] = consumer_bucket_limits(self._limits(tenant))
@@ -118,6 +127,12 @@ class LeaseTable:
         self.burst_capacity = burst_capacity
         self._tenants: dict[int, dict[str, Lease]] = {}
         self._pool: dict[str, Lease] = {}
+        # the items' writes and reads: a lease is one write (refused ones too: a failed condition is
+        # billed), a burst lease one transaction of the tenant's item and the pool's after one
+        # consistent read of them all, a release of burst leases one write of the pool
+        self.writes = 0
+        self.transact_items = 0
+        self.item_reads = 0
 
     def acquire_many(
         self, requests: dict[int, ConcurrencyLimits], holder: str, expires_at_ms: int, now_ms: int
@@ -132,10 +147,15 @@ class LeaseTable:
             if grant is Grant.BURST and self.burst_capacity is not None:
                 if pool is None:
                     pool = live_leases(self._pool, now_ms)
+                    self.item_reads += len(requests) + 1
                 grant = grant_for(holder, leases, limits, len(pool), self.burst_capacity, now_ms)
                 if grant is Grant.BURST:
                     pool[f"{tenant}#{holder}"] = Lease(expires_at_ms=expires_at_ms, burst=True)
             grants[tenant] = grant
+            if grant is Grant.BURST:
+                self.transact_items += 2
+            else:
+                self.writes += 1
             if grant is not Grant.REFUSED:
                 kept = live_leases(leases, now_ms)
                 kept[holder] = Lease(expires_at_ms=expires_at_ms, burst=grant is Grant.BURST)
@@ -145,9 +165,13 @@ class LeaseTable:
         return grants
 
     def release(self, holder: str, tenants: list[int]) -> None:
+        """The holder's leases of ``tenants`` (each written with its counters, counted by the caller)."""
+        pooled = False
         for tenant in tenants:
             self._tenants.get(tenant, {}).pop(holder, None)
-            self._pool.pop(f"{tenant}#{holder}", None)
+            pooled = self._pool.pop(f"{tenant}#{holder}", None) is not None or pooled
+        if pooled:
+            self.writes += 1
 
     def held(self, tenant: int, now_ms: int) -> int:
         return len(live_leases(self._tenants.get(tenant, {}), now_ms))
@@ -164,6 +188,7 @@ class WorkerModel:
         limits: Callable[[int], TierLimits],
         rate: ConsumerBuckets | None,
         leases: LeaseTable | None,
+        meter: Meter | None = None,
     ) -> None:
         self.name = name
         self.setup = setup
@@ -171,6 +196,7 @@ class WorkerModel:
         self.limits = limits
         self.rate = rate
         self.leases = leases
+        self.meter = meter if meter is not None else Meter()
         self._concurrency: dict[int, ConcurrencyLimits] = {}
         # per container (a mapping's poller stands for one): its lease holder name and its breaker
         self._containers: dict[tuple[str, int], tuple[str, CircuitBreaker | None]] = {}
@@ -370,9 +396,22 @@ class _Finish:
             key = (message.tenant, COUNTER[decision.action])
             counts[key] = counts.get(key, 0) + 1
         worker.moves_sent += len(moves)
+        meter = worker.meter
         queue.delete(self.settled)
         if moves:
             queue.delete([message for message, _ in moves])
+            # SendMessageBatch per destination, ten at a time
+            sent: dict[Origin, int] = {}
+            for _, decision in moves:
+                destination = decision.destination
+                assert destination is not None
+                sent[destination] = sent.get(destination, 0) + 1
+            for amount in sent.values():
+                meter.sqs_batches(amount)
+        acknowledged = len(self.settled) + len(moves)
+        if acknowledged:
+            # Lambda deletes what the invocation did not report failed: DeleteMessageBatch, ten at a time
+            meter.sqs(0, (acknowledged + RECEIVE_MAX - 1) // RECEIVE_MAX)
         failed = self.failed
         if failed:
             queue.return_after_timeout(failed)
@@ -384,6 +423,9 @@ class _Finish:
         count = sink.count
         for (tenant, counter), amount in counts.items():
             count(tenant, counter, amount)
+        if setup.gates:
+            # the leases' release and the counters: one write per tenant
+            meter.dynamodb_writes += len({tenant for tenant, _ in counts}.union(self.granted))
         if self.granted and worker.leases is not None:
             worker.leases.release(self.holder, self.granted)
         for role, age in self.oldest.items():
