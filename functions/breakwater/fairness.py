@@ -152,20 +152,13 @@ def take_lease(state: BucketState, limits: BucketLimits, now: float, wanted: int
     # A hair of tolerance: waiting exactly ``retry_after`` must yield the promised token despite rounding.
     available = math.floor(tokens + _EPSILON)
     granted = min(wanted, available)
+    # (granted, state, retry_after) and (tokens, updated_at) by position: this runs for every request
     if granted >= 1:
-        return LeaseDecision(
-            granted=granted,
-            state=BucketState(tokens=max(0.0, tokens - granted), updated_at=updated_at),
-            retry_after=0.0,
-        )
+        return LeaseDecision(granted, BucketState(max(0.0, tokens - granted), updated_at), 0.0)
     # Come back when a whole lease is there, not after every single token: a throttled tenant then
     # costs one shared-bucket write per lease instead of one per admitted request.
     missing = max(1.0, min(float(wanted), limits.burst)) - tokens
-    return LeaseDecision(
-        granted=0,
-        state=BucketState(tokens=tokens, updated_at=updated_at),
-        retry_after=max(missing / limits.rate, 0.001),
-    )
+    return LeaseDecision(0, BucketState(tokens, updated_at), max(missing / limits.rate, 0.001))
 
 
 MAX_CONTENTION_DOUBLINGS = 2
