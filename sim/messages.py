@@ -49,7 +49,8 @@ class Message:
         self.received_at = 0.0  # virtual seconds of the last receive
 
     def age_ms(self, now_ms: int) -> int:
-        return max(0, now_ms - self.enqueued_at)
+        age = now_ms - self.enqueued_at
+        return age if age > 0 else 0
 
     def is_expired(self, now_ms: int) -> bool:
         return self.expires_at is not None and now_ms >= self.expires_at

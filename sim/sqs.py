@@ -180,23 +180,26 @@ class SqsQueue:
         if not self.visible_count:
             return []  # an empty receive (the usual one at low load, after every batch)
         count = min(count, RECEIVE_MAX)
+        fair, limit = self.fair, self.max_receive_count
         batch: list[Message] = []
         while len(batch) < count and self.visible_count:
-            taken = self._take_fair(count - len(batch)) if self.fair else self._take(count - len(batch))
+            taken = self._take_fair(count - len(batch)) if fair else self._take(count - len(batch))
+            before = len(batch)
             for message in taken:
-                message.receive_count += 1
-                if self.max_receive_count is not None and message.receive_count > self.max_receive_count:
+                received = message.receive_count + 1
+                message.receive_count = received
+                if limit is not None and received > limit:
                     self._to_dead_letter(message)
                     continue
                 message.received_at = now
-                self.in_flight += 1
-                if self.fair and message.group is not None:
+                if fair and message.group is not None:
                     group = message.group
                     held = self._in_flight_by_group.get(group, 0) + 1
                     self._in_flight_by_group[group] = held
                     if held >= NOISY_MIN_IN_FLIGHT:
                         self._crowded.add(group)
                 batch.append(message)
+            self.in_flight += len(batch) - before
         self.received += len(batch)
         return batch
 

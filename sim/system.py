@@ -111,7 +111,7 @@ class System:
 
         self.live = [queue(f"live-{index}") for index in range(setup.queue_count)]
         self.by_role: dict[Origin, SqsQueue] = {}
-        practices = setup.practices
+        practices = self._practices = setup.practices
         live_function = FunctionConcurrency(env, function_concurrency)
         sideline_function = FunctionConcurrency(env, function_concurrency)
         worker = config.worker
@@ -267,8 +267,9 @@ class System:
         self.by_role[destination].send(message, float(delay_s))
 
     def count(self, tenant: int, counter: str, amount: int = 1) -> None:
-        self.rec.add(counter, amount)
-        if self.setup.practices:
+        totals = self.rec.totals
+        totals[counter] = totals.get(counter, 0) + amount
+        if self._practices:
             self.state.add(tenant, counter, amount)
 
     def report_oldest(self, role: str, age_ms: int, now_ms: int) -> None:
@@ -314,7 +315,7 @@ class System:
         meter = self.meter
         meter.api_requests += integrated
         meter.invoke("ingest", integrated, integrated * math.ceil(self.billing.ingest_ms))
-        meter.sqs(1, len(times))  # SendMessage, one per message accepted
+        meter.sqs_requests[1] += len(times)  # SendMessage, one per message accepted
         rec.add("accepted", len(times))
         if not len(times):
             return
@@ -350,7 +351,7 @@ class System:
             candidates = shards[message.tenant]
             for index in candidates:
                 if depths.is_stale(index, at):
-                    self.meter.sqs(0)  # GetQueueAttributes
+                    self.meter.sqs_requests[0] += 1  # GetQueueAttributes
                     depths.observe(index, live[index].visible_count, at)
             index = choose_queue(candidates, depths.snapshot(candidates))
             depths.record_send(index)

@@ -52,6 +52,9 @@ Outcome = Literal["ok", "failed", "down"]
 
 # the role a record reports its age under, by origin (an enum's ``value`` is a property: looked up once)
 _ROLE = {origin: origin.value if origin is not Origin.REPLAY else "live" for origin in Origin}
+# enum members as module names: looking one up on its class costs more than the test it is used in
+_BURST, _REFUSED = Grant.BURST, Grant.REFUSED
+_DROP, _DEFER = SidelineDecision.DROP, SidelineDecision.DEFER
 _FRESH = TenantState()
 _OVER_RATE = TenantState(within_consumer_rate=False)
 _NO_SLOT = TenantState(holds_concurrency_slot=False)
@@ -144,21 +147,21 @@ class LeaseTable:
         for tenant, limits in requests.items():
             leases = self._tenants.get(tenant, {})
             grant = grant_for(holder, leases, limits, 0, None, now_ms)
-            if grant is Grant.BURST and self.burst_capacity is not None:
+            if grant is _BURST and self.burst_capacity is not None:
                 if pool is None:
                     pool = live_leases(self._pool, now_ms)
                     self.item_reads += len(requests) + 1
                 grant = grant_for(holder, leases, limits, len(pool), self.burst_capacity, now_ms)
-                if grant is Grant.BURST:
-                    pool[f"{tenant}#{holder}"] = Lease(expires_at_ms=expires_at_ms, burst=True)
+                if grant is _BURST:
+                    pool[f"{tenant}#{holder}"] = Lease(expires_at_ms, True)
             grants[tenant] = grant
-            if grant is Grant.BURST:
+            if grant is _BURST:
                 self.transact_items += 2
             else:
                 self.writes += 1
-            if grant is not Grant.REFUSED:
+            if grant is not _REFUSED:
                 kept = live_leases(leases, now_ms)
-                kept[holder] = Lease(expires_at_ms=expires_at_ms, burst=grant is Grant.BURST)
+                kept[holder] = Lease(expires_at_ms, grant is _BURST)
                 self._tenants[tenant] = kept
         if pool is not None:
             self._pool = pool
@@ -167,9 +170,13 @@ class LeaseTable:
     def release(self, holder: str, tenants: list[int]) -> None:
         """The holder's leases of ``tenants`` (each written with its counters, counted by the caller)."""
         pooled = False
+        pool = self._pool
         for tenant in tenants:
-            self._tenants.get(tenant, {}).pop(holder, None)
-            pooled = self._pool.pop(f"{tenant}#{holder}", None) is not None or pooled
+            leases = self._tenants.get(tenant)
+            if leases is not None:
+                leases.pop(holder, None)
+            if pool:
+                pooled = pool.pop(f"{tenant}#{holder}", None) is not None or pooled
         if pooled:
             self.writes += 1
 
@@ -237,7 +244,7 @@ class WorkerModel:
             decision = decide(message, now_ms, fresh, config, retried=message.receive_count > 1)
             if decision.destination is not None:
                 moves.append((message, decision))
-            elif decision.action is SidelineDecision.DROP:
+            elif decision.action is _DROP:
                 key = (message.tenant, "dropped")
                 counts[key] = counts.get(key, 0) + 1
                 settled.append(message)
@@ -280,7 +287,7 @@ class WorkerModel:
         finished = _Finish(
             self, queue, moves, settled, failed, counts, granted, holder, oldest, int(at * 1000)
         )
-        return Invocation(duration_s=at - now_s, finish=finished.run)
+        return Invocation(at - now_s, finished.run)
 
     def _gate(
         self, admitted: list[Message], moves: list[tuple[Message, Decision]], holder: str, at: float
@@ -330,13 +337,13 @@ class WorkerModel:
                 limits = known[tenant] = concurrency_limits(self.limits(tenant))
             requests[tenant] = limits
         grants = self.leases.acquire_many(requests, holder, expires_at, now_ms)
-        held = [tenant for tenant, grant in grants.items() if grant is not Grant.REFUSED]
+        held = [tenant for tenant, grant in grants.items() if grant is not _REFUSED]
         if len(held) == len(grants):
             return within, held
         refused = _NO_SLOT
         kept: list[Message] = []
         for message in within:
-            if grants[message.tenant] is Grant.REFUSED:
+            if grants[message.tenant] is _REFUSED:
                 decision = decide(message, now_ms, refused, config, retried=message.receive_count > 1)
                 moves.append((message, decision))
             else:
@@ -389,7 +396,7 @@ class _Finish:
         sink, setup = worker.sink, worker.setup
         for message, decision in moves:
             assert decision.destination is not None
-            attempt = message.attempt + 1 if decision.action is SidelineDecision.DEFER else message.attempt
+            attempt = message.attempt + 1 if decision.action is _DEFER else message.attempt
             sink.send_move(
                 message.moved(decision.destination, attempt), decision.destination, decision.delay_seconds
             )
@@ -411,7 +418,7 @@ class _Finish:
         acknowledged = len(self.settled) + len(moves)
         if acknowledged:
             # Lambda deletes what the invocation did not report failed: DeleteMessageBatch, ten at a time
-            meter.sqs(0, (acknowledged + RECEIVE_MAX - 1) // RECEIVE_MAX)
+            meter.sqs_requests[0] += (acknowledged + RECEIVE_MAX - 1) // RECEIVE_MAX
         failed = self.failed
         if failed:
             queue.return_after_timeout(failed)
