@@ -187,7 +187,9 @@ class Accepted:
 class CounterSink(Protocol):
     """Adds per-tenant counter deltas to the shared counters (one write per tenant)."""
 
-    def add(self, deltas: Mapping[str, Mapping[str, int]]) -> None: ...
+    def add(self, deltas: Mapping[str, Mapping[str, int]]) -> Mapping[str, Mapping[str, int]]:
+        """Writes the deltas; returns those not written (their tenants' writes failed)."""
+        ...
 
 
 class IngestService:
@@ -282,7 +284,8 @@ class IngestService:
         if not taken:
             return
         try:
-            self._sink.add(taken)
+            left = self._sink.add(taken)
         except Exception:
-            # counts only feed estimates; keep them for the next flush rather than fail a request
-            self._counts.restore(taken)
+            left = taken
+        if left:  # counts only feed estimates; keep them for the next flush rather than fail a request
+            self._counts.restore(left)

@@ -7,6 +7,7 @@ from __future__ import annotations
 from typing import Any
 
 import boto3
+from botocore.exceptions import ClientError
 
 from breakwater.aws.concurrency import POOL_PK, POOL_SK, ConcurrencyLeases
 from breakwater.aws.idempotency import IdempotentProcessor
@@ -168,6 +169,33 @@ def test_the_lease_goes_back_with_the_batch_s_counters_in_one_write(world: Worke
     item = world.item("tenant#acme", "counters")
     assert (item["leases"], item["processed"], item["writes"]) == ({}, 5, 3)
     assert item["dirty_shard"]  # marked for the controller, as every counter write does
+
+
+def test_a_write_refused_while_a_burst_lease_s_transaction_holds_the_item_is_made_again(
+    world: WorkerWorld,
+) -> None:
+    client = boto3.client("dynamodb", region_name=REGION)
+    settings = WorkerSettings.from_env(world.environment())
+    ports = build_worker_ports(
+        settings, lambda envelope, work: {}, dynamodb=client, sqs=world.sqs, container_id="me"
+    )
+    _released(world, "acme")
+    assert ports.leases is not None
+    grants = ports.leases.acquire_many({"acme": LIMITS}, FAR)
+    refused: list[str] = []
+
+    def held_by_a_transaction(params: dict[str, Any], **_: Any) -> None:
+        if not refused:  # another container's burst lease holds the counters item for a moment
+            refused.append(params["UpdateExpression"])
+            raise ClientError({"Error": {"Code": "TransactionConflictException"}}, "UpdateItem")
+
+    client.meta.events.register("provide-client-params.dynamodb.UpdateItem", held_by_a_transaction)
+
+    assert ports.settle(grants, {"acme": {"processed": 1}}) == {}
+
+    assert refused and "writes :one" in refused[0]
+    item = world.item("tenant#acme", "counters")
+    assert (item["leases"], item["processed"]) == ({}, 4)
 
 
 def test_a_tenant_at_its_floor_is_read_and_read_first_for_a_while(world: WorkerWorld) -> None:

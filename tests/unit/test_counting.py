@@ -45,8 +45,9 @@ class _Sink:
     def __init__(self) -> None:
         self.added: list[dict] = []
 
-    def add(self, deltas) -> None:
+    def add(self, deltas) -> dict:
         self.added.append({tenant: dict(counts) for tenant, counts in deltas.items()})
+        return {}
 
 
 class _NoQueues:
@@ -111,3 +112,30 @@ def test_sigterm_flushes_every_tally_then_runs_the_previous_handler():
         assert seen == [signal.SIGTERM] and stop.is_set()
     finally:
         signal.signal(signal.SIGTERM, original)
+
+
+class _HalfDown(_Sink):
+    """A sink whose write for ``down`` fails: the others land."""
+
+    def __init__(self, down: str) -> None:
+        super().__init__()
+        self.down = down
+
+    def add(self, deltas) -> dict:
+        super().add(deltas)
+        return {tenant: dict(counts) for tenant, counts in deltas.items() if tenant == self.down}
+
+
+def test_only_the_tallies_whose_write_failed_go_out_again():
+    from breakwater.ingest import TenantContext
+
+    sink = _HalfDown("globex")
+    service = _service(sink, interval=3600)
+    for name in ("acme", "globex"):
+        tenant = TenantContext(tenant=name, tier="standard", rate=5, burst=10)
+        service.accept(b'{"type": "t"}', tenant, request_id=None, trace_id=None)
+    service.flush_counters()
+    sink.down = ""
+    service.flush_counters()
+    # acme's landed write is not made twice (counters only ever ADD); globex's goes out with the next flush
+    assert sink.added == [{"acme": {"accepted": 1}, "globex": {"accepted": 1}}, {"globex": {"accepted": 1}}]

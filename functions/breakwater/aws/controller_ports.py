@@ -19,7 +19,6 @@ from __future__ import annotations
 
 import json
 import os
-import time
 from collections.abc import Callable, Mapping, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import replace
@@ -32,7 +31,7 @@ from botocore.exceptions import ClientError
 
 from breakwater.archive_budget import ArchiveDue, SidelineObservation
 from breakwater.auth import effective_limits, record_from_item
-from breakwater.aws.counters import COUNTERS_SK, batch_get, plain, tenant_pk
+from breakwater.aws.counters import COUNTERS_SK, batch_get, plain, retrying_conflicts, tenant_pk
 from breakwater.aws.health import (
     observed_depth,
     queue_depth,
@@ -349,11 +348,9 @@ class ControllerState:
     def _write_tenant(self, write: TenantWrite, version: int) -> None:
         """Ingest's bucket first (when the multiplier changed), then the counters item in one UpdateItem."""
         if write.multiplier_changed:
-            _retrying_conflicts(
-                lambda: set_multiplier(self._ddb, self._table, write.tenant, write.multiplier)
-            )
+            retrying_conflicts(lambda: set_multiplier(self._ddb, self._table, write.tenant, write.multiplier))
         try:
-            _retrying_conflicts(
+            retrying_conflicts(
                 lambda: self._ddb.update_item(
                     **self._tenant_update(write, version, clear=not write.keep_dirty)
                 )
@@ -362,7 +359,7 @@ class ControllerState:
             if _code(exc) != "ConditionalCheckFailedException":
                 raise
             # Written to since the read: the tenant keeps its mark and is looked at again next run.
-            _retrying_conflicts(
+            retrying_conflicts(
                 lambda: self._ddb.update_item(**self._tenant_update(write, version, clear=False))
             )
 
@@ -395,18 +392,6 @@ class ControllerState:
                 values[":writes"] = _n(write.writes)
         update["ExpressionAttributeValues"] = values
         return update
-
-
-def _retrying_conflicts(write: Callable[[], object], attempts: int = 4) -> None:
-    """A plain write to an item that a writer's transaction holds is refused, not queued: try again."""
-    for attempt in range(attempts):
-        try:
-            write()
-            return
-        except ClientError as exc:
-            if _code(exc) != "TransactionConflictException" or attempt == attempts - 1:
-                raise
-            time.sleep(0.02 * 2**attempt)
 
 
 def _batch_get_tenants(

@@ -12,7 +12,9 @@ worker's release and its counters are one write (:func:`merged_update`).
 
 from __future__ import annotations
 
+import functools
 import re
+import time
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from typing import TYPE_CHECKING, Any
 
@@ -111,6 +113,23 @@ def add_counters(client: DynamoDBClient, table_name: str, tenant: str, deltas: M
         client.update_item(**update)
 
 
+def retrying_conflicts(write: Callable[[], object], attempts: int = 4) -> None:
+    """A plain write to an item that a writer's transaction holds is refused, not queued: try again.
+
+    (A burst lease's transaction holds the tenant's counters item for the moment it takes.)
+    """
+    for attempt in range(attempts):
+        try:
+            write()
+            return
+        except ClientError as exc:
+            if exc.response.get("Error", {}).get("Code") != "TransactionConflictException":
+                raise
+            if attempt == attempts - 1:
+                raise
+            time.sleep(0.02 * 2**attempt)
+
+
 def write_updates(client: DynamoDBClient, updates: Sequence[dict[str, Any]]) -> list[Exception]:
     """Unconditional UpdateItems of distinct items, each its own call; returns what failed.
 
@@ -120,7 +139,7 @@ def write_updates(client: DynamoDBClient, updates: Sequence[dict[str, Any]]) -> 
     errors: list[Exception] = []
     for update in updates:
         try:
-            client.update_item(**update)
+            retrying_conflicts(functools.partial(client.update_item, **update))
         except Exception as exc:
             errors.append(exc)
     return errors
@@ -172,12 +191,12 @@ class TenantCounters:
         self._table_name = table_name
         self._client: DynamoDBClient = client or boto3.client("dynamodb")
 
-    def add(self, deltas: Mapping[str, Mapping[str, int]]) -> None:
-        updates = [
-            update
-            for tenant, counts in deltas.items()
-            if (update := counters_update(self._table_name, tenant, counts)) is not None
-        ]
-        errors = write_updates(self._client, updates)
-        if errors:
-            raise errors[0]
+    def add(self, deltas: Mapping[str, Mapping[str, int]]) -> dict[str, dict[str, int]]:
+        """One UpdateItem per tenant; returns the deltas of the tenants whose write failed (a write that
+        landed must not be made again: counters only ever ADD)."""
+        failed: dict[str, dict[str, int]] = {}
+        for tenant, counts in deltas.items():
+            update = counters_update(self._table_name, tenant, counts)
+            if update is not None and write_updates(self._client, [update]):
+                failed[tenant] = dict(counts)
+        return failed
