@@ -25,7 +25,6 @@ from __future__ import annotations
 import math
 from collections import deque
 from collections.abc import Callable, Generator
-from dataclasses import dataclass
 
 import simpy
 from simpy.core import URGENT
@@ -39,12 +38,21 @@ SCALE_DOWN_AFTER_S = 60.0  # an idle poller is let go at most once a minute (AWS
 LONG_POLL_S = 20.0  # the wait of each ReceiveMessage an SQS mapping's poller makes
 
 
-@dataclass
 class Invocation:
-    """What one invocation of the function did: how long it ran, and what happens when it returns."""
+    """What one invocation of the function did: how long it ran, and what happens when it returns.
 
-    duration_s: float
-    finish: Callable[[], None]
+    A handler may return a subclass that is its own ``finish`` (one object per invocation, not two).
+    """
+
+    __slots__ = ("_finish", "duration_s")
+
+    def __init__(self, duration_s: float, finish: Callable[[], None] | None = None) -> None:
+        self.duration_s = duration_s
+        self._finish = finish
+
+    def finish(self) -> None:
+        if self._finish is not None:
+            self._finish()
 
 
 Handler = Callable[[list[Message], SqsQueue, int], Invocation]
@@ -209,8 +217,10 @@ class _Poller:
                 return
             batch = queue.receive(mapping.batch_size)
             if batch:
-                if self._since is not None:
-                    self.settle_wait()
+                since = self._since
+                if since is not None:  # the long poll that returns this batch ends a wait (settle_wait)
+                    mapping.idle_polls += int((env.now - since) // LONG_POLL_S)
+                    self._since = None
                 mapping.receives[len(batch)] += 1
                 break
             mapping.empty_receives += 1

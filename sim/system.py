@@ -37,7 +37,7 @@ from breakwater.sideline import DecisionConfig
 from sim.billing import Billing, Meter, usage
 from sim.config import Setup
 from sim.control import ControllerState
-from sim.lambda_esm import EventSourceMapping, FunctionConcurrency, Invocation
+from sim.lambda_esm import EventSourceMapping, FunctionConcurrency
 from sim.messages import Message
 from sim.scenarios import Load, Scenario
 from sim.sqs import SqsQueue
@@ -228,14 +228,10 @@ class System:
     ) -> EventSourceMapping:
         env = self.env
         config = self.setup.config.worker
-
-        def handler(batch: list[Message], source: SqsQueue, index: int) -> Invocation:
-            return worker.handle(batch, source, index, env.now)
-
         return EventSourceMapping(
             env,
             queue,
-            handler,
+            worker.handle,  # at the queue's clock
             batch_size=config.batch_size,
             batching_window_s=config.batching_window_seconds,
             max_concurrency=concurrency,

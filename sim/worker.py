@@ -210,17 +210,21 @@ class WorkerModel:
         self.moves_sent = 0
 
     def _container(self, queue: SqsQueue, index: int) -> tuple[str, CircuitBreaker | None]:
-        key = (queue.name, index)
-        container = self._containers.get(key)
-        if container is None:
-            breaker = None
-            if self.setup.breaker is not None:
-                base, longest = self.setup.breaker
-                breaker = CircuitBreaker(base_s=base, max_s=max(base, longest))
-            container = self._containers[key] = (f"{queue.name}#{index}", breaker)
+        """A new container's lease holder name and breaker."""
+        breaker = None
+        if self.setup.breaker is not None:
+            base, longest = self.setup.breaker
+            breaker = CircuitBreaker(base_s=base, max_s=max(base, longest))
+        container = self._containers[(queue.name, index)] = (f"{queue.name}#{index}", breaker)
         return container
 
-    def handle(self, batch: list[Message], queue: SqsQueue, index: int, now_s: float) -> Invocation:
+    def handle(
+        self, batch: list[Message], queue: SqsQueue, index: int, now_s: float | None = None
+    ) -> Invocation:
+        """One invocation with ``batch`` from ``queue`` (by its poller ``index``) at ``now_s`` (the
+        queue's clock when None): what it did, and what it does when it returns."""
+        if now_s is None:
+            now_s = queue.env.now
         setup, sink, costs = self.setup, self.sink, self.setup.costs
         config = setup.decision
         at = now_s + costs.invoke_ms / 1000
@@ -251,7 +255,8 @@ class WorkerModel:
             else:
                 admitted.append(message)
         at += costs.per_record_ms * len(batch) / 1000
-        holder, breaker = self._container(queue, index)
+        container = self._containers.get((queue.name, index))
+        holder, breaker = container if container is not None else self._container(queue, index)
         granted: list[int] = []
         if breaker is not None and admitted and not breaker.allows(at):
             for message in admitted:
@@ -284,10 +289,9 @@ class WorkerModel:
         if moves:
             at += costs.move_ms * ((len(moves) + 9) // 10) / 1000
         at += costs.settle_ms / 1000
-        finished = _Finish(
-            self, queue, moves, settled, failed, counts, granted, holder, oldest, int(at * 1000)
+        return _Finish(
+            self, queue, moves, settled, failed, counts, granted, holder, oldest, int(at * 1000), at - now_s
         )
-        return Invocation(at - now_s, finished.run)
 
     def _gate(
         self, admitted: list[Message], moves: list[tuple[Message, Decision]], holder: str, at: float
@@ -351,8 +355,9 @@ class WorkerModel:
         return kept, held
 
 
-class _Finish:
-    """What an invocation does when it returns: the moves sent, the rest deleted or left, the counters."""
+class _Finish(Invocation):
+    """An invocation, and what it does when it returns: the moves sent, the rest deleted or left, the
+    counters."""
 
     __slots__ = (
         "counts",
@@ -379,7 +384,9 @@ class _Finish:
         holder: str,
         oldest: dict[str, int],
         finished_ms: int,
+        duration_s: float,
     ) -> None:
+        self.duration_s = duration_s
         self.worker = worker
         self.queue = queue
         self.moves = moves
@@ -391,7 +398,7 @@ class _Finish:
         self.oldest = oldest
         self.finished_ms = finished_ms
 
-    def run(self) -> None:
+    def finish(self) -> None:
         worker, queue, moves, counts = self.worker, self.queue, self.moves, self.counts
         sink, setup = worker.sink, worker.setup
         for message, decision in moves:
