@@ -359,6 +359,7 @@ def run_shards(
     workers = max(1, min(config.parallel_shards, len(shards)))
     if workers == 1:
         # One shard at a time: a thread would only hand each shard over and back, in the same order.
+        # A shard that raises ends the run here, as the pool's map cancels the shards not yet started.
         for shard in ordered:
             report.merge(_run_shard(config, ports, shard, request))
         return report
