@@ -45,7 +45,8 @@ class CircuitBreaker:
 
     def allows(self, now: float) -> bool:
         """Whether the processor may be called now (closed, or half-open: a probe)."""
-        return self.state(now) is not BreakerState.OPEN
+        # :meth:`state` is not OPEN, without building the state: asked before every message
+        return self.outages_in_a_row == 0 or now >= self.open_until
 
     def record_success(self) -> bool:
         """The dependency answered; True if that closed the breaker."""

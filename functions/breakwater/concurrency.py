@@ -63,11 +63,14 @@ def grant_for(
     A holder renewing its own live lease keeps its kind. ``burst_capacity`` None means the pool is
     unbounded (only the tenant's ceiling applies).
     """
-    live = live_leases(tenant_leases, now_ms)
-    own = live.pop(holder, None)
-    if own is not None:
+    # the live leases counted, not copied: this runs for every tenant of every batch
+    own = tenant_leases.get(holder)
+    if own is not None and own.expires_at_ms > now_ms:
         return Grant.BURST if own.burst else Grant.FLOOR
-    held = len(live)
+    held = 0
+    for lease in tenant_leases.values():
+        if lease.expires_at_ms > now_ms:
+            held += 1
     if held < limits.floor:
         return Grant.FLOOR
     if held >= limits.ceiling:

@@ -34,7 +34,14 @@ def choose_queue(candidates: Sequence[int], depths: Mapping[int, int]) -> int:
     """The candidate with the smallest known depth; ties (and unknown depths) keep the tenant's own order."""
     if not candidates:
         raise ValueError("a tenant needs at least one candidate queue")
-    return min(candidates, key=lambda index: (depths.get(index, 0), candidates.index(index)))
+    # the first of the shallowest, in the tenant's order (a loop: this runs for every message sent)
+    best = candidates[0]
+    least = depths.get(best, 0)
+    for index in candidates:
+        depth = depths.get(index, 0)
+        if depth < least:
+            best, least = index, depth
+    return best
 
 
 def full_overlap_probability(queue_count: int, shard_size: int) -> float:
@@ -74,4 +81,5 @@ class QueueDepths:
         return self._observed.get(index, 0) + self._sent.get(index, 0)
 
     def snapshot(self, indexes: Sequence[int]) -> dict[int, int]:
-        return {index: self.depth(index) for index in indexes}
+        observed, sent = self._observed, self._sent
+        return {index: observed.get(index, 0) + sent.get(index, 0) for index in indexes}

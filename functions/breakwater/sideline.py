@@ -169,7 +169,8 @@ def decide(
     # age would park it again (archive -> replay -> backlog -> archive), also once a deferral moved it
     # to surge. The gates still apply.
     too_old = envelope.age_ms(now_ms) > config.sideline_age_ms
-    if not sideline_mode and not retried and not is_replayed(envelope) and too_old:
+    # the age first: most messages are young, and the other tests then need not run
+    if too_old and not sideline_mode and not retried and not is_replayed(envelope):
         return Decision(SidelineDecision.SIDELINE, Reason.TOO_OLD, Origin.BACKLOG)
 
     if not tenant_state.within_consumer_rate:
