@@ -183,7 +183,12 @@ class SqsQueue:
         fair, limit = self.fair, self.max_receive_count
         batch: list[Message] = []
         while len(batch) < count and self.visible_count:
-            taken = self._take_fair(count - len(batch)) if fair else self._take(count - len(batch))
+            if not fair:
+                taken = self._take(count - len(batch))
+            elif now - self._noisy_at < NOISY_REFRESH_S and not self.noisy and not self._held:
+                taken = self._take_in_order(count - len(batch))  # _take_fair with nothing to pass over
+            else:
+                taken = self._take_fair(count - len(batch))
             before = len(batch)
             for message in taken:
                 received = message.receive_count + 1
@@ -207,6 +212,17 @@ class SqsQueue:
         visible = self._visible
         taken = [visible.popleft() for _ in range(min(count, len(visible)))]
         self.visible_count -= len(taken)
+        return taken
+
+    def _take_in_order(self, count: int) -> list[Message]:
+        """A fair queue's receive while no group is noisy and none is held: the oldest first."""
+        visible = self._visible
+        taken = [visible.popleft() for _ in range(min(count, len(visible)))]
+        self.visible_count -= len(taken)
+        by_group = self._visible_by_group
+        for message in taken:
+            if message.group is not None:
+                by_group[message.group] -= 1
         return taken
 
     def _take_fair(self, count: int) -> list[Message]:

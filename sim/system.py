@@ -380,7 +380,7 @@ class System:
         self._edge_state[tenant] = edge.state
         if edge.granted == 0:
             return 0, 0
-        multiplier = self.state.multiplier(tenant)
+        multiplier = self.state.multipliers.get(tenant, 1.0)  # ControllerState.multiplier, per tick
         limits = self._ingest_limits.get(multiplier)
         if limits is None:
             base = BucketLimits(rate=self._tier.rate, burst=self._tier.burst)

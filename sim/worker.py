@@ -58,6 +58,7 @@ _DROP, _DEFER = SidelineDecision.DROP, SidelineDecision.DEFER
 _FRESH = TenantState()
 _OVER_RATE = TenantState(within_consumer_rate=False)
 _NO_SLOT = TenantState(holds_concurrency_slot=False)
+_NO_LEASES: dict[str, Lease] = {}  # a tenant nobody leased yet (read, never written)
 
 COUNTER = {
     SidelineDecision.PROCESS: "processed",
@@ -145,7 +146,7 @@ class LeaseTable:
         pool: dict[str, Lease] | None = None
         grants: dict[int, Grant] = {}
         for tenant, limits in requests.items():
-            leases = self._tenants.get(tenant, {})
+            leases = self._tenants.get(tenant) or _NO_LEASES
             grant = grant_for(holder, leases, limits, 0, None, now_ms)
             if grant is _BURST and self.burst_capacity is not None:
                 if pool is None:
@@ -411,7 +412,8 @@ class _Finish(Invocation):
             counts[key] = counts.get(key, 0) + 1
         worker.moves_sent += len(moves)
         meter = worker.meter
-        queue.delete(self.settled)
+        if self.settled:
+            queue.delete(self.settled)
         if moves:
             queue.delete([message for message, _ in moves])
             # SendMessageBatch per destination, ten at a time
