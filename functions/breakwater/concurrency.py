@@ -19,6 +19,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 from dataclasses import dataclass
 from enum import StrEnum
+from typing import NamedTuple
 
 CROWDED_MS = 5_000  # after a tenant's floor was found taken, its batches read before writing this long
 
@@ -29,8 +30,9 @@ class Grant(StrEnum):
     REFUSED = "refused"
 
 
-@dataclass(frozen=True)
-class Lease:
+class Lease(NamedTuple):
+    """A holder's lease (a named tuple: one is built for every lease read or taken)."""
+
     expires_at_ms: int
     burst: bool = False
 

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass
+from typing import NamedTuple
 
 _EPSILON = 1e-4  # tokens; epoch-second floats carry ~1e-7 s of rounding
 
@@ -34,9 +35,12 @@ class BucketLimits:
         return BucketLimits(rate=self.rate * multiplier, burst=max(1.0, self.burst * min(1.0, multiplier)))
 
 
-@dataclass(frozen=True)
-class BucketState:
-    """A bucket as stored: ``tokens`` as of ``updated_at`` (epoch seconds)."""
+class BucketState(NamedTuple):
+    """A bucket as stored: ``tokens`` as of ``updated_at`` (epoch seconds).
+
+    A named tuple, not a frozen dataclass: one is built for every lease asked, and a tuple costs
+    a third less to build.
+    """
 
     tokens: float
     updated_at: float
@@ -133,9 +137,8 @@ def demand_lease_size(usual: int, demand_per_second: float, lease_seconds: float
     return max(1, min(usual, wanted))
 
 
-@dataclass(frozen=True)
-class LeaseDecision:
-    """Outcome of trying to take a lease from the shared bucket."""
+class LeaseDecision(NamedTuple):
+    """Outcome of trying to take a lease from the shared bucket (a named tuple, as :class:`BucketState`)."""
 
     granted: int
     state: BucketState
