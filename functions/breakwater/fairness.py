@@ -52,14 +52,9 @@ class BucketState(NamedTuple):
 
 def refill(state: BucketState, limits: BucketLimits, now: float) -> BucketState:
     """Tokens accrued since the last update, capped at the burst. Time never runs backwards."""
-    tokens, updated_at = _refilled(state, limits, now)
-    return BucketState(tokens=tokens, updated_at=updated_at)
-
-
-def _refilled(state: BucketState, limits: BucketLimits, now: float) -> tuple[float, float]:
-    """:func:`refill`'s tokens and time, without a state: a lease builds only the state it returns."""
     elapsed = max(0.0, now - state.updated_at)
-    return min(limits.burst, state.tokens + elapsed * limits.rate), max(now, state.updated_at)
+    tokens = min(limits.burst, state.tokens + elapsed * limits.rate)
+    return BucketState(tokens=tokens, updated_at=max(now, state.updated_at))
 
 
 def is_full(state: BucketState, limits: BucketLimits, now: float) -> bool:
@@ -151,7 +146,7 @@ class LeaseDecision(NamedTuple):
 
 def take_lease(state: BucketState, limits: BucketLimits, now: float, wanted: int) -> LeaseDecision:
     """Take up to ``wanted`` whole tokens from the bucket; grant what is there (at least one) or nothing."""
-    # :func:`_refilled` written out: this runs for every request, and the branches cost less than the
+    # :func:`refill` written out: this runs for every request, and the branches cost less than the
     # calls of min and max (the same values: time never runs backwards, the burst caps the tokens)
     tokens, updated_at = state.tokens, state.updated_at
     if now > updated_at:
