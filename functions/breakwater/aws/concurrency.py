@@ -269,8 +269,6 @@ class ConcurrencyLeases:
 
     def _pool_put(self, pool: Mapping[str, Any], pool_leases: Mapping[str, Lease]) -> dict[str, Any]:
         pool_version = int(pool["version"]) if "version" in pool else None
-        new = {"ConditionExpression": "attribute_not_exists(pk)"}
-        condition = new if pool_version is None else _condition(pool_version)
         return {
             "TableName": self._table,
             "Item": {
@@ -279,7 +277,7 @@ class ConcurrencyLeases:
                 "leases": {"M": {key: {"N": str(lease.expires_at_ms)} for key, lease in pool_leases.items()}},
                 "version": {"N": str((pool_version or 0) + 1)},
             },
-            **condition,
+            **_condition(pool_version),
         }
 
     def release_update(self, tenant: str, grant: Grant) -> dict[str, Any] | None:
