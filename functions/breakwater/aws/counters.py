@@ -106,13 +106,6 @@ def merged_update(first: Mapping[str, Any], second: Mapping[str, Any]) -> dict[s
     return merged
 
 
-def add_counters(client: DynamoDBClient, table_name: str, tenant: str, deltas: Mapping[str, int]) -> None:
-    """ADD ``deltas`` to the tenant's counters in one write; zeros are skipped, unknown names refused."""
-    update = counters_update(table_name, tenant, deltas)
-    if update is not None:
-        client.update_item(**update)
-
-
 def retrying_conflicts(write: Callable[[], object], attempts: int = 4) -> None:
     """A plain write to an item that a writer's transaction holds is refused, not queued: try again.
 
@@ -128,6 +121,13 @@ def retrying_conflicts(write: Callable[[], object], attempts: int = 4) -> None:
             if attempt == attempts - 1:
                 raise
             time.sleep(0.02 * 2**attempt)
+
+
+def add_counters(client: DynamoDBClient, table_name: str, tenant: str, deltas: Mapping[str, int]) -> None:
+    """ADD ``deltas`` to the tenant's counters in one write; zeros are skipped, unknown names refused."""
+    update = counters_update(table_name, tenant, deltas)
+    if update is not None:
+        retrying_conflicts(functools.partial(client.update_item, **update))
 
 
 def write_updates(client: DynamoDBClient, updates: Sequence[dict[str, Any]]) -> list[Exception]:
