@@ -135,17 +135,15 @@ def build_worker_ports(
         idempotent.write_completed(idempotent.take_completed())
         failed = []
         for tenant in dict.fromkeys([*counters, *grants]):
-            parts = [
-                update
-                for update in (
-                    counters_update(table, tenant, counters.get(tenant, {})),
-                    leases.release_update(tenant, grants[tenant]) if leases and tenant in grants else None,
-                )
-                if update is not None
-            ]
-            if not parts:
+            update = counters_update(table, tenant, counters.get(tenant, {}))
+            grant = grants.get(tenant)
+            release = None if leases is None or grant is None else leases.release_update(tenant, grant)
+            if update is not None and release is not None:
+                update = merged_update(update, release)
+            update = update or release
+            if update is None:
                 continue
-            for error in write_updates(ddb, [merged_update(*parts) if len(parts) == 2 else parts[0]]):
+            for error in write_updates(ddb, [update]):
                 logger.warning("counter flush failed", extra={"tenant": tenant, "error": str(error)})
                 if tenant in counters:
                     failed.append(tenant)
