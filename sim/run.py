@@ -95,25 +95,3 @@ def run_scenario(
     return ScenarioRun(
         {name: done[name] for name in names}, time.perf_counter() - started, workers, list(peaks.values())
     )
-
-
-def run_configurations(
-    scenario: Scenario,
-    config: BlueprintConfig,
-    *,
-    costs: Costs,
-    configurations: Sequence[ConfigName] = ("naive", "fair", "breakwater"),
-    same_fleet: bool = True,
-    function_concurrency: int | None = None,
-    jobs: int = 1,
-) -> dict[str, dict[str, Any]]:
-    """One :class:`System` per configuration, each run to the end; their summaries by name."""
-    return run_scenario(
-        scenario,
-        config,
-        costs=costs,
-        configurations=configurations,
-        same_fleet=same_fleet,
-        function_concurrency=function_concurrency,
-        jobs=jobs,
-    ).results

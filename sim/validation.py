@@ -26,7 +26,7 @@ from typing import Any
 import sim  # noqa: F401  (puts the runtime library on the path)
 from sim.config import blueprint, load_context
 from sim.report import table
-from sim.run import run_configurations
+from sim.run import run_scenario
 from sim.scenarios import Scenario, embedded
 from sim.worker import Costs
 
@@ -54,14 +54,14 @@ def run_validation(reference: dict[str, Any] | None = None) -> dict[str, Any]:
     """The embedded default's noisy scenario, naive and Breakwater, with the emulator's fleet and costs."""
     reference = reference or load_reference()
     scenario, config = validation_scenario(reference)
-    results = run_configurations(
+    results = run_scenario(
         scenario,
         config,
         costs=EMBEDDED_COSTS,
         configurations=("naive", "breakwater"),
         same_fleet=False,
         function_concurrency=int(reference["mapping_containers"]),
-    )
+    ).results
     return {"scenario": scenario, "results": results, "reference": reference, "table": table(results)}
 
 

@@ -8,7 +8,7 @@ import pytest
 
 import sim  # noqa: F401
 from sim.config import blueprint, load_context
-from sim.run import run_configurations
+from sim.run import run_scenario
 from sim.scenarios import Scenario, seed_scale
 from sim.worker import Costs
 
@@ -40,7 +40,7 @@ def small(kind: str, **changes: Any) -> tuple[Scenario, Any]:
 @pytest.fixture(scope="module")
 def noisy() -> tuple[Scenario, dict[str, dict[str, Any]]]:
     scenario, config = small("noisy")
-    return scenario, run_configurations(scenario, config, costs=COSTS)
+    return scenario, run_scenario(scenario, config, costs=COSTS).results
 
 
 def test_naive_recovers_as_the_practices_arithmetic_says(noisy: tuple[Scenario, dict[str, Any]]) -> None:
@@ -76,7 +76,7 @@ def test_breakwater_keeps_quiet_tenants_at_their_baseline_and_recovers_at_once(
 def test_an_outage_dead_letters_naive_traffic_but_breakwater_holds_it_aside() -> None:
     # 30 minutes: naive's failures come back every visibility timeout (6 minutes) until the fifth receive
     scenario, config = small("outage", event_s=1800)
-    results = run_configurations(scenario, config, costs=COSTS, configurations=("naive", "breakwater"))
+    results = run_scenario(scenario, config, costs=COSTS, configurations=("naive", "breakwater")).results
     assert results["naive"]["dead_lettered"] > 0
     assert results["breakwater"]["dead_lettered"] == 0
     assert results["breakwater"]["moved"]["sidelined"] > 0
@@ -85,7 +85,7 @@ def test_an_outage_dead_letters_naive_traffic_but_breakwater_holds_it_aside() ->
 
 def test_poison_messages_reach_the_dead_letter_queue_and_nothing_else_does() -> None:
     scenario, config = small("poison")
-    results = run_configurations(scenario, config, costs=COSTS, configurations=("naive", "breakwater"))
+    results = run_scenario(scenario, config, costs=COSTS, configurations=("naive", "breakwater")).results
     naive, breakwater = results["naive"], results["breakwater"]
     assert naive["dead_lettered"] == naive["poison_in_dlq"] == naive["poison_sent"] > 0
     # a move (spill, defer) starts a message's receive count again: some are still on their way
