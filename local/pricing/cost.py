@@ -23,6 +23,7 @@ HOURS_PER_MONTH = 730  # CloudWatch prorates a metric-month by the hour over 730
 # Counted but not priced: kept in a report's usage for comparison (so is every ``measured.*`` unit).
 UNPRICED = frozenset({"dynamodb.reported_capacity_units"})
 MEASURED = "measured."
+AS_MEASURED_ROW = "(Lambda duration at emulator speed)"  # the cost tables' row of the measured duration
 
 
 @dataclass(frozen=True)
@@ -176,7 +177,7 @@ def side_by_side(summaries: Mapping[str, Mapping[str, Any]], *, base: str = "nai
     each to ``base`` (when it is one of them)."""
     names = list(summaries)
     rows = services()
-    width = max(len(name) for name in [*rows, "(Lambda duration at emulator speed)"]) + 2
+    width = max(len(name) for name in [*rows, AS_MEASURED_ROW]) + 2
     header = f"{'$ per million delivered':{width}s}" + "".join(f"{name:>14s}" for name in names)
     with_ratio = base in summaries and len(names) > 1
     others = [name for name in names if name != base]
@@ -201,7 +202,7 @@ def side_by_side(summaries: Mapping[str, Mapping[str, Any]], *, base: str = "nai
     lines.append(row("total", {n: summaries[n]["usd_per_million_delivered"] for n in names}, ",.2f"))
     measured = {n: summaries[n].get("usd_per_million_lambda_duration_as_measured") for n in names}
     if any(measured.values()):  # the duration above is billed at AWS's round trips
-        lines.append(row("(Lambda duration at emulator speed)", measured, ",.2f"))
+        lines.append(row(AS_MEASURED_ROW, measured, ",.2f"))
     lines.append(
         row(
             "requests / message",
