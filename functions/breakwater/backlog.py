@@ -37,7 +37,7 @@ import zlib
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, replace
 from enum import StrEnum
-from typing import Any
+from typing import Any, NamedTuple
 
 COUNTER_NAMES = (
     "accepted",
@@ -97,9 +97,15 @@ def raw_backlog(counters: Mapping[str, Any]) -> float:
     ``archived`` took. ``dead_lettered`` and ``redriven`` do the same for the dead-letter queues. May
     be negative when counts were lost: :func:`evaluate` corrects that.
     """
-    leaving = sum(_number(counters, name) for name in LEAVING)
-    returning = sum(_number(counters, name) for name in RETURNING)
-    return _number(counters, "accepted") - leaving + returning
+    # the sums written out (the same additions in the same order): this runs for every changed tenant
+    get = counters.get
+    leaving = 0.0
+    for name in LEAVING:
+        leaving += float(get(name, 0) or 0)
+    returning = 0.0
+    for name in RETURNING:
+        returning += float(get(name, 0) or 0)
+    return float(get("accepted", 0) or 0) - leaving + returning
 
 
 def backlog_estimate(counters: Mapping[str, Any], offset: float = 0.0) -> int:
@@ -114,7 +120,9 @@ def tolerance(depth: float, minimum: float, fraction: float) -> float:
 
 def carried(estimate: float, mark: float, scale_log: float) -> float:
     """An estimate stored at ``mark``, scaled by every reconciliation since (``scale_log`` only falls)."""
-    return estimate * math.exp(min(0.0, scale_log - mark))
+    if scale_log < mark:
+        return estimate * math.exp(scale_log - mark)
+    return estimate  # no reconciliation since: a scale of exactly 1, no exponential to compute
 
 
 class Correction(StrEnum):
@@ -123,9 +131,13 @@ class Correction(StrEnum):
     CEILING = "ceiling"  # above everything the queues hold
 
 
-@dataclass(frozen=True)
-class StoredEstimate:
-    """What the controller wrote on the counters item at its last evaluation of the tenant."""
+class StoredEstimate(NamedTuple):
+    """What the controller wrote on the counters item at its last evaluation of the tenant.
+
+    This, :class:`Estimate` and :class:`Ledger` are named tuples, not frozen dataclasses: the controller
+    builds them for every changed tenant of every run, and a frozen dataclass costs several times as
+    much to build (each field set through ``object``).
+    """
 
     estimate: float = 0.0  # the corrected estimate then, as the shard's ledger counts it
     mark: float = 0.0  # the scale_log it was computed at
@@ -142,8 +154,7 @@ class StoredEstimate:
         )
 
 
-@dataclass(frozen=True)
-class Estimate:
+class Estimate(NamedTuple):
     """A tenant's corrected estimate, what to store, and what it changes in its shard's ledger."""
 
     backlog: int  # what the multiplier decision uses
@@ -193,8 +204,7 @@ def evaluate(
     )
 
 
-@dataclass(frozen=True)
-class Ledger:
+class Ledger(NamedTuple):
     """A shard's sum of its tenants' stored estimates, as of ``mark``."""
 
     total: float = 0.0

@@ -13,6 +13,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 from enum import StrEnum
+from typing import NamedTuple
 
 
 class MultiplierChange(StrEnum):
@@ -48,8 +49,9 @@ def utilisation(accepted_delta: float, throttled_delta: float, elapsed_s: float,
     return accepted_delta / (elapsed_s * limit_rate)
 
 
-@dataclass(frozen=True)
-class MultiplierDecision:
+class MultiplierDecision(NamedTuple):
+    """A named tuple: one is decided for every changed tenant of every run (see ``backlog.Estimate``)."""
+
     multiplier: float
     change: MultiplierChange
 

@@ -29,7 +29,7 @@ from collections import Counter
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field, replace
-from typing import Any
+from typing import Any, NamedTuple
 
 from aws_lambda_powertools.metrics import MetricUnit
 
@@ -61,17 +61,21 @@ PAGE_SIZE = 99
 """Tenants per page: their updates and the shard's ledger fit one TransactWriteItems (100 items)."""
 
 
-@dataclass(frozen=True)
-class TenantSnapshot:
+class TenantSnapshot(NamedTuple):
+    """A tenant's counters item as read (a named tuple, as the others built for every changed tenant)."""
+
     tenant: str
     limits: TierLimits | None  # None: no active tenant record, so only its estimate is kept
     counters: Mapping[str, Any]  # the counters item: ADD counters and the controller's own attributes
     multiplier: float = 1.0
 
 
-@dataclass(frozen=True)
-class TenantWrite:
-    """What the controller stores on a tenant's counters item after evaluating it."""
+class TenantWrite(NamedTuple):
+    """What the controller stores on a tenant's counters item after evaluating it.
+
+    A named tuple, not a frozen dataclass: one is built for every changed tenant of every run, and a
+    frozen dataclass costs several times as much to build (each field set through ``object``).
+    """
 
     tenant: str
     seen: Mapping[str, float]  # bookmarks for the next utilisation: accepted, throttled, at
