@@ -15,7 +15,6 @@ shard's ledger), a changed multiplier written where ingest reads it.
 from __future__ import annotations
 
 from collections.abc import Callable, Iterable, Mapping, Sequence
-from dataclasses import replace
 from typing import Any
 
 from breakwater.archive_budget import ArchiveDue, SidelineObservation
@@ -156,14 +155,12 @@ class ControllerState:
 
     def _read_tenants(self, tenants: Sequence[str]) -> list[TenantSnapshot]:
         self.meter.dynamodb_item_reads += len(tenants)  # BatchGetItem of their counters items
+        index, limits, counters, multipliers = self._index, self._limits, self.counters, self.multipliers
         snapshots = []
         for name in tenants:
-            tenant = self._index[name]
-            snapshots.append(
-                TenantSnapshot(
-                    name, self._limits(tenant), dict(self.counters.get(tenant, {})), self.multiplier(tenant)
-                )
-            )
+            tenant = index[name]
+            item = dict(counters.get(tenant, {}))
+            snapshots.append(TenantSnapshot(name, limits(tenant), item, multipliers.get(tenant, 1.0)))
         return snapshots
 
     def _commit(self, state: ShardState, writes: Sequence[TenantWrite]) -> ShardState:
@@ -189,7 +186,7 @@ class ControllerState:
         ledger = Ledger(state.ledger.total + sum(write.ledger_delta for write in writes), state.ledger.mark)
         self.ledgers[state.shard] = ledger
         self.versions[state.shard] = state.version + 1
-        return replace(state, ledger=ledger, version=state.version + 1)
+        return ShardState(state.shard, ledger, state.version + 1, state.cursor)
 
     def _release_shard(self, state: ShardState, cursor: str | None) -> None:
         self.meter.dynamodb_writes += 1

@@ -364,8 +364,9 @@ def run_shards(
     if workers == 1:
         # One shard at a time: a thread would only hand each shard over and back, in the same order.
         # A shard that raises ends the run here, as the pool's map cancels the shards not yet started.
+        # Each shard adds to the run's report itself: merging a report per shard would only copy it.
         for shard in ordered:
-            report.merge(_run_shard(config, ports, shard, request))
+            _run_shard(config, ports, shard, request, report)
         return report
     with ThreadPoolExecutor(max_workers=workers) as pool:
         for part in pool.map(lambda shard: _run_shard(config, ports, shard, request), ordered):
@@ -374,9 +375,15 @@ def run_shards(
 
 
 def _run_shard(
-    config: ControllerConfig, ports: ControllerPorts, shard: int, request: ShardRequest
+    config: ControllerConfig,
+    ports: ControllerPorts,
+    shard: int,
+    request: ShardRequest,
+    report: ShardReport | None = None,
 ) -> ShardReport:
-    report = ShardReport()
+    """One shard's changed tenants, added to ``report`` (a new one when None), which is returned."""
+    if report is None:
+        report = ShardReport()
     now = ports.clock_ms()
     if now >= request.deadline_ms:
         report.pending.append(shard)
@@ -386,7 +393,9 @@ def _run_shard(
         report.busy.append(shard)
         return report
     # The ledger as of this run's scale: every tenant delta of this run is computed at it.
-    state = replace(claimed, ledger=Ledger(claimed.ledger.at(request.scale_log), request.scale_log))
+    # A new state, not ``replace``: that looks the dataclass's fields up for every shard of every run.
+    ledger = Ledger(claimed.ledger.at(request.scale_log), request.scale_log)
+    state = ShardState(claimed.shard, ledger, claimed.version, claimed.cursor)
     cursor = state.cursor
     try:
         while True:
