@@ -330,11 +330,12 @@ class SqsQueue:
 
     def _leave_flight(self, messages: list[Message], now: float) -> None:
         spent: dict[int, float] = {}
+        in_flight = self._in_flight_by_group
         for message in messages:
             group = message.group
             if group is None:
                 continue
-            self._in_flight_by_group[group] -= 1
+            in_flight[group] -= 1
             spent[group] = spent.get(group, 0.0) + (now - message.received_at)
         if not spent:
             return

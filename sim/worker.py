@@ -161,7 +161,7 @@ class LeaseTable:
             else:
                 self.writes += 1
             if grant is not _REFUSED:
-                kept = live_leases(leases, now_ms)
+                kept = live_leases(leases, now_ms) if leases else {}  # most tenants hold none
                 kept[holder] = Lease(expires_at_ms, grant is _BURST)
                 self._tenants[tenant] = kept
         if pool is not None:
@@ -342,7 +342,10 @@ class WorkerModel:
                 limits = known[tenant] = concurrency_limits(self.limits(tenant))
             requests[tenant] = limits
         grants = self.leases.acquire_many(requests, holder, expires_at, now_ms)
-        held = [tenant for tenant, grant in grants.items() if grant is not _REFUSED]
+        held: list[int] = []  # plain loops here and in finish: they run for every batch
+        for tenant, grant in grants.items():
+            if grant is not _REFUSED:
+                held.append(tenant)
         if len(held) == len(grants):
             return within, held
         refused = _NO_SLOT
@@ -441,7 +444,10 @@ class _Finish(Invocation):
             count(tenant, counter, amount)
         if setup.gates:
             # the leases' release and the counters: one write per tenant
-            meter.dynamodb_writes += len({tenant for tenant, _ in counts}.union(self.granted))
+            written = set(self.granted)
+            for tenant, _ in counts:
+                written.add(tenant)
+            meter.dynamodb_writes += len(written)
         if self.granted and worker.leases is not None:
             worker.leases.release(self.holder, self.granted)
         for role, age in self.oldest.items():
