@@ -30,7 +30,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 from enum import StrEnum
-from typing import Literal, Protocol
+from typing import Literal, NamedTuple, Protocol
 
 from breakwater.envelope import Origin
 
@@ -114,8 +114,9 @@ class DecisionConfig:
     max_defer_seconds: int = 900
 
 
-@dataclass(frozen=True)
-class Decision:
+class Decision(NamedTuple):
+    """A named tuple, not a frozen dataclass: one is built for every message that is not processed."""
+
     action: SidelineDecision
     reason: Reason
     destination: Origin | None = None  # queue role a moved message goes to
