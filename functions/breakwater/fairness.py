@@ -94,12 +94,29 @@ class DemandMeter:
     current: float = 0.0
     previous: float = 0.0
     first: int | None = None  # the first second this container saw the tenant
+    # Requests over the last QUIET_LEASE_SECONDS or so, decayed exponentially: a trickle's rate,
+    # which a one-second window sees as 0 or 1
+    recent: float = 0.0
+    recent_at: float = 0.0
 
     def observe(self, now: float, count: float = 1.0) -> None:
         self._roll(now)
         if self.first is None:
             self.first = self.second
+            self.recent_at = now
         self.current += count
+        self.recent = self._recent(now) + count
+        self.recent_at = max(now, self.recent_at)
+
+    def recent_rate(self, now: float) -> float:
+        """Requests per second over about the last :data:`QUIET_LEASE_SECONDS` (an exponentially
+        weighted count; it starts at zero, so a container new to a tenant underestimates it)."""
+        return self._recent(now) / QUIET_LEASE_SECONDS
+
+    def _recent(self, now: float) -> float:
+        if now <= self.recent_at:
+            return self.recent
+        return self.recent * math.exp((self.recent_at - now) / QUIET_LEASE_SECONDS)
 
     def rate(self, now: float) -> float | None:
         """Requests per second over the last second (the previous second weighted by how much of it
@@ -130,6 +147,24 @@ def demand_lease_size(usual: int, demand_per_second: float, lease_seconds: float
     """
     wanted = math.floor(demand_per_second * lease_seconds * DEMAND_SHARE)
     return max(1, min(usual, wanted))
+
+
+QUIET_LEASE_SECONDS = 10.0
+"""How long a quiet lease lasts: the horizon over which a container sizes it to the tenant's trickle."""
+
+
+def quiet_lease_size(usual: int, recent_per_second: float) -> int:
+    """Tokens for a quiet lease: what the container expects to spend over :data:`QUIET_LEASE_SECONDS`.
+
+    A container that sees a tenant less than a few times a second gets a one-token lease from
+    :func:`demand_lease_size`, so each of that tenant's requests costs a shared-bucket write. When
+    the bucket is full (the tenant left its last burst's worth of refill unspent) the container may
+    instead lease what it expects to spend over the longer horizon, for that long: unspent tokens
+    of a full bucket are forfeited from refill the tenant was not using, and every admitted request
+    still spent a token taken from the shared bucket exactly once, so the limits hold as before.
+    Capped at ``usual`` (a share of the burst); 0 or 1 means no quiet lease is worth taking.
+    """
+    return min(usual, math.floor(recent_per_second * QUIET_LEASE_SECONDS))
 
 
 class LeaseDecision(NamedTuple):

@@ -333,3 +333,45 @@ def test_a_tenant_over_its_rate_gets_its_rate_and_no_more(state_table, clock, co
     client, _ = counted_client
     rate = _admission(state_table, clock, client, containers=containers, per_second=100)
     assert 0.9 * STANDARD.rate <= rate <= STANDARD.rate + STANDARD.burst / 18
+
+
+def _trickle(gates, clock, *, per_second, seconds, limits=STANDARD, seed=3):
+    """A tenant's Poisson requests at ``per_second`` spread at random over ``gates``: how many were
+    admitted and how many were offered."""
+    import random
+
+    rng = random.Random(seed)
+    start, offered, admitted_count = clock.now, 0, 0
+    while clock.now - start < seconds:
+        clock.advance(rng.expovariate(per_second))
+        offered += 1
+        admitted_count += rng.choice(gates).try_acquire("acme", limits)[0]
+    return admitted_count, offered
+
+
+@pytest.mark.parametrize("containers", [1, 2])
+def test_a_trickle_takes_quiet_leases_far_fewer_writes_than_requests(
+    state_table, clock, counted_client, containers
+):
+    client, counter = counted_client
+    gates = [bucket(state_table, clock, client) for _ in range(containers)]
+
+    admitted_count, offered = _trickle(gates, clock, per_second=1.0, seconds=300)
+
+    assert admitted_count == offered  # far under its limits: every request admitted
+    # A container that sees the tenant less than a few times a second would write once per request
+    # with one-second leases; from a full bucket it leases what it expects over the quiet horizon.
+    assert counter.calls.count("UpdateItem") < 0.6 * offered
+
+
+def test_a_quiet_lease_never_lets_a_tenant_past_its_limits(state_table, clock, counted_client):
+    client, _ = counted_client
+    limits = BucketLimits(rate=2, burst=4)  # a small bucket, so a trickle's quiet leases matter
+    gates = [bucket(state_table, clock, client) for _ in range(3)]
+    start = clock.now
+
+    quiet, _ = _trickle(gates, clock, per_second=1.0, seconds=60, limits=limits)  # quiet leases taken
+    burst, _ = _trickle(gates, clock, per_second=40.0, seconds=20, limits=limits, seed=4)  # then a flood
+
+    assert quiet + burst <= limits.burst + limits.rate * (clock.now - start) + 1e-9
+    assert burst >= 0.8 * limits.rate * 20  # and the flood still gets its rate

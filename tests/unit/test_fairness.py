@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import math
+
 import pytest
 from hypothesis import given
 from hypothesis import strategies as st
@@ -163,3 +165,24 @@ def test_a_lease_is_half_what_the_container_will_spend_and_never_more_than_usual
     assert demand_lease_size(usual=25, demand_per_second=9.0, lease_seconds=1.0) == 4
     assert demand_lease_size(usual=25, demand_per_second=200.0, lease_seconds=1.0) == 25
     assert demand_lease_size(usual=25, demand_per_second=0.0, lease_seconds=1.0) == 1
+
+
+def test_recent_demand_sees_a_trickle_that_a_one_second_window_sees_as_nothing():
+    from breakwater.fairness import QUIET_LEASE_SECONDS, DemandMeter
+
+    meter = DemandMeter()
+    for i in range(200):  # one request every two seconds for 400 s
+        meter.observe(100.0 + 2 * i)
+    now = 100.0 + 2 * 199 + 2.5
+    assert meter.rate(now) == pytest.approx(0)  # the last second held no request
+    assert meter.recent_rate(now) == pytest.approx(0.5, rel=0.2)
+    later = now + 3 * QUIET_LEASE_SECONDS
+    assert meter.recent_rate(later) < 0.05 * meter.recent_rate(now)  # a trickle that stopped fades
+
+
+def test_a_quiet_lease_is_the_horizons_expected_requests_and_never_more_than_usual():
+    from breakwater.fairness import QUIET_LEASE_SECONDS, quiet_lease_size
+
+    assert quiet_lease_size(usual=25, recent_per_second=0.5) == math.floor(0.5 * QUIET_LEASE_SECONDS)
+    assert quiet_lease_size(usual=3, recent_per_second=0.5) == 3
+    assert quiet_lease_size(usual=25, recent_per_second=0.01) == 0

@@ -28,6 +28,7 @@ import boto3
 from botocore.exceptions import BotoCoreError, ClientError
 
 from breakwater.fairness import (
+    QUIET_LEASE_SECONDS,
     BucketLimits,
     BucketState,
     DemandMeter,
@@ -38,6 +39,7 @@ from breakwater.fairness import (
     full_at,
     is_full,
     lease_size,
+    quiet_lease_size,
     take_lease,
 )
 from breakwater.observability import logger
@@ -133,9 +135,9 @@ class LeasedTokenBucket:
             return taken, 0.0
         if lease.is_blocked(now):
             return taken, lease.blocked_until - now
-        decision, contended = self._lease(tenant, limits, now, count - taken)
+        decision, contended, ttl = self._lease(tenant, limits, now, count - taken)
         if decision.ok:
-            lease.grant(decision.granted, now, self.lease_seconds)
+            lease.grant(decision.granted, now, ttl)
             return taken + lease.spend_up_to(count - taken, now), 0.0
         retry_after = decision.retry_after
         if contended:  # others are taking this tenant's tokens: back off (fairness.contention_backoff)
@@ -152,23 +154,32 @@ class LeasedTokenBucket:
 
     def _lease(
         self, tenant: str, limits: BucketLimits, now: float, need: int = 1
-    ) -> tuple[LeaseDecision, bool]:
-        """The lease decision, and whether a write lost a race to another container on the way."""
+    ) -> tuple[LeaseDecision, bool, float]:
+        """The lease decision, whether a write lost a race to another container on the way, and how
+        long the lease lasts."""
         known = self._known.get(tenant) or StoredBucket(state=None, version=None)
         if self._predicts_full(known, limits, now):
             try:
-                decision, item = self._take_from_full(tenant, known, limits, now, need)
+                decision, item, ttl = self._take_from_full(tenant, known, limits, now, need)
             except ClientError as exc:
                 if exc.response.get("Error", {}).get("Code") != "ConditionalCheckFailedException":
-                    return self._fail_open(tenant, known, limits, now, exc), False
+                    return self._fail_open(tenant, known, limits, now, exc), False, self.lease_seconds
                 # Not full after all (or the multiplier moved): the error carries the current item.
                 known = parse_bucket_item(exc.response.get("Item"))  # type: ignore[arg-type]
                 self._known[tenant] = known
             except BotoCoreError as exc:
-                return self._fail_open(tenant, known, limits, now, exc), False
+                return self._fail_open(tenant, known, limits, now, exc), False, self.lease_seconds
             else:
                 self._known[tenant] = parse_bucket_item(item)
-                return decision, False
+                return decision, False, ttl
+        decision, contended = self._lease_partial(tenant, known, limits, now, need)
+        return decision, contended, self.lease_seconds
+
+    def _lease_partial(
+        self, tenant: str, known: StoredBucket, limits: BucketLimits, now: float, need: int
+    ) -> tuple[LeaseDecision, bool]:
+        """A lease from a bucket that is not full (or of unknown state): the decision and whether a
+        write lost a race to another container on the way."""
         decision = self._decide(tenant, known, limits, now, need)
         contended = False
         for _ in range(self.max_attempts):
@@ -206,8 +217,9 @@ class LeasedTokenBucket:
 
     def _take_from_full(
         self, tenant: str, known: StoredBucket, limits: BucketLimits, now: float, need: int = 1
-    ) -> tuple[LeaseDecision, dict[str, Any]]:
-        """A whole lease from a full bucket, conditional on ``full_at`` and the multiplier, not the version.
+    ) -> tuple[LeaseDecision, dict[str, Any], float]:
+        """A whole lease from a full bucket, conditional on ``full_at`` and the multiplier, not the version;
+        how long it lasts (a quiet lease, :func:`breakwater.fairness.quiet_lease_size`, lasts longer).
 
         Whatever other containers wrote since our copy, the bucket is full now if the stored
         ``full_at`` has passed (at the stored multiplier, the one we compute with), so the lease is
@@ -216,7 +228,10 @@ class LeasedTokenBucket:
         the bucket is not full, the multiplier differs, or the item predates ``full_at``.
         """
         effective = limits.scaled(known.multiplier)
-        wanted = self._wanted(tenant, effective, now, need)
+        wanted, ttl = self._wanted(tenant, effective, now, need), self.lease_seconds
+        quiet = self._quiet(tenant, effective, now)
+        if quiet > wanted:
+            wanted, ttl = quiet, max(QUIET_LEASE_SECONDS, self.lease_seconds)
         decision = take_lease(BucketState.full(effective, now), effective, now, wanted)
         multiplier, values = _multiplier_condition(known.multiplier)
         values |= {
@@ -231,7 +246,7 @@ class LeasedTokenBucket:
             f"(attribute_not_exists(version) OR full_at <= :now) AND {multiplier}",
             values,
         )
-        return decision, item
+        return decision, item, ttl
 
     def _take_from_partial(
         self, tenant: str, known: StoredBucket, tokens: int, limits: BucketLimits, now: float
@@ -294,6 +309,18 @@ class LeasedTokenBucket:
         demand = meter.rate(now) if meter else None
         sized = usual if demand is None else demand_lease_size(usual, demand, self.lease_seconds)
         return max(sized, min(need, math.floor(effective.burst)))
+
+    def _quiet(self, tenant: str, effective: BucketLimits, now: float) -> int:
+        """A quiet lease's tokens where this container sees the tenant too rarely for its usual lease to
+        hold more than one token (and the bucket is full: the caller's condition); 0 otherwise."""
+        meter = self._demand.get(tenant) if self.size_to_demand else None
+        demand = meter.rate(now) if meter else None
+        if meter is None or demand is None:
+            return 0
+        usual = lease_size(effective, self.lease_seconds, self.max_fraction)
+        if demand_lease_size(usual, demand, self.lease_seconds) > 1:
+            return 0
+        return quiet_lease_size(usual, meter.recent_rate(now))
 
     def _write(
         self, tenant: str, known: StoredBucket, decision: LeaseDecision, limits: BucketLimits, now: float
