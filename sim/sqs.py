@@ -407,20 +407,19 @@ class SqsQueue:
         woke = 0
         incoming_at, incoming = self._incoming_at, self._incoming
         if incoming_at and incoming_at[0] <= now:
+            # one message at a time, in one loop: a wake-up usually finds a single arrival due
+            visible, fair, by_group = self._visible, self.fair, self._visible_by_group
             due = 0
             while incoming_at and incoming_at[0] <= now:
                 incoming_at.popleft()
+                message = incoming.popleft()
+                visible.append(message)
+                if fair and message.group is not None:
+                    by_group[message.group] = by_group.get(message.group, 0) + 1
                 due += 1
-            arrived = [incoming.popleft() for _ in range(due)]
-            self._visible.extend(arrived)
             self.visible_count += due
             self.delayed_count -= due
             woke += due
-            if self.fair:
-                by_group = self._visible_by_group
-                for message in arrived:
-                    if message.group is not None:
-                        by_group[message.group] = by_group.get(message.group, 0) + 1
         while pending and pending[0][0] <= now:
             _, _, message, in_flight = heapq.heappop(pending)
             if in_flight:
