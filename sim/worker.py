@@ -130,7 +130,9 @@ class LeaseTable:
     def __init__(self, burst_capacity: int | None) -> None:
         self.burst_capacity = burst_capacity
         self._tenants: dict[int, dict[str, Lease]] = {}
-        self._pool: dict[str, Lease] = {}
+        # the pool's leases by (tenant, holder), as the real pool item keys them "tenant#holder": a tuple
+        # costs less than formatting that name for every burst lease taken and every release
+        self._pool: dict[tuple[int, str], Lease] = {}
         # the items' writes and reads: a lease is one write (refused ones too: a failed condition is
         # billed), a burst lease one transaction of the tenant's item and the pool's after one
         # consistent read of them all, a release of burst leases one write of the pool
@@ -143,7 +145,7 @@ class LeaseTable:
     ) -> dict[int, Grant]:
         """Mirrors ``ConcurrencyLeases.acquire_many``: each tenant's grant, burst leases against the pool."""
         # the pool is read only when a tenant is past its floor (what decides is the same)
-        pool: dict[str, Lease] | None = None
+        pool: dict[tuple[int, str], Lease] | None = None
         grants: dict[int, Grant] = {}
         for tenant, limits in requests.items():
             leases = self._tenants.get(tenant) or _NO_LEASES
@@ -154,7 +156,7 @@ class LeaseTable:
                     self.item_reads += len(requests) + 1
                 grant = grant_for(holder, leases, limits, len(pool), self.burst_capacity, now_ms)
                 if grant is _BURST:
-                    pool[f"{tenant}#{holder}"] = Lease(expires_at_ms, True)
+                    pool[tenant, holder] = Lease(expires_at_ms, True)
             grants[tenant] = grant
             if grant is _BURST:
                 self.transact_items += 2
@@ -177,7 +179,7 @@ class LeaseTable:
             if leases is not None:
                 leases.pop(holder, None)
             if pool:
-                pooled = pool.pop(f"{tenant}#{holder}", None) is not None or pooled
+                pooled = pool.pop((tenant, holder), None) is not None or pooled
         if pooled:
             self.writes += 1
 

@@ -19,7 +19,9 @@ from __future__ import annotations
 from collections.abc import Mapping
 from dataclasses import dataclass
 from enum import StrEnum
-from typing import NamedTuple
+from typing import NamedTuple, TypeVar
+
+K = TypeVar("K")  # how a map of leases is keyed (a holder, or a tenant and holder)
 
 CROWDED_MS = 5_000  # after a tenant's floor was found taken, its batches read before writing this long
 
@@ -37,7 +39,7 @@ class Lease(NamedTuple):
     burst: bool = False
 
 
-def live_leases(leases: Mapping[str, Lease], now_ms: int) -> dict[str, Lease]:
+def live_leases(leases: Mapping[K, Lease], now_ms: int) -> dict[K, Lease]:
     """The leases that still count; expired ones belong to finished or crashed containers."""
     return {lease_id: lease for lease_id, lease in leases.items() if lease.expires_at_ms > now_ms}
 
