@@ -224,9 +224,12 @@ class Load:
         count = int(self._rng.poisson(total * (end - start)))
         if count == 0:
             return np.empty(0), np.empty(0, dtype=np.int64)
+        # The tenants' and the times' uniforms in one draw: the generator fills an array in order, so these
+        # are the same numbers as two draws of ``count``, for one call less per tick.
+        uniform = self._rng.random(2 * count)
         # what Generator.choice(len(rates), size=count, p=rates / total) draws, with the table kept
-        tenants = cdf.searchsorted(self._rng.random(count), side="right").astype(np.int64)
-        times = start + self._rng.random(count) * (end - start)
+        tenants = cdf.searchsorted(uniform[:count], side="right").astype(np.int64)
+        times = start + uniform[count:] * (end - start)
         order = np.argsort(times, kind="stable")
         return times[order], tenants[order]
 
