@@ -72,7 +72,8 @@ class FunctionConcurrency:
         """None when a slot was taken at once; else an event that fires with the slot taken."""
         if self.limit is None or self.running < self.limit:
             self.running += 1
-            self.peak = max(self.peak, self.running)
+            if self.running > self.peak:  # a test, not max(): this runs for every invocation
+                self.peak = self.running
             return None
         event = self.env.event()
         self._waiters.append(event)
