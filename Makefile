@@ -3,7 +3,11 @@
 SHELL := /bin/bash
 .DEFAULT_GOAL := help
 
-PYTHON ?= python3
+# The distribution's CPython where it has one with venv, 3.11 or newer: Debian and Ubuntu build it with
+# profile-guided and link-time optimisation, which a pyenv or plain source build lacks, and the
+# simulator and the tests are pure Python. Otherwise python3 on the PATH; PYTHON=... overrides both.
+PYTHON ?= $(shell /usr/bin/python3 -c 'import sys, ensurepip, venv; sys.exit(sys.version_info < (3, 11))' \
+	2>/dev/null && echo /usr/bin/python3 || echo python3)
 VENV := .venv
 PY := $(VENV)/bin/python
 CDK := node_modules/.bin/cdk
