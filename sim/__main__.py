@@ -134,9 +134,7 @@ def main(argv: list[str] | None = None) -> int:
             baseline_s=args.baseline_minutes * 60,
             event_s=args.event_minutes * 60,
             after_s=args.after_hours * 3600,
-            invoke_ms=costs.invoke_ms,
-            per_record_ms=costs.per_record_ms,
-            settle_ms=costs.settle_ms,
+            costs=costs,
             seed=args.seed,
         )
         if args.ttl_seconds is not None:

@@ -15,7 +15,10 @@ from typing import Any, Literal
 
 import numpy as np
 
+from sim.worker import Costs
 from stacks.config import BlueprintConfig
+
+DEFAULT_COSTS = Costs()
 
 Kind = Literal["noisy", "outage", "slow", "poison"]
 KINDS: tuple[Kind, ...] = ("noisy", "outage", "slow", "poison")
@@ -98,9 +101,7 @@ class Scenario:
         }
 
 
-def fleet_capacity(
-    config: BlueprintConfig, work_ms: float, invoke_ms: float, per_record_ms: float, settle_ms: float
-) -> float:
+def fleet_capacity(config: BlueprintConfig, work_ms: float, costs: Costs) -> float:
     """Messages per second the live fleet processes when every batch is full and nothing is moved."""
     fleet = config.queue_set.size * config.worker.mapping_concurrency
     batch = (
@@ -108,7 +109,7 @@ def fleet_capacity(
         if config.worker.batching_window_seconds == 0
         else config.worker.batch_size
     )
-    batch_s = (invoke_ms + batch * (per_record_ms + work_ms) + settle_ms) / 1000
+    batch_s = (costs.invoke_ms + batch * (costs.per_record_ms + work_ms) + costs.settle_ms) / 1000
     return fleet * batch / batch_s
 
 
@@ -129,9 +130,7 @@ def seed_scale(
     baseline_s: float = 1800.0,
     event_s: float = 1800.0,
     after_s: float = 5.5 * 3600,
-    invoke_ms: float = 20.0,
-    per_record_ms: float = 0.5,
-    settle_ms: float = 10.0,
+    costs: Costs = DEFAULT_COSTS,
     seed: int = 1,
 ) -> Scenario:
     """1,000 tenants, Zipf-skewed rates whose sum is ``quiet_share`` of the fleet's capacity, one event.
@@ -139,9 +138,10 @@ def seed_scale(
     noisy: the top tenant sends ``surge_factor`` x capacity for the event. outage: the dependency is
     down for the event. slow: the top tenant sends half of what its tier's concurrency processes and
     its messages cost ``slow_factor`` x during the event. poison: the top tenant sends as much, and
-    2 % of its messages sent during the event (a bad release) fail every time.
+    2 % of its messages sent during the event (a bad release) fail every time. ``costs``: the
+    worker's virtual time per invocation, as the run will use it (the fleet's capacity depends on it).
     """
-    capacity = fleet_capacity(config, work_ms, invoke_ms, per_record_ms, settle_ms)
+    capacity = fleet_capacity(config, work_ms, costs)
     names = tuple(f"tenant-{index:04d}" for index in range(1, tenants + 1))
     rates = zipf_rates(tenants, quiet_share * capacity, exponent)
     tier = config.tiers[config.default_tier]

@@ -32,9 +32,7 @@ def tiny() -> dict[str, dict[str, Any]]:
         baseline_s=120,
         event_s=120,
         after_s=600,
-        invoke_ms=COSTS.invoke_ms,
-        per_record_ms=COSTS.per_record_ms,
-        settle_ms=COSTS.settle_ms,
+        costs=COSTS,
     )
     return run_scenario(scenario, config, costs=COSTS, configurations=("naive", "breakwater")).results
 

@@ -29,9 +29,7 @@ def test_parallel_configurations_give_the_sequential_results_in_the_same_order()
         baseline_s=120,
         event_s=120,
         after_s=300,
-        invoke_ms=COSTS.invoke_ms,
-        per_record_ms=COSTS.per_record_ms,
-        settle_ms=COSTS.settle_ms,
+        costs=COSTS,
     )
     sequential = run_scenario(scenario, config, costs=COSTS, jobs=1)
     parallel = run_scenario(scenario, config, costs=COSTS, jobs=2)

@@ -29,9 +29,7 @@ def small(kind: str, **changes: Any) -> tuple[Scenario, Any]:
     scenario = seed_scale(
         kind,  # type: ignore[arg-type]
         config,
-        invoke_ms=COSTS.invoke_ms,
-        per_record_ms=COSTS.per_record_ms,
-        settle_ms=COSTS.settle_ms,
+        costs=COSTS,
         **settings,
     )
     return scenario, config
