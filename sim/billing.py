@@ -4,8 +4,8 @@ The models and the in-memory ports count their calls in a :class:`Meter` (plain 
 paths); :func:`usage` turns the counts into the billed units of ``local/pricing/prices.json`` with
 the billing rules of :mod:`local.pricing.usage` (SQS per 64 KB chunk, DynamoDB units per item and
 twice in a transaction, Lambda GB-seconds rounded up to the millisecond at the function's memory),
-and :func:`cost` prices them per million delivered messages with :func:`local.pricing.cost.cost_summary`,
-as every other report of the project does.
+and the report prices them per million delivered messages with
+:func:`local.pricing.cost.cost_summary`, as every other report of the project does.
 
 What a call carries is not modelled (a message is a few fields, an item a dict), so its size is
 stated in :class:`Billing`, like the durations of the functions whose work the simulator does not
@@ -16,9 +16,8 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass, field
-from typing import Any
 
-from local.pricing.cost import cost_summary, lambda_duration_unit
+from local.pricing.cost import lambda_duration_unit
 from local.pricing.usage import gb_seconds, read_units, sqs_chunks, write_units
 from stacks.config import BlueprintConfig
 
@@ -112,11 +111,6 @@ def usage(meter: Meter, config: BlueprintConfig, billing: Billing) -> dict[str, 
         "s3.put_requests": float(meter.s3_puts),
     }
     return {unit: quantity for unit, quantity in counted.items() if quantity}
-
-
-def cost(counted: dict[str, float], delivered: int, window_s: float) -> dict[str, Any]:
-    """$ per million delivered messages, by service and in total (``local.pricing.cost``'s summary)."""
-    return cost_summary(counted, delivered, window_s)
 
 
 def stated_ms(ms: float) -> int:

@@ -26,7 +26,7 @@ from typing import Any
 
 import numpy as np
 
-from sim.billing import cost
+from local.pricing.cost import cost_summary
 from sim.scenarios import Scenario
 from sim.system import Recording
 
@@ -92,7 +92,7 @@ def summarize(rec: Recording, scenario: Scenario) -> dict[str, Any]:
     worst = max(event_bins, default=None)
     samples = np.asarray(rec.samples, dtype=np.float64) if rec.samples else np.zeros((0, 5))
     totals = rec.totals
-    priced = cost(rec.usage, totals.get("processed", 0), scenario.end_s)
+    priced = cost_summary(rec.usage, totals.get("processed", 0), scenario.end_s)
     return {
         "ages": ages,
         "quiet_baseline_p99_ms": baseline,
