@@ -29,6 +29,7 @@ from collections.abc import Callable, Generator
 import simpy
 from simpy.core import URGENT
 
+from sim.billing import RECEIVE_MAX
 from sim.messages import Message
 from sim.sqs import SqsQueue, run_later
 
@@ -116,7 +117,7 @@ class EventSourceMapping:
         self.invocations = 0
         self.empty_receives = 0
         # what AWS bills: receives by the messages they returned, empty long polls, invocation milliseconds
-        self.receives = [0] * 11
+        self.receives = [0] * (RECEIVE_MAX + 1)
         self.idle_polls = 0
         self.billed_ms = 0
         self._wanted = env.event()
