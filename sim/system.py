@@ -34,7 +34,7 @@ from breakwater.observability import logger, metrics
 from breakwater.routing import QueueDepths, choose_queue, shard_for
 from breakwater.settings import TierLimits
 from breakwater.sideline import DecisionConfig
-from sim.billing import Billing, Meter, usage
+from sim.billing import RECEIVE_MAX, Billing, Meter, usage
 from sim.config import Setup
 from sim.control import ControllerState
 from sim.lambda_esm import EventSourceMapping, FunctionConcurrency
@@ -460,7 +460,7 @@ class System:
             meter = self.meter
             meter.invoke("archiver", 1, math.ceil(self.billing.archiver_ms))
             meter.sqs_batches(len(parked))
-            meter.sqs(0, -(-len(parked) // 10))
+            meter.sqs(0, -(-len(parked) // RECEIVE_MAX))  # DeleteMessageBatch
             meter.s3_puts += -(-len(parked) // self.setup.config.archive.max_messages_per_object)
             for tenant, amount in by_tenant.items():
                 self.count(tenant, "archived", amount)
