@@ -228,10 +228,7 @@ class LeasedTokenBucket:
         the bucket is not full, the multiplier differs, or the item predates ``full_at``.
         """
         effective = limits.scaled(known.multiplier)
-        wanted, ttl = self._wanted(tenant, effective, now, need), self.lease_seconds
-        quiet = self._quiet(tenant, effective, now)
-        if quiet > wanted:
-            wanted, ttl = quiet, max(QUIET_LEASE_SECONDS, self.lease_seconds)
+        wanted, ttl = self._wanted(tenant, effective, now, need, full=True)
         decision = take_lease(BucketState.full(effective, now), effective, now, wanted)
         multiplier, values = _multiplier_condition(known.multiplier)
         values |= {
@@ -299,28 +296,29 @@ class LeasedTokenBucket:
         state = known.state if known.state is not None else BucketState.full(effective, now)
         # A lowered multiplier also caps what is already in the bucket.
         state = BucketState(tokens=min(state.tokens, effective.burst), updated_at=state.updated_at)
-        return take_lease(state, effective, now, self._wanted(tenant, effective, now, need))
+        wanted, _ = self._wanted(tenant, effective, now, need)
+        return take_lease(state, effective, now, wanted)
 
-    def _wanted(self, tenant: str, effective: BucketLimits, now: float, need: int) -> int:
+    def _wanted(
+        self, tenant: str, effective: BucketLimits, now: float, need: int, *, full: bool = False
+    ) -> tuple[int, float]:
         """What this container will spend before the lease expires (at most the usual lease), or what
-        the requests waiting now need if more (never above the burst)."""
+        the requests waiting now need if more (never above the burst), and how long the lease lasts.
+
+        ``full``: the bucket is full, so where the container sees the tenant too rarely for its usual
+        lease to hold more than one token, a quiet lease (:func:`breakwater.fairness.quiet_lease_size`)
+        if it is the larger.
+        """
         usual = lease_size(effective, self.lease_seconds, self.max_fraction)
         meter = self._demand.get(tenant) if self.size_to_demand else None
         demand = meter.rate(now) if meter else None
         sized = usual if demand is None else demand_lease_size(usual, demand, self.lease_seconds)
-        return max(sized, min(need, math.floor(effective.burst)))
-
-    def _quiet(self, tenant: str, effective: BucketLimits, now: float) -> int:
-        """A quiet lease's tokens where this container sees the tenant too rarely for its usual lease to
-        hold more than one token (and the bucket is full: the caller's condition); 0 otherwise."""
-        meter = self._demand.get(tenant) if self.size_to_demand else None
-        demand = meter.rate(now) if meter else None
-        if meter is None or demand is None:
-            return 0
-        usual = lease_size(effective, self.lease_seconds, self.max_fraction)
-        if demand_lease_size(usual, demand, self.lease_seconds) > 1:
-            return 0
-        return quiet_lease_size(usual, meter.recent_rate(now))
+        wanted = max(sized, min(need, math.floor(effective.burst)))
+        if full and meter is not None and demand is not None and sized <= 1:
+            quiet = quiet_lease_size(usual, meter.recent_rate(now))
+            if quiet > wanted:
+                return quiet, max(QUIET_LEASE_SECONDS, self.lease_seconds)
+        return wanted, self.lease_seconds
 
     def _write(
         self, tenant: str, known: StoredBucket, decision: LeaseDecision, limits: BucketLimits, now: float
