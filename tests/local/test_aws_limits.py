@@ -1,0 +1,95 @@
+"""The limits model shared by the embedded AWS and the simulator: figures, scale, per-item budget."""
+
+from __future__ import annotations
+
+import pytest
+
+from local.aws_limits import SCALE_ENV, AwsLimits, ItemThroughput
+
+
+def test_defaults_are_aws_figures_and_only_rates_scale() -> None:
+    limits = AwsLimits()
+    assert (limits.write_units_per_s, limits.read_units_per_s) == (1000, 3000)
+    scaled = limits.scaled(20)
+    assert (scaled.write_units_per_s, scaled.read_units_per_s) == (50, 150)
+    assert scaled.item_bytes == limits.item_bytes == 400 * 1024
+    assert scaled.sqs_batch_bytes == 1024 * 1024
+    assert "divided by 20" in scaled.describe()
+
+
+@pytest.mark.parametrize("value", [0.5, 0, -3, float("nan")])
+def test_scale_below_one_is_refused(value: float) -> None:
+    with pytest.raises(ValueError, match="scale"):
+        AwsLimits(scale=value)
+
+
+def test_from_env() -> None:
+    assert AwsLimits.from_env({}) is None
+    assert AwsLimits.from_env({SCALE_ENV: "off"}) is None
+    limits = AwsLimits.from_env({SCALE_ENV: "20"})
+    assert limits is not None and limits.scale == 20
+    assert AwsLimits.from_env(limits.to_env()) == limits
+    with pytest.raises(ValueError, match=SCALE_ENV):
+        AwsLimits.from_env({SCALE_ENV: "lots"})
+
+
+def test_an_item_past_its_write_limit_is_throttled_and_recovers_when_the_rate_falls() -> None:
+    meter = ItemThroughput.for_dynamodb(AwsLimits(scale=100))  # 10 WCU/s, 30 RCU/s per item
+    admitted = sum(meter.consume("hot", 0.0, write_units=1, kind="counters") for _ in range(15))
+    assert admitted == 10  # one second's budget
+    assert meter.stats["hot"].throttled == 5
+    # another item is not affected
+    assert meter.consume("cold", 0.0, write_units=1)
+    # at half the limit, every call passes again
+    t = 1.0
+    for _ in range(20):
+        t += 0.2
+        assert meter.consume("hot", t, write_units=1, kind="counters")
+    assert meter.throttles_by_kind() == {"counters": 5}
+
+
+def test_reads_and_writes_share_the_second() -> None:
+    meter = ItemThroughput.for_dynamodb(AwsLimits(scale=100))
+    assert meter.consume("item", 0.0, read_units=15)  # half the budget
+    assert sum(meter.consume("item", 0.0, write_units=1) for _ in range(10)) == 5
+
+
+def test_a_throttled_call_takes_no_capacity() -> None:
+    meter = ItemThroughput.for_dynamodb(AwsLimits(scale=100))
+    for _ in range(10):
+        assert meter.consume("item", 0.0, write_units=1)
+    assert not meter.consume("item", 0.0, write_units=1)
+    assert meter.consume("item", 0.1, write_units=1)  # a tenth of a second refilled one unit
+
+
+def test_a_call_larger_than_the_budget_passes_on_a_full_budget_only() -> None:
+    meter = ItemThroughput.for_dynamodb(AwsLimits(scale=100))
+    assert meter.within("big", 0.0, write_units=40)
+    assert meter.consume("big", 0.0, write_units=40)
+    assert not meter.within("big", 2.0, write_units=1)  # in debt for three seconds
+    assert meter.consume("big", 3.5, write_units=1)
+
+
+def test_hottest_ranks_by_peak_write_units_per_second() -> None:
+    meter = ItemThroughput.for_dynamodb(AwsLimits())
+    for i in range(30):
+        meter.consume(("state", "tenant#a", "counters"), i / 10, write_units=3, kind="counters")
+        meter.consume(("state", "pool#concurrency", "pool"), i / 10, write_units=1, kind="burst_pool")
+    top = meter.hottest(1)
+    assert top == [
+        {
+            "item": "state/tenant#a/counters",
+            "kind": "counters",
+            "peak_wcu_per_s": 30.0,
+            "peak_rcu_per_s": 0.0,
+            "throttled": 0,
+        }
+    ]
+
+
+def test_kinesis_records_and_bytes_are_separate_limits() -> None:
+    limits = AwsLimits(scale=100)  # 10 records/s, ~10 KiB/s per shard
+    records, size = ItemThroughput.for_kinesis_records(limits), ItemThroughput.for_kinesis_bytes(limits)
+    assert sum(records.consume("shard-0", 0.0, write_units=1) for _ in range(12)) == 10
+    assert size.consume("shard-0", 0.0, write_units=10_000)
+    assert not size.consume("shard-0", 0.0, write_units=1_000)
