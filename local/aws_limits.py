@@ -233,3 +233,83 @@ def _label(item: Hashable) -> str:
     if isinstance(item, tuple):
         return "/".join(str(part) for part in item)
     return str(item)
+
+
+# The kinds of item the blueprint keeps in DynamoDB, by key. The embedded AWS and the simulator report
+# throttles and the hottest items under these names, so a figure from one compares with the other's:
+#   counters           state  tenant#<t> / counters        counters, concurrency leases, controller fields
+#   ingest_bucket      state  tenant#<t> / bucket#ingest   the front door's bucket (and the multiplier)
+#   consumer_bucket    state  tenant#<t> / bucket#consumer the workers' consumer-rate bucket
+#   bucket             state  tenant#<t> / bucket#<other>  any other token bucket
+#   sweep              state  tenant#<t> / sweep           a tenant's sweep marker (the worker's housekeeping)
+#   burst_pool         state  pool#concurrency / burst     the fleet's one burst pool of concurrency
+#   ledger             state  controller#shard#<n> / ledger a controller shard's ledger
+#   controller_scale   state  controller / scale           the controller's scale item
+#   queue_health       state  queue#<role> / health        a queue's health item
+#   dependency_health  state  dependency / health          the downstream dependency's health (the breaker)
+#   group_backlog      state  group#<g> / backlog          an ordering group's backlog (FIFO path)
+#   redrive_marker     state  redrive#<dlq> / <message id> the fallback redrive's dedup marker
+#   dirty_shard        state's index on dirty_shard        a dirty-tenant shard (the index's partition)
+#   idempotency_record idempotency  breakwater.process#... a message's processing record (Powertools layout)
+#   request_key        idempotency  breakwater.request#... an Idempotency-Key claim at the front door
+#   tenant_config      tenants  tenant_id                  a tenant's configuration
+#   write_ahead        write-ahead  <group> / <dedup id>   the ordered path's write-ahead record
+#   stream_aggregate   aggregates  <partition key> / <type> the stream consumer's aggregate and checkpoint
+#   other              anything else
+_STATE_SORT_KEYS = {
+    "counters": "counters",
+    "bucket#ingest": "ingest_bucket",
+    "bucket#consumer": "consumer_bucket",
+    "sweep": "sweep",
+}
+
+
+def item_kind(table: str, key: Mapping[str, Any]) -> str:
+    """The kind of a DynamoDB item (see the list above) from its table's name and its key.
+
+    ``key`` maps the key's attribute names to their values, plain (``{"pk": "tenant#a"}``) or as
+    DynamoDB sends them (``{"pk": {"S": "tenant#a"}}``). A key on the state table's index of dirty
+    tenants (``dirty_shard``) is a dirty shard. Tables are told apart by their key attributes, and
+    the two tables keyed by ``pk``/``sk`` outside the state table by their names (CloudFormation
+    names a table after its construct).
+    """
+    plain = {name: _plain(value) for name, value in key.items()}
+    if "dirty_shard" in plain:
+        return "dirty_shard"
+    if "tenant_id" in plain:
+        return "tenant_config"
+    if "id" in plain:
+        ident = plain["id"]
+        if ident.startswith("breakwater.request"):
+            return "request_key"
+        if ident.startswith("breakwater.process"):
+            return "idempotency_record"
+        return "other"
+    pk, sk = plain.get("pk", ""), plain.get("sk", "")
+    if "WriteAhead" in table:
+        return "write_ahead"
+    if "Aggregates" in table:
+        return "stream_aggregate"
+    if pk.startswith("tenant#"):
+        return _STATE_SORT_KEYS.get(sk, "bucket" if sk.startswith("bucket#") else "other")
+    if pk == "pool#concurrency":
+        return "burst_pool"
+    if pk.startswith("controller#shard#"):
+        return "ledger"
+    if pk == "controller":
+        return "controller_scale"
+    if pk.startswith("queue#") and sk == "health":
+        return "queue_health"
+    if pk == "dependency":
+        return "dependency_health"
+    if pk.startswith("group#"):
+        return "group_backlog"
+    if pk.startswith("redrive#"):
+        return "redrive_marker"
+    return "other"
+
+
+def _plain(value: Any) -> str:
+    if isinstance(value, Mapping):
+        value = next(iter(value.values()), "")
+    return str(value)

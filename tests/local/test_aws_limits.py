@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from local.aws_limits import SCALE_ENV, AwsLimits, ItemThroughput
+from local.aws_limits import SCALE_ENV, AwsLimits, ItemThroughput, item_kind
 
 
 def test_defaults_are_aws_figures_and_only_rates_scale() -> None:
@@ -93,3 +93,30 @@ def test_kinesis_records_and_bytes_are_separate_limits() -> None:
     assert sum(records.consume("shard-0", 0.0, write_units=1) for _ in range(12)) == 10
     assert size.consume("shard-0", 0.0, write_units=10_000)
     assert not size.consume("shard-0", 0.0, write_units=1_000)
+
+
+@pytest.mark.parametrize(
+    ("table", "key", "kind"),
+    [
+        ("Stack-TablesState1-X", {"pk": "tenant#a", "sk": "counters"}, "counters"),
+        ("Stack-TablesState1-X", {"pk": {"S": "tenant#a"}, "sk": {"S": "bucket#ingest"}}, "ingest_bucket"),
+        ("Stack-TablesState1-X", {"pk": "tenant#a", "sk": "bucket#consumer"}, "consumer_bucket"),
+        ("Stack-TablesState1-X", {"pk": "tenant#a", "sk": "sweep"}, "sweep"),
+        ("Stack-TablesState1-X", {"pk": "pool#concurrency", "sk": "burst"}, "burst_pool"),
+        ("Stack-TablesState1-X", {"pk": "controller#shard#3", "sk": "ledger"}, "ledger"),
+        ("Stack-TablesState1-X", {"pk": "controller", "sk": "scale"}, "controller_scale"),
+        ("Stack-TablesState1-X", {"pk": "queue#live", "sk": "health"}, "queue_health"),
+        ("Stack-TablesState1-X", {"pk": "dependency", "sk": "health"}, "dependency_health"),
+        ("Stack-TablesState1-X", {"pk": "group#g1", "sk": "backlog"}, "group_backlog"),
+        ("Stack-TablesState1-X", {"pk": "redrive#dlq", "sk": "m-1"}, "redrive_marker"),
+        ("Stack-TablesState1-X", {"dirty_shard": "3", "pk": "tenant#a"}, "dirty_shard"),
+        ("Stack-TablesIdempotency1-X", {"id": "breakwater.process#abc"}, "idempotency_record"),
+        ("Stack-TablesIdempotency1-X", {"id": "breakwater.request#abc"}, "request_key"),
+        ("Stack-TablesTenants1-X", {"tenant_id": "a"}, "tenant_config"),
+        ("Stack-OrderedWriteAhead1-X", {"pk": "g1", "sk": "d1"}, "write_ahead"),
+        ("Stack-StreamingAggregates1-X", {"pk": "k", "sk": "click"}, "stream_aggregate"),
+        ("Other", {"pk": "x", "sk": "y"}, "other"),
+    ],
+)
+def test_item_kind_names_the_blueprints_items(table: str, key: dict[str, object], kind: str) -> None:
+    assert item_kind(table, key) == kind
