@@ -152,3 +152,22 @@ def test_two_copies_of_a_keyed_message_are_processed_once(
     assert sorted(calls) == sorted([first.id, other_tenant.id]) or sorted(calls) == sorted(
         [copy.id, other_tenant.id]
     )
+
+
+def test_a_retry_of_an_accepted_request_is_answered_while_the_tenant_is_throttled(
+    keyed_api: ApiGateway, key: str, live_queue_urls: list[str]
+) -> None:
+    body = {"type": "order", "payload": {"n": 1}}
+    first = keyed_api.request(key, body, headers={"Idempotency-Key": "order-9"})
+    for _ in range(1_000):  # spend the tenant's bucket: the clock stands still, nothing refills
+        if keyed_api.request(key, {"type": "order", "payload": {}}).status == 429:
+            break
+    else:
+        pytest.fail("the tenant was never throttled")
+
+    retry = keyed_api.request(key, body, headers={"Idempotency-Key": "order-9"})
+    fresh = keyed_api.request(key, body, headers={"Idempotency-Key": "order-10"})
+
+    assert (first.status, retry.status, fresh.status) == (202, 202, 429)
+    assert retry.body == first.body and retry.headers.get("Idempotent-Replayed") == "true"
+    assert sum('"dedup_key":"order-9"' in message["Body"] for message in stored(live_queue_urls)) == 1
