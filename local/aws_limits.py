@@ -192,6 +192,29 @@ class ItemThroughput:
         stats.add(math.floor(now_s), read_units, write_units)
         return True
 
+    def charge(
+        self,
+        item: Hashable,
+        now_s: float,
+        *,
+        read_units: float = 0.0,
+        write_units: float = 0.0,
+        kind: str = "",
+    ) -> None:
+        """Take units a call used that were known only after it ran (never refused; may leave a debt):
+        an update that grew its item, an index partition the write changed."""
+        budget = self.budgets.get(item)
+        if budget is None:
+            budget = self.budgets[item] = _Budget(self.burst_seconds, now_s)
+        elif now_s > budget.at_s:
+            budget.level = min(self.burst_seconds, budget.level + (now_s - budget.at_s))
+            budget.at_s = now_s
+        budget.level -= read_units / self.read_limit + write_units / self.write_limit
+        stats = self.stats.get(item)
+        if stats is None:
+            stats = self.stats[item] = ItemStats(kind)
+        stats.add(math.floor(now_s), read_units, write_units)
+
     def within(
         self, item: Hashable, now_s: float, *, read_units: float = 0.0, write_units: float = 0.0
     ) -> bool:

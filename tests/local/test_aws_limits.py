@@ -120,3 +120,11 @@ def test_kinesis_records_and_bytes_are_separate_limits() -> None:
 )
 def test_item_kind_names_the_blueprints_items(table: str, key: dict[str, object], kind: str) -> None:
     assert item_kind(table, key) == kind
+
+
+def test_a_charge_is_never_refused_and_leaves_a_debt() -> None:
+    meter = ItemThroughput.for_dynamodb(AwsLimits(scale=100))  # 10 WCU/s
+    meter.charge("item", 0.0, write_units=15, kind="counters")
+    assert meter.stats["item"].peak_write_units == 15
+    assert not meter.within("item", 0.4, write_units=1)  # half a second in debt
+    assert meter.consume("item", 0.7, write_units=1)
