@@ -54,7 +54,7 @@ def build_envelope(
     envelope_id: str | None = None,
     dedup_key: str | None = None,
 ) -> Envelope:
-    """The envelope of DESIGN §2; ``enqueued_at`` is stamped here, never taken from the client."""
+    """The envelope for an accepted message; ``enqueued_at`` is stamped here, never taken from the client."""
     return Envelope(
         id=envelope_id or new_envelope_id(now_ms),
         tenant=tenant,
