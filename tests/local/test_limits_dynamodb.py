@@ -97,7 +97,7 @@ def add(ddb: Any, pk: str, sk: str = "counters") -> None:
 def error_of(call: Any) -> dict[str, Any]:
     with pytest.raises(ClientError) as caught:
         call()
-    return caught.value.response
+    return dict(caught.value.response)
 
 
 def test_a_hot_item_is_throttled_as_an_on_demand_table_throttles_a_hot_key(
@@ -241,11 +241,12 @@ def test_query_on_an_index_is_metered_on_the_index_partition(enforced: Enforceme
         )
 
     served = 0
+    response: dict[str, Any] = {}
     while served < 100:
         try:
             query()
         except ClientError as error:
-            response = error.response
+            response = dict(error.response)
             break
         served += 1
     # the put wrote the index partition (1 WCU, a tenth of its second): 27 RCU left, 0.5 a query
