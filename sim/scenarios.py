@@ -50,6 +50,8 @@ class Scenario:
     ttl_s: float | None = None  # expires_at on every message
     seed: int = 1
     capacity: float | None = None  # messages/s the naive fleet processes (for the arithmetic)
+    # tenants (by index) of another tier than the configuration's default, by tier name
+    tenant_tiers: Mapping[int, str] = field(default_factory=dict)
     notes: Mapping[str, Any] = field(default_factory=dict)
 
     @property
