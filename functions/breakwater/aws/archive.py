@@ -13,8 +13,6 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
-import boto3
-
 from breakwater.archive import (
     ArchivedMessage,
     encode_ndjson_gz,
@@ -22,6 +20,7 @@ from breakwater.archive import (
     group_by_partition,
     object_key,
 )
+from breakwater.aws import clients
 from breakwater.aws.counters import add_counters
 from breakwater.aws.health import waiting_messages
 from breakwater.observability import logger
@@ -151,7 +150,7 @@ class SidelineArchiver:
 
 def build_archiver(settings: ArchiverSettings) -> SidelineArchiver:
     """The archiver of the settings' bucket: the only place its SQS, S3 and DynamoDB clients are made."""
-    dynamodb = boto3.client("dynamodb")
+    dynamodb = clients.client("dynamodb")
 
     def count_archived(per_tenant: Mapping[str, int]) -> None:
         """The archived envelopes leave their tenants' backlog estimates (one ADD per tenant)."""
@@ -159,8 +158,8 @@ def build_archiver(settings: ArchiverSettings) -> SidelineArchiver:
             add_counters(dynamodb, settings.state_table_name, tenant, {"archived": archived})
 
     return SidelineArchiver(
-        sqs=boto3.client("sqs"),
-        s3=boto3.client("s3"),
+        sqs=clients.client("sqs"),
+        s3=clients.client("s3", read_timeout=30.0),
         count_archived=count_archived,
         bucket=settings.archive_bucket_name,
         prefix=settings.archive_prefix,

@@ -9,9 +9,8 @@ from collections.abc import Callable
 from types import FrameType
 from typing import Any, Protocol
 
-import boto3
-
 from breakwater.auth import Authorizer, TenantCache
+from breakwater.aws import clients
 from breakwater.aws.buckets import LeasedTokenBucket
 from breakwater.aws.counters import TenantCounters
 from breakwater.aws.fifo_queues import FifoQueues
@@ -61,7 +60,7 @@ def build_ingest(settings: IngestSettings, clock: Callable[[], float] = time.tim
         counter_flush_seconds=settings.counter_flush_seconds,
         keys=(
             RequestKeys(
-                DynamoClaimStore(boto3.client("dynamodb"), settings.idempotency_table_name),
+                DynamoClaimStore(clients.client("dynamodb"), settings.idempotency_table_name),
                 window_seconds=settings.idempotency_window_seconds,
                 pending_seconds=settings.idempotency_pending_seconds,
             )
@@ -118,12 +117,12 @@ def build_ordered(
         else None
     )
     backlogs = (
-        DynamoGroupBacklogs(boto3.client("dynamodb"), settings.state_table_name, bound.window)
+        DynamoGroupBacklogs(clients.client("dynamodb"), settings.state_table_name, bound.window)
         if settings.state_table_name and bound is not None
         else None
     )
     return OrderedIngestService(
-        sender=FifoQueues(boto3.client("sqs"), settings.fifo_queue_urls),
+        sender=FifoQueues(clients.client("sqs"), settings.fifo_queue_urls),
         gate=gate,
         clock=clock,
         limits=RequestLimits(
@@ -138,7 +137,9 @@ def build_events(settings: EventsSettings, clock: Callable[[], float] = time.tim
     """``POST /v1/events``: a bucket of its own per tenant, so events never spend message tokens."""
     gate = _bucket(settings, "events", clock)
     return EventsService(
-        writer=StreamWriter(boto3.client("kinesis"), settings.stream_arn, max_attempts=settings.put_attempts),
+        writer=StreamWriter(
+            clients.client("kinesis"), settings.stream_arn, max_attempts=settings.put_attempts
+        ),
         gate=gate,
         clock=clock,
         limits=RequestLimits(

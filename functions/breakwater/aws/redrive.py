@@ -31,9 +31,9 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
-import boto3
 from botocore.exceptions import ClientError
 
+from breakwater.aws import clients
 from breakwater.aws.counters import batch_get
 from breakwater.envelope import REDRIVEN_ATTRIBUTE
 from breakwater.sqs_batches import batches, entry_size
@@ -277,8 +277,8 @@ class Redrive:
 def build_redrive(settings: RedriveSettings) -> Redrive:
     """The redrive of the settings' pairs: the only place its SQS and DynamoDB clients are made."""
     return Redrive(
-        boto3.client("sqs"),
+        clients.client("sqs"),
         settings.redrive_pairs,
-        dynamodb=boto3.client("dynamodb") if settings.state_table_name else None,
+        dynamodb=clients.client("dynamodb") if settings.state_table_name else None,
         state_table_name=settings.state_table_name,
     )
