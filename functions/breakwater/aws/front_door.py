@@ -18,6 +18,7 @@ from breakwater.aws.group_backlogs import DynamoGroupBacklogs
 from breakwater.aws.kinesis import StreamWriter
 from breakwater.aws.queues import EnqueueError, LiveQueues
 from breakwater.aws.request_keys import DynamoClaimStore
+from breakwater.aws.shutdown_signal import register_for_shutdown_signal
 from breakwater.aws.tenants import TenantTable
 from breakwater.events import PartitionKeyMode
 from breakwater.events_ingest import EventsService
@@ -77,8 +78,9 @@ def flush_tallies_in_the_background(
 
     A request only flushes what is due when it arrives; without this, the tallies of a container
     that gets no further request would wait for one (or be lost with the container). Lambda sends
-    SIGTERM before it shuts a container down when an extension is registered; the handler flushes,
-    then runs whatever handler was installed before. Returns the event that stops the thread.
+    SIGTERM before it shuts a container down when an extension is registered, so one is
+    (:func:`register_for_shutdown_signal`); the handler flushes, then runs whatever handler was
+    installed before. Returns the event that stops the thread.
     """
     stop = threading.Event()
     interval = max(service.counter_flush_seconds, 0.1)
@@ -102,6 +104,7 @@ def flush_tallies_in_the_background(
             return None
 
         signal.signal(signal.SIGTERM, on_term)
+        register_for_shutdown_signal()
     return stop
 
 
