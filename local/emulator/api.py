@@ -1,24 +1,25 @@
 """The REST API's routes, emulated on a local HTTP server the way API Gateway runs them.
 
 moto creates the REST API and its resources, but not the stage, the authorizer, the request
-validator or the gateway responses; they are read from the template (``local.emulator.discovery.api``)
-and applied here, in API Gateway's order: stage throttle (429 THROTTLED), REQUEST authorizer
-(identity header missing or ``Unauthorized`` -> 401 UNAUTHORIZED; explicit Deny -> 403
-ACCESS_DENIED; the policy cached per identity for ``AuthorizerResultTtlInSeconds``), the API key
-of a method that requires one (from the authorizer's ``usageIdentifierKey`` or the ``x-api-key``
-header, per the API's ``ApiKeySourceType``: in no usage plan of the stage -> 403 INVALID_API_KEY;
-over its plan's throttle -> 429 THROTTLED, before any integration runs), request body model
-(400 BAD_REQUEST_BODY), then the Lambda proxy integration with ``requestContext.authorizer`` =
-the authorizer's context plus ``principalId``. Error bodies come from the template's gateway
-responses. Usage plans and keys are read from the embedded API Gateway (moto), where the stack
-and onboarding (``breakwater.aws.usage_plans``) put them; quotas are not enforced.
+validator or the gateway responses; they are read from the template
+(``local.emulator.discovery.api``) and applied here, in API Gateway's order: stage throttle (429
+THROTTLED), REQUEST authorizer (identity header missing or ``Unauthorized`` -> 401 UNAUTHORIZED;
+explicit Deny -> 403 ACCESS_DENIED; the policy cached per identity for
+``AuthorizerResultTtlInSeconds``), the API key of a method that requires one (from the authorizer's
+``usageIdentifierKey`` or the ``x-api-key`` header, per the API's ``ApiKeySourceType``: in no usage
+plan of the stage -> 403 INVALID_API_KEY; over its plan's throttle -> 429 THROTTLED, before any
+integration runs), request body model (400 BAD_REQUEST_BODY), then the Lambda proxy integration with
+``requestContext.authorizer`` = the authorizer's context plus ``principalId``. Error answers come
+from the template's gateway responses (``local.emulator.gateway_responses``). Usage plans and keys
+are read from the embedded API Gateway (moto), where the stack and onboarding
+(``breakwater.aws.usage_plans``) put them; quotas are not enforced.
 
 The body is checked against the route's model only when the Content-Type selects it: the model's
 ``application/json``, or no Content-Type at all (API Gateway then takes the body as JSON); a body of
 another type reaches the function unchecked, as in API Gateway. Every request is answered, the way
 API Gateway answers: a malformed request (its framing, its headers, a method or path no route has)
-with a JSON error from the gateway responses, never a dropped connection or an HTML page; a failure
-of the emulator itself with a JSON 500 naming it.
+with the template's gateway response, never a dropped connection or an HTML page; a failed function
+and a failure of the emulator itself with DEFAULT_5XX's, the latter naming it.
 """
 
 from __future__ import annotations
@@ -353,7 +354,8 @@ class LocalApi:
         ):
             if invocation.error and invocation.error.get("errorType") == "Sandbox.Timedout":
                 raise GatewayError("INTEGRATION_TIMEOUT", "Endpoint request timed out")
-            return 502, {"Content-Type": "application/json"}, b'{"message": "Internal server error"}'
+            # A function error or a malformed proxy answer: API Gateway's 502, or DEFAULT_5XX's status.
+            raise GatewayError("DEFAULT_5XX", "Internal server error", status=502)
         result = invocation.result
         out_headers = {str(k): str(v) for k, v in (result.get("headers") or {}).items()}
         for name, values in (result.get("multiValueHeaders") or {}).items():

@@ -1,5 +1,11 @@
 """The gateway's own answers: the response types API Gateway refuses a request with, their default
-status and message, and the rendering of the template's gateway responses for them."""
+status and message, and the rendering of the template's gateway responses for them.
+
+The stack's gateway responses (``stacks/ingress.py``) answer every type with a problem details object
+and a fixed status; the emulator substitutes the template's ``$context`` variables as API Gateway does
+and sends the headers the response maps. A type with no response of its own takes its family's
+(``DEFAULT_4XX``, ``DEFAULT_5XX``); a template without any is answered as API Gateway's default.
+"""
 
 from __future__ import annotations
 
@@ -39,7 +45,8 @@ DEFAULT_MESSAGE = {
 
 
 class GatewayError(Exception):
-    """An answer of the gateway itself; ``status`` overrides the response type's (protocol errors)."""
+    """An answer of the gateway itself; ``status``: the answer's status where the template's gateway
+    response sets none (a protocol error's own, else the response type's default)."""
 
     def __init__(
         self,
@@ -68,7 +75,7 @@ def render_gateway_response(
     default_status = error.status or DEFAULT_STATUS.get(error.response_type, 500)
     family = "DEFAULT_5XX" if default_status >= 500 else "DEFAULT_4XX"
     configured = responses.get(error.response_type) or responses.get(family) or {}
-    status = error.status or configured.get("status") or default_status
+    status = configured.get("status") or default_status
     template = configured.get("template")
     if template:
         body = (

@@ -35,11 +35,13 @@ class HttpResponse:
 
     @property
     def error_code(self) -> str | None:
-        return (self.body or {}).get("error", {}).get("code") if isinstance(self.body, dict) else None
+        """The problem's ``code`` (every error answer is a problem details object)."""
+        return self.body.get("code") if isinstance(self.body, dict) else None
 
     @property
     def error_message(self) -> str:
-        return str((self.body or {}).get("error", {}).get("message", ""))
+        """The problem's ``detail``: what was wrong with this request."""
+        return str(self.body.get("detail", "")) if isinstance(self.body, dict) else ""
 
 
 @dataclass

@@ -122,9 +122,9 @@ def test_a_reused_key_or_two_keys_that_differ_are_refused_naming_the_problem(
         key, {"type": "order", "payload": {}, "dedup_key": "a"}, headers={"Idempotency-Key": "b"}
     )
 
-    assert reused.status == 422 and reused.body["error"]["code"] == "idempotency_key_reused"
-    assert "'order-3'" in reused.body["error"]["message"]
-    assert both.status == 400 and both.body["error"]["code"] == "invalid_idempotency_key"
+    assert reused.status == 422 and reused.body["code"] == "idempotency_key_reused"
+    assert "'order-3'" in reused.body["detail"]
+    assert both.status == 400 and both.body["code"] == "invalid_idempotency_key"
     assert len(stored(live_queue_urls)) == 1
 
 
