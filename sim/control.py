@@ -47,6 +47,11 @@ from sim.sqs import SqsQueue
 
 WINDOW_MS = 60_000  # the health item's window (breakwater.aws.health)
 _CONTROLLER_RETRIES = STANDARD  # the controller's clients: standard retries, 3 attempts
+# A run is one instant of virtual time, and its calls are metered then; but the deployed run clears the
+# tenants' dirty marks over its seconds (a write per tenant, a few threads at once), and the index's
+# partitions would otherwise take every clear of a run, and the re-marks that follow, in one second.
+# So each clear is metered this long after the one before.
+CLEAR_S = 0.01 / 8  # a call's round trip over breakwater.aws.controller_ports.WRITE_THREADS threads
 
 
 class ControllerState:
@@ -60,10 +65,14 @@ class ControllerState:
         billing: Billing | None = None,
         table: StateTable | None = None,
         clock_s: Callable[[], float] | None = None,
+        defer: Callable[[float, Callable[[], object]], None] | None = None,
     ) -> None:
         self.meter = meter if meter is not None else Meter()
         self.table = table
         self._clock_s = clock_s or (lambda: 0.0)
+        self._defer = defer  # (delay_s, call): a call to make later in virtual time
+        self._run_at = -1.0  # the virtual time of the run under way, and its clears so far
+        self._clears = 0
         self._mark_bytes = (billing or Billing()).mark_bytes
         self.names = list(names)
         self._index = {name: index for index, name in enumerate(self.names)}
@@ -177,21 +186,30 @@ class ControllerState:
     # -- the calls, against their items when metered -----------------------------------------------------
     def _read(self, item: Item, kind: str, units: float, operation: str) -> None:
         table = self.table
-        if (
-            table is not None
-            and not table.retried(
-                lambda at: table.read(item, kind, at, units), self._clock_s(), _CONTROLLER_RETRIES
-            )[0]
-        ):
+        if table is None:
+            return
+        at = self._clock_s()
+        if not table.retried(lambda when: table.read(item, kind, when, units), at, _CONTROLLER_RETRIES)[0]:
             raise throttled_error(operation)
 
     def _write(self, item: Item, kind: str, units: float, operation: str) -> None:
         table = self.table
-        if (
-            table is not None
-            and not table.retried_write(item, kind, self._clock_s(), units, _CONTROLLER_RETRIES)[0]
-        ):
+        if table is None:
+            return
+        if not table.retried_write(item, kind, self._clock_s(), units, _CONTROLLER_RETRIES)[0]:
             raise throttled_error(operation)
+
+    def _clear_mark(self, table: StateTable, shard: int) -> None:
+        """The index's delete of a cleared mark, metered when the deployed run would make it."""
+        now = self._clock_s()
+        if now != self._run_at:
+            self._run_at, self._clears = now, 0
+        self._clears += 1
+        item, units = table.dirty[shard], table.index_wcu
+        if self._defer is None:
+            table.write(item, DIRTY_SHARD, now, units)
+            return
+        self._defer(self._clears * CLEAR_S, lambda: table.write(item, DIRTY_SHARD, self._clock_s(), units))
 
     def _write_run_state(self, state: RunState) -> None:
         self.meter.dynamodb_writes += 1
@@ -266,7 +284,7 @@ class ControllerState:
                 # A virtual-time run is atomic: nothing wrote to the tenant since it was read.
                 self.dirty[state.shard].discard(tenant)
                 if table is not None:  # the item leaves the index: a delete in the shard's partition
-                    table.write(table.dirty[state.shard], DIRTY_SHARD, self._clock_s(), table.index_wcu)
+                    self._clear_mark(table, state.shard)
         ledger = Ledger(state.ledger.total + sum(write.ledger_delta for write in writes), state.ledger.mark)
         self.ledgers[state.shard] = ledger
         self.versions[state.shard] = state.version + 1

@@ -131,10 +131,12 @@ class StateTable:
         self._consume = self.meter.consume
         self._within = self.meter.within
         self._rng = random.Random(seed)
-        self._names = names
-        self._counters: dict[int, Item] = {}
-        self._ingest: dict[int, Item] = {}
-        self._consumer: dict[int, Item] = {}
+        # every tenant's items, by tenant index (looked up on every call: a list costs least)
+        pks = [tenant_pk(name) for name in names]
+        self.counters_items: list[Item] = [(STATE, pk, COUNTERS_SK) for pk in pks]
+        self.ingest_items: list[Item] = [(STATE, pk, INGEST_BUCKET_SK) for pk in pks]
+        self.consumer_items: list[Item] = [(STATE, pk, CONSUMER_BUCKET_SK) for pk in pks]
+        self._units: dict[tuple[str, int], float] = {}  # (what, count held) -> units
         self.pool: Item = (STATE, POOL_PK, POOL_SK)
         self.dependency: Item = (STATE, DEPENDENCY_PK, HEALTH_SK)
         self.run_state: Item = (STATE, CONTROLLER_PK, SCALE_SK)
@@ -154,22 +156,13 @@ class StateTable:
 
     # -- the items, keyed as the real adapters key them ------------------------------------------------
     def counters(self, tenant: int) -> Item:
-        item = self._counters.get(tenant)
-        if item is None:
-            item = self._counters[tenant] = (STATE, tenant_pk(self._names[tenant]), COUNTERS_SK)
-        return item
+        return self.counters_items[tenant]
 
     def ingest_bucket(self, tenant: int) -> Item:
-        item = self._ingest.get(tenant)
-        if item is None:
-            item = self._ingest[tenant] = (STATE, tenant_pk(self._names[tenant]), INGEST_BUCKET_SK)
-        return item
+        return self.ingest_items[tenant]
 
     def consumer_bucket(self, tenant: int) -> Item:
-        item = self._consumer.get(tenant)
-        if item is None:
-            item = self._consumer[tenant] = (STATE, tenant_pk(self._names[tenant]), CONSUMER_BUCKET_SK)
-        return item
+        return self.consumer_items[tenant]
 
     def health(self, role: str) -> Item:
         item = self._health.get(role)
@@ -178,21 +171,39 @@ class StateTable:
         return item
 
     # -- sizes that grow with what the item holds ------------------------------------------------------
-    def counters_units(self, leases: int, *, transactional: bool = False) -> int:
-        sizes = self.sizes
-        return write_units(sizes.counters + sizes.lease * leases, transactional=transactional)
+    def counters_units(self, leases: int, *, transactional: bool = False) -> float:
+        key = ("counters-tx" if transactional else "counters", leases)
+        units = self._units.get(key)
+        if units is None:
+            sizes = self.sizes
+            size = sizes.counters + sizes.lease * leases
+            units = self._units[key] = write_units(size, transactional=transactional)
+        return units
 
     def counters_read_units(self, leases: int) -> float:
-        sizes = self.sizes
-        return read_units(sizes.counters + sizes.lease * leases, consistent=True)
+        key = ("counters-read", leases)
+        units = self._units.get(key)
+        if units is None:
+            sizes = self.sizes
+            units = self._units[key] = read_units(sizes.counters + sizes.lease * leases, consistent=True)
+        return units
 
-    def pool_units(self, places: int, *, transactional: bool = False) -> int:
-        sizes = self.sizes
-        return write_units(sizes.pool + sizes.pool_place * places, transactional=transactional)
+    def pool_units(self, places: int, *, transactional: bool = False) -> float:
+        key = ("pool-tx" if transactional else "pool", places)
+        units = self._units.get(key)
+        if units is None:
+            sizes = self.sizes
+            size = sizes.pool + sizes.pool_place * places
+            units = self._units[key] = write_units(size, transactional=transactional)
+        return units
 
     def pool_read_units(self, places: int) -> float:
-        sizes = self.sizes
-        return read_units(sizes.pool + sizes.pool_place * places, consistent=True)
+        key = ("pool-read", places)
+        units = self._units.get(key)
+        if units is None:
+            sizes = self.sizes
+            units = self._units[key] = read_units(sizes.pool + sizes.pool_place * places, consistent=True)
+        return units
 
     # -- calls ---------------------------------------------------------------------------------------
     def write(self, item: Hashable, kind: str, now_s: float, units: float) -> bool:

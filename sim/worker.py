@@ -24,6 +24,7 @@ where a message goes; ``tests/sim/test_worker_model.py`` runs the same batches t
 
 from __future__ import annotations
 
+import heapq
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Literal, Protocol
@@ -140,13 +141,13 @@ class ConsumerBuckets:
         decision = take_lease(state, limits, now_s, count)
         table = self.table
         if table is not None:
-            written, waited = table.retried_write(
-                table.consumer_bucket(tenant), CONSUMER_BUCKET, now_s, table.bucket_wcu
-            )
-            self.waited_s += waited
-            if not written:
-                self.failed_open += 1
-                return decision.granted
+            item, units = table.consumer_items[tenant], table.bucket_wcu
+            if not table.write(item, CONSUMER_BUCKET, now_s, units):
+                written, waited = table.retried_write(item, CONSUMER_BUCKET, now_s, units)
+                self.waited_s += waited
+                if not written:
+                    self.failed_open += 1
+                    return decision.granted
         self._state[tenant] = decision.state
         return decision.granted
 
@@ -164,6 +165,10 @@ class LeaseTable:
         # the pool's leases by (tenant, holder), as the real pool item keys them "tenant#holder": a tuple
         # costs less than formatting that name for every burst lease taken and every release
         self._pool: dict[tuple[int, str], Lease] = {}
+        # the pool's places by expiry, to drop expired ones in place (a copy of a pool of thousands of
+        # places for every burst lease would cost more than the rest of the batch); stale entries (a
+        # place renewed or given back since) are skipped
+        self._expiries: list[tuple[int, tuple[int, str]]] = []
         # the items' writes and reads: a lease is one write (refused ones too: a failed condition is
         # billed), a burst lease one transaction of the tenant's item and the pool's after one
         # consistent read of them all, a release of burst leases one write of the pool
@@ -188,43 +193,56 @@ class LeaseTable:
         grants: dict[int, Grant] = {}
         table = self.table
         now_s = now_ms / 1000
-        try:
-            for tenant, limits in requests.items():
-                leases = self._tenants.get(tenant) or _NO_LEASES
-                grant = grant_for(holder, leases, limits, 0, None, now_ms)
-                if grant is _BURST and self.burst_capacity is not None:
-                    if pool is None:
-                        pool = live_leases(self._pool, now_ms)
-                        self.item_reads += len(requests) + 1
-                        if table is not None:
-                            self._read_items(table, requests, len(pool), now_s)
-                    grant = grant_for(holder, leases, limits, len(pool), self.burst_capacity, now_ms)
-                    if grant is _BURST:
-                        pool[tenant, holder] = Lease(expires_at_ms, True)
+        for tenant, limits in requests.items():
+            leases = self._tenants.get(tenant) or _NO_LEASES
+            grant = grant_for(holder, leases, limits, 0, None, now_ms)
+            if grant is _BURST and self.burst_capacity is not None:
+                if pool is None:
+                    pool = self._live_pool(now_ms)
+                    self.item_reads += len(requests) + 1
+                    if table is not None:
+                        self._read_items(table, requests, len(pool), now_s)
+                grant = grant_for(holder, leases, limits, len(pool), self.burst_capacity, now_ms)
                 if grant is _BURST:
-                    self.transact_items += 2
-                else:
-                    self.writes += 1
-                if table is not None:
-                    grant = self._write_lease(table, tenant, holder, grant, len(leases), pool, now_s)
-                grants[tenant] = grant
-                if grant is not _REFUSED:
-                    kept = live_leases(leases, now_ms) if leases else {}  # most tenants hold none
-                    kept[holder] = Lease(expires_at_ms, grant is _BURST)
-                    self._tenants[tenant] = kept
-        finally:
-            if pool is not None:
-                self._pool = pool
+                    pool[tenant, holder] = Lease(expires_at_ms, True)
+                    heapq.heappush(self._expiries, (expires_at_ms, (tenant, holder)))
+            if grant is _BURST:
+                self.transact_items += 2
+            else:
+                self.writes += 1
+            if table is not None:
+                grant = self._write_lease(table, tenant, holder, grant, len(leases), pool, now_s)
+            grants[tenant] = grant
+            if grant is not _REFUSED:
+                kept = live_leases(leases, now_ms) if leases else {}  # most tenants hold none
+                kept[holder] = Lease(expires_at_ms, grant is _BURST)
+                self._tenants[tenant] = kept
         return grants
+
+    def _live_pool(self, now_ms: int) -> dict[tuple[int, str], Lease]:
+        """The pool without its expired places (``live_leases``), pruned in place."""
+        pool, expiries = self._pool, self._expiries
+        while expiries and expiries[0][0] <= now_ms:
+            expires_at, place = heapq.heappop(expiries)
+            lease = pool.get(place)
+            if lease is not None and lease.expires_at_ms == expires_at:
+                del pool[place]
+        return pool
 
     def _read_items(
         self, table: StateTable, requests: dict[int, ConcurrencyLimits], places: int, now_s: float
     ) -> None:
         """The BatchGetItem of the tenants' items and the pool: a throttled key comes back unprocessed,
         ``batch_get`` asks again at once and raises when keys are left."""
+        read, items, units, tenants = (
+            table.read,
+            table.counters_items,
+            table.counters_read_units,
+            self._tenants,
+        )
         for tenant in requests:
-            held = len(self._tenants.get(tenant) or _NO_LEASES)
-            if not table.read(table.counters(tenant), COUNTERS, now_s, table.counters_read_units(held)):
+            held = len(tenants.get(tenant) or _NO_LEASES)
+            if not read(items[tenant], COUNTERS, now_s, units(held)):
                 raise GateThrottledError(0.0)
         if not table.read(table.pool, BURST_POOL, now_s, table.pool_read_units(places)):
             raise GateThrottledError(0.0)
