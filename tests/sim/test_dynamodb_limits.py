@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import json
 from pathlib import Path
+from typing import Any
 
 import simpy
 
@@ -17,7 +18,7 @@ from breakwater.concurrency import ConcurrencyLimits, Grant
 from breakwater.settings import TierLimits
 from local.aws_limits import AwsLimits
 from sim.__main__ import main
-from sim.config import blueprint, load_context, setups
+from sim.config import ConfigName, blueprint, load_context, setups
 from sim.control import ControllerState
 from sim.dynamodb import (
     BURST_POOL,
@@ -29,6 +30,7 @@ from sim.dynamodb import (
     throttled_error,
 )
 from sim.messages import Message
+from sim.report import summarize
 from sim.scale import scale_scenario, sizing
 from sim.sqs import SqsQueue
 from sim.system import System
@@ -36,6 +38,7 @@ from sim.worker import ConsumerBuckets, Costs, LeaseTable, WorkerModel, WorkerSe
 from tests.sim.test_worker_model import LIMITS, Sink, decision_config
 
 NAMES = ["t0", "t1", "t2"]
+NAIVE_AND_BREAKWATER: tuple[ConfigName, ...] = ("naive", "breakwater")
 NOW_S = 1_000.0
 LIMIT = AwsLimits(scale=1000)  # a partition: 1 write unit and 3 read units per second
 
@@ -204,17 +207,15 @@ def test_a_throttled_read_of_the_run_state_fails_the_controller_call() -> None:
         raise AssertionError("a throttled read must raise")
 
 
-def small_scale(limits: AwsLimits) -> dict[str, dict[str, object]]:
+def small_scale(limits: AwsLimits) -> dict[str, dict[str, Any]]:
     config = blueprint(load_context(), [sizing(total_rate=400, work_ms=50)])
     scenario = scale_scenario(
         config, tenants=200, total_rate=400, work_ms=50, baseline_s=20, event_s=40, after_s=20
     )
     made = setups(config, same_fleet=True)
-    from sim.report import summarize
-
     return {
         name: summarize(System(scenario, made[name], Costs(), limits=limits).run(), scenario)
-        for name in ("naive", "breakwater")
+        for name in NAIVE_AND_BREAKWATER
     }
 
 
@@ -222,10 +223,10 @@ def test_within_the_limits_nothing_is_throttled_and_the_items_are_reported() -> 
     results = small_scale(AwsLimits())
     breakwater = results["breakwater"]
     assert breakwater["dynamodb_throttles"] == {}
-    kinds = {entry["kind"] for entry in breakwater["hottest_items"]}  # type: ignore[union-attr]
+    kinds = {entry["kind"] for entry in breakwater["hottest_items"]}
     assert COUNTERS in kinds
     assert results["naive"]["hottest_items"] == []  # naive writes no item
-    assert not any(breakwater["throttle_effects"].values())  # type: ignore[union-attr]
+    assert not any(breakwater["throttle_effects"].values())
 
 
 def test_past_the_limits_throttles_are_counted_by_kind_with_what_they_did() -> None:
