@@ -29,19 +29,11 @@ items over 4 MB in total are refused before it runs.
 from __future__ import annotations
 
 import functools
-import json
 import re
 from collections.abc import Callable, Iterable
-from dataclasses import dataclass
 from typing import Any
 
-from moto.core.exceptions import JsonRESTError
-from moto.dynamodb.exceptions import (
-    ERROR_TYPE_PREFIX,
-    ItemSizeTooLarge,
-    MockValidationException,
-    TransactionCanceledException,
-)
+from moto.dynamodb.exceptions import ItemSizeTooLarge, MockValidationException, TransactionCanceledException
 from moto.dynamodb.models import dynamo_type
 from moto.dynamodb.models.dynamo_type import DynamoType
 from moto.dynamodb.models.utilities import bytesize
@@ -50,152 +42,29 @@ from moto.dynamodb.responses import DynamoHandler
 from local.aws_limits import item_kind
 from local.emulator.moto_patches import limits as limits_state
 from local.emulator.moto_patches.dynamodb import _dynamodb_lock
+from local.emulator.moto_patches.dynamodb_metering import (
+    CONFLICT_MESSAGE,
+    THROTTLED_MESSAGE,
+    TRANSACTION_TOO_LARGE,
+    Target,
+    ThroughputExceededError,
+    TransactionConflictError,
+    charge,
+    consume,
+    index_writes,
+    plain,
+    stored_after,
+    target_of,
+    throttle_write,
+    update_size,
+    written_size,
+)
 from local.emulator.moto_patches.patch import Kind, Patch, Replacement
-from local.pricing.usage import item_size, read_units, value_size, write_units
+from local.pricing.usage import item_size, read_units, write_units
+
 
 # What an on-demand table answers for a hot key (the ThrottlingError reason of TransactWriteItems
 # carries the same text).
-THROTTLED_MESSAGE = (
-    "Throughput exceeds the current capacity of your table or index. DynamoDB is automatically scaling "
-    "your table or index so please try again shortly. If exceptions persist, check if you have a hot "
-    "key: https://docs.aws.amazon.com/amazondynamodb/latest/developerguide/bp-partition-key-design.html."
-)
-CONFLICT_MESSAGE = "Transaction is ongoing for the item"
-TRANSACTION_TOO_LARGE = "Transaction request cannot be larger than 4 MB"
-
-
-class ThroughputExceededError(JsonRESTError):
-    """``ProvisionedThroughputExceededException`` with the hot key's throttling reason."""
-
-    def __init__(self, resource: str, *, reads: bool, index: bool = False) -> None:
-        error_type = ERROR_TYPE_PREFIX + "ProvisionedThroughputExceededException"
-        super().__init__(error_type, THROTTLED_MESSAGE)
-        reason = f"{'Index' if index else 'Table'}{'Read' if reads else 'Write'}KeyRangeThroughputExceeded"
-        self.description = json.dumps(
-            {
-                "__type": error_type,
-                "message": THROTTLED_MESSAGE,
-                "ThrottlingReasons": [{"reason": reason, "resource": resource}],
-            }
-        )
-
-
-class TransactionConflictError(JsonRESTError):
-    def __init__(self) -> None:
-        super().__init__(ERROR_TYPE_PREFIX + "TransactionConflictException", CONFLICT_MESSAGE)
-
-
-@dataclass
-class _Target:
-    """One item a request touches: where it is, what kind, what it costs."""
-
-    table: Any
-    item: tuple[str, str, str]  # (table name, hash key value, range key value or "")
-    kind: str
-    stored: Any  # moto's Item before the call, or None
-    units: float = 0.0
-
-    @property
-    def stored_size(self) -> int:
-        return item_size(self.stored.to_json()["Attributes"]) if self.stored is not None else 0
-
-
-def _plain(value: Any) -> str:
-    return str(next(iter(value.values()))) if isinstance(value, dict) and value else str(value)
-
-
-def _target(backend: Any, table_name: str, attrs: dict[str, Any]) -> _Target | None:
-    """The item ``attrs`` (a key, or a whole item) names, or None for a request moto will refuse."""
-    try:
-        table = backend.get_table(table_name)
-        hash_value = attrs[table.hash_key_attr]
-        range_value = attrs[table.range_key_attr] if table.range_key_attr else None
-        stored = table.get_item(DynamoType(hash_value), DynamoType(range_value) if range_value else None)
-    except Exception:  # moto's own validation answers for a malformed request
-        return None
-    key = {table.hash_key_attr: _plain(hash_value)}
-    if table.range_key_attr:
-        key[table.range_key_attr] = _plain(range_value)
-    item = (table_name, _plain(hash_value), _plain(range_value) if range_value else "")
-    return _Target(table, item, item_kind(table_name, key), stored)
-
-
-def _update_size(request: dict[str, Any]) -> int:
-    names = request.get("ExpressionAttributeNames") or {}
-    values = request.get("ExpressionAttributeValues") or {}
-    return (
-        item_size(request.get("Key"))
-        + sum(value_size(v) for v in values.values())
-        + sum(bytesize(str(n)) for n in names.values())
-    )
-
-
-def _written_size(operation: str, request: dict[str, Any], target: _Target) -> int:
-    """The larger of the item before and after, as far as it is known before the write."""
-    before = target.stored_size
-    if operation == "Put":
-        return max(before, item_size(request.get("Item")))
-    if operation == "Update":
-        return max(before, _update_size(request))
-    return before  # Delete, ConditionCheck
-
-
-def _throttle_write(target: _Target) -> ThroughputExceededError:
-    return ThroughputExceededError(target.table.table_arn, reads=False)
-
-
-def _consume(enforcement: Any, target: _Target, *, reads: bool) -> bool:
-    meter = enforcement.dynamodb
-    units = target.units
-    with enforcement.lock:
-        return bool(
-            meter.consume(
-                target.item,
-                enforcement.clock(),
-                read_units=units if reads else 0.0,
-                write_units=0.0 if reads else units,
-                kind=target.kind,
-            )
-        )
-
-
-def _charge(
-    enforcement: Any, item: Any, kind: str, *, write_units_: float = 0.0, read_units_: float = 0.0
-) -> None:
-    with enforcement.lock:
-        enforcement.dynamodb.charge(
-            item, enforcement.clock(), read_units=read_units_, write_units=write_units_, kind=kind
-        )
-
-
-def _index_writes(enforcement: Any, target: _Target, after: Any) -> None:
-    """A write that changes an item's index key writes the index partitions it leaves and joins."""
-    for index in getattr(target.table, "global_indexes", ()):
-        attribute = index.schema_key_attrs[0]
-        old = target.stored.attrs.get(attribute) if target.stored is not None else None
-        new = after.attrs.get(attribute) if after is not None else None
-        if (old is None and new is None) or (old is not None and new is not None and old == new):
-            continue
-        for value in (old, new):
-            if value is not None:
-                key = {attribute: str(value.value)}
-                item = (target.item[0], f"index:{index.name}", str(value.value))
-                units = write_units(bytesize(attribute) + value.size() + item_size({}))
-                _charge(enforcement, item, item_kind(target.item[0], key), write_units_=units)
-
-
-def _stored(target: _Target) -> Any:
-    _, hash_value, range_value = target.item
-    try:
-        key_type = target.table.hash_key_type
-        range_type = target.table.range_key_type
-        return target.table.get_item(
-            DynamoType({key_type: hash_value}), DynamoType({range_type: range_value}) if range_value else None
-        )
-    except Exception:  # only sizes depend on it
-        return None
-
-
 def _single_write(operation: str) -> Callable[[Any], Any]:
     """PutItem / UpdateItem / DeleteItem: conflict, throttle, then moto's own answer."""
 
@@ -207,7 +76,7 @@ def _single_write(operation: str) -> Callable[[Any], Any]:
                 return original(self)
             body = self.body
             with _dynamodb_lock:
-                target = _target(
+                target = target_of(
                     self.dynamodb_backend,
                     body.get("TableName", ""),
                     body.get("Key") or body.get("Item") or {},
@@ -218,16 +87,16 @@ def _single_write(operation: str) -> Callable[[Any], Any]:
                     with enforcement.lock:
                         enforcement.conflicts[target.kind] += 1
                     raise TransactionConflictError()
-                target.units = write_units(_written_size(operation, body, target))
-                if not _consume(enforcement, target, reads=False):
-                    raise _throttle_write(target)
+                target.units = write_units(written_size(operation, body, target))
+                if not consume(enforcement, target, reads=False):
+                    raise throttle_write(target)
                 result = original(self)
-                after = _stored(target)
+                after = stored_after(target)
                 if operation == "Update" and after is not None:
                     extra = write_units(item_size(after.to_json()["Attributes"])) - target.units
                     if extra > 0:
-                        _charge(enforcement, target.item, target.kind, write_units_=extra)
-                _index_writes(enforcement, target, after)
+                        charge(enforcement, target.item, target.kind, write_units_=extra)
+                index_writes(enforcement, target, after)
                 return result
 
         return handler
@@ -243,11 +112,11 @@ def _get_item(original: Any) -> Any:
             return original(self)
         body = self.body
         with _dynamodb_lock:
-            target = _target(self.dynamodb_backend, body.get("TableName", ""), body.get("Key") or {})
+            target = target_of(self.dynamodb_backend, body.get("TableName", ""), body.get("Key") or {})
             if target is None:
                 return original(self)
             target.units = read_units(target.stored_size, consistent=bool(body.get("ConsistentRead")))
-            if not _consume(enforcement, target, reads=True):
+            if not consume(enforcement, target, reads=True):
                 raise ThroughputExceededError(target.table.table_arn, reads=True)
             return original(self)
 
@@ -270,7 +139,7 @@ def _index_partition(body: dict[str, Any], table: Any) -> tuple[str, str] | None
     value = (body.get("ExpressionAttributeValues") or {}).get(match.group(2))
     if name != index.schema_key_attrs[0] or value is None:
         return None
-    return name, _plain(value)
+    return name, plain(value)
 
 
 def _reading(original: Any) -> Any:
@@ -300,15 +169,15 @@ def _reading(original: Any) -> Any:
                     return result
                 name, value = partition
                 item = (table.name, f"index:{body['IndexName']}", value)
-                target = _Target(table, item, item_kind(table.name, {name: value}), None, units)
-                if not _consume(enforcement, target, reads=True):
+                target = Target(table, item, item_kind(table.name, {name: value}), None, units)
+                if not consume(enforcement, target, reads=True):
                     raise ThroughputExceededError(
                         f"{table.table_arn}/index/{body['IndexName']}", reads=True, index=True
                     )
                 return result
             targets = []
             for item, size in zip(items, sizes, strict=True):
-                found = _target(self.dynamodb_backend, table.name, item)
+                found = target_of(self.dynamodb_backend, table.name, item)
                 if found is not None:
                     found.units = units * (size / total if total else 1 / len(items))
                     targets.append(found)
@@ -318,10 +187,10 @@ def _reading(original: Any) -> Any:
                     t for t in targets if not enforcement.dynamodb.within(t.item, now, read_units=t.units)
                 ]
             if refused:
-                _consume(enforcement, refused[0], reads=True)  # counted as the throttle it is
+                consume(enforcement, refused[0], reads=True)  # counted as the throttle it is
                 raise ThroughputExceededError(table.table_arn, reads=True)
             for target in targets:
-                _consume(enforcement, target, reads=True)
+                consume(enforcement, target, reads=True)
             return result
 
     return read
@@ -341,17 +210,17 @@ def _batch_write_item(original: Any) -> Any:
             for table_name, entries in request_items.items():
                 for entry in entries:
                     request = entry.get("PutRequest") or entry.get("DeleteRequest") or {}
-                    target = _target(
+                    target = target_of(
                         self.dynamodb_backend, table_name, request.get("Key") or request.get("Item") or {}
                     )
                     if target is not None:
                         operation = "Put" if "PutRequest" in entry else "Delete"
-                        target.units = write_units(_written_size(operation, request, target))
+                        target.units = write_units(written_size(operation, request, target))
                         held = target.item in enforcement.held
                         if held:
                             with enforcement.lock:
                                 enforcement.conflicts[target.kind] += 1
-                        if held or not _consume(enforcement, target, reads=False):
+                        if held or not consume(enforcement, target, reads=False):
                             unprocessed.setdefault(table_name, []).append(entry)
                             resource = resource or target.table.table_arn
                             continue
@@ -381,10 +250,10 @@ def _batch_get_item(original: Any) -> Any:
             for table_name, request in request_items.items():
                 consistent = bool(request.get("ConsistentRead"))
                 for key in request.get("Keys") or []:
-                    target = _target(self.dynamodb_backend, table_name, key)
+                    target = target_of(self.dynamodb_backend, table_name, key)
                     if target is not None:
                         target.units = read_units(target.stored_size, consistent=consistent)
-                        if not _consume(enforcement, target, reads=True):
+                        if not consume(enforcement, target, reads=True):
                             unprocessed.setdefault(table_name, {**request, "Keys": []})["Keys"].append(key)
                             resource = resource or target.table.table_arn
                             continue
@@ -404,13 +273,13 @@ def _batch_get_item(original: Any) -> Any:
 
 def _transaction_targets(
     backend: Any, entries: Iterable[dict[str, Any]]
-) -> list[tuple[str, dict[str, Any], _Target | None]]:
+) -> list[tuple[str, dict[str, Any], Target | None]]:
     targets = []
     for entry in entries:
         operation, request = next(iter(entry.items())) if isinstance(entry, dict) and entry else ("", {})
         attrs = request.get("Key") or request.get("Item") or {} if isinstance(request, dict) else {}
         table_name = request.get("TableName", "") if isinstance(request, dict) else ""
-        targets.append((operation, request, _target(backend, table_name, attrs)))
+        targets.append((operation, request, target_of(backend, table_name, attrs)))
     return targets
 
 
@@ -436,7 +305,7 @@ def _transact_write_items(original: Any) -> Any:
         with _dynamodb_lock:
             targets = _transaction_targets(self.dynamodb_backend, entries)
             total = sum(
-                item_size(request.get("Item")) if operation == "Put" else _update_size(request)
+                item_size(request.get("Item")) if operation == "Put" else update_size(request)
                 for operation, request, _ in targets
                 if isinstance(request, dict)
             )
@@ -456,24 +325,24 @@ def _transact_write_items(original: Any) -> Any:
             for i, (operation, request, target) in enumerate(targets):
                 if target is None:
                     continue
-                target.units = 2 * write_units(_written_size(operation, request, target))
+                target.units = 2 * write_units(written_size(operation, request, target))
                 now_ok.append(target)
                 with enforcement.lock:
                     fits = enforcement.dynamodb.within(
                         target.item, enforcement.clock(), write_units=target.units
                     )
                 if not fits:
-                    _consume(enforcement, target, reads=False)  # counts the throttle
+                    consume(enforcement, target, reads=False)  # counts the throttle
                     failing[i] = ("ThrottlingError", THROTTLED_MESSAGE)
             if failing:
                 raise _cancel(targets, failing)
             for target in now_ok:
-                _consume(enforcement, target, reads=False)
+                consume(enforcement, target, reads=False)
                 enforcement.held[target.item] = token
             try:
                 result = original(self)
                 for target in now_ok:
-                    _index_writes(enforcement, target, _stored(target))
+                    index_writes(enforcement, target, stored_after(target))
             except BaseException:
                 _release(enforcement, now_ok, token)
                 raise
@@ -487,7 +356,7 @@ def _transact_write_items(original: Any) -> Any:
     return transact_write_items
 
 
-def _release(enforcement: Any, targets: list[_Target], token: object) -> None:
+def _release(enforcement: Any, targets: list[Target], token: object) -> None:
     for target in targets:
         if enforcement.held.get(target.item) is token:
             del enforcement.held[target.item]
@@ -510,7 +379,7 @@ def _transact_get_items(original: Any) -> Any:
             for i, (_, _, target) in enumerate(targets):
                 if target is not None and i not in failing:
                     target.units = read_units(target.stored_size, transactional=True)
-                    if not _consume(enforcement, target, reads=True):
+                    if not consume(enforcement, target, reads=True):
                         failing[i] = ("ThrottlingError", THROTTLED_MESSAGE)
             if failing:
                 raise _cancel(targets, failing)
