@@ -54,6 +54,7 @@ from local.emulator.moto_patches.dynamodb_metering import (
     index_writes,
     plain,
     stored_after,
+    stored_item_size,
     target_of,
     throttle_write,
     update_size,
@@ -91,12 +92,15 @@ def _single_write(operation: str) -> Callable[[Any], Any]:
                 if not consume(enforcement, target, reads=False):
                     raise throttle_write(target)
                 result = original(self)
-                after = stored_after(target)
+                # what the write left: an update's growth, and the index keys it may have changed
+                indexed = bool(getattr(target.table, "global_indexes", ()))
+                after = stored_after(target) if operation == "Update" or indexed else None
                 if operation == "Update" and after is not None:
-                    extra = write_units(item_size(after.to_json()["Attributes"])) - target.units
+                    extra = write_units(stored_item_size(after)) - target.units
                     if extra > 0:
                         charge(enforcement, target.item, target.kind, write_units_=extra)
-                index_writes(enforcement, target, after)
+                if indexed:
+                    index_writes(enforcement, target, after)
                 return result
 
         return handler
