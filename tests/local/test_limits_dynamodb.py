@@ -269,7 +269,7 @@ def test_items_up_to_400_kb_are_accepted_and_larger_refused(ddb: Any) -> None:
     )
 
 
-def test_a_transaction_over_4_mb_is_refused(ddb: Any, enforced: Enforcement) -> None:
+def test_a_transaction_over_4_mb_or_100_items_is_refused(ddb: Any, enforced: Enforcement) -> None:
     entries = [
         {"Put": {"TableName": TABLE, "Item": {**key(f"tenant#{i}"), "v": {"S": "x" * (390 * 1024)}}}}
         for i in range(11)
@@ -277,6 +277,10 @@ def test_a_transaction_over_4_mb_is_refused(ddb: Any, enforced: Enforcement) -> 
     response = error_of(lambda: ddb.transact_write_items(TransactItems=entries))
     assert response["Error"]["Code"] == "ValidationException"
     assert "4 MB" in response["Error"]["Message"]
+    many = [{"Put": {"TableName": TABLE, "Item": key(f"tenant#{i}")}} for i in range(101)]
+    response = error_of(lambda: ddb.transact_write_items(TransactItems=many))
+    assert response["Error"]["Code"] == "ValidationException"
+    assert "less than or equal to 100" in response["Error"]["Message"]
 
 
 def test_a_transaction_holds_its_items_for_its_duration(clock: Clock) -> None:
