@@ -52,8 +52,8 @@ lint: $(VENV)/.stamp-installed  ## ruff: lint and format check
 	$(VENV)/bin/ruff check .
 	$(VENV)/bin/ruff format --check .
 
-types: $(VENV)/.stamp-installed  ## mypy over the stacks, the runtime library, the handlers and local/
-	$(VENV)/bin/mypy app.py stacks functions local bin bench glue_jobs sim
+types: $(VENV)/.stamp-installed  ## mypy over the construct library, the runtime library, the handlers and local/
+	$(VENV)/bin/mypy app.py breakwater_cdk functions local bin bench glue_jobs sim
 
 synth: install  ## synthesize the CloudFormation template into cdk.out/ (runs cdk-nag)
 	$(CDK) synth --quiet --output $(CDK_OUTDIR) > /dev/null
@@ -63,7 +63,7 @@ cfn-lint: synth  ## cfn-lint on the synthesized template
 	$(VENV)/bin/cfn-lint $(CDK_OUTDIR)/Breakwater.template.json
 
 openapi: $(VENV)/.stamp-installed  ## write docs/openapi.json, the API's OpenAPI 3.0 document (routes, models, answers)
-	PYTHONPATH=functions:. $(PY) -m stacks.openapi --out docs/openapi.json
+	PYTHONPATH=functions:. $(PY) -m breakwater_cdk.openapi --out docs/openapi.json
 
 test: install  ## ruff + mypy + every test tier + cdk-nag + cfn-lint on the synthesized template
 	$(MAKE) lint

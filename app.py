@@ -3,7 +3,7 @@
 
 ``python app.py`` (or ``cdk synth``) synthesizes into ``CDK_OUTDIR`` (a temporary directory when it is
 not set). Tests and the embedded runtime call :func:`build_app` to synthesize in-process with
-context overrides; an invalid config raises :class:`stacks.config.ConfigError` naming key and value.
+context overrides; an invalid config raises :class:`breakwater_cdk.config.ConfigError` naming key and value.
 """
 
 from __future__ import annotations
@@ -18,9 +18,9 @@ import aws_cdk as cdk
 # The stack reads the runtime library's request models to generate the API's body schemas.
 sys.path.insert(0, str(Path(__file__).resolve().parent / "functions"))
 
-from stacks.breakwater_stack import BreakwaterStack
-from stacks.config import CONTEXT_KEY, ConfigError, load_config
-from stacks.nag import acknowledge_findings, apply_nag_packs
+from breakwater_cdk.breakwater_stack import BreakwaterStack
+from breakwater_cdk.config import CONTEXT_KEY, ConfigError, load_config
+from breakwater_cdk.nag import acknowledge_findings, apply_nag_packs
 
 ROOT = Path(__file__).resolve().parent
 STACK_ID = "Breakwater"

@@ -20,13 +20,13 @@ from pathlib import Path
 from typing import Any
 
 import sim  # noqa: F401  (puts the runtime library on the path)
+from breakwater_cdk.config import ConfigError
 from sim.config import CDK_JSON, CONFIGURATIONS, REPO, ConfigName, blueprint, load_context, parse_assignment
 from sim.report import plot, table, write_json
 from sim.run import default_jobs, run_scenario
 from sim.scenarios import KINDS, Kind, seed_scale
 from sim.validation import REFERENCE, compare, run_validation
 from sim.worker import Costs
-from stacks.config import ConfigError
 
 
 def _arguments(argv: list[str] | None) -> argparse.Namespace:

@@ -15,8 +15,8 @@ from typing import Any, Literal
 
 import numpy as np
 
+from breakwater_cdk.config import BlueprintConfig
 from sim.worker import Costs
-from stacks.config import BlueprintConfig
 
 DEFAULT_COSTS = Costs()
 

@@ -1,7 +1,7 @@
 """Handler settings: the environment CDK sets, validated once at cold start.
 
 Policy code never reads ``os.environ``; handlers build one of these models and pass plain values
-down. The names here are the contract between ``stacks/`` (which sets them) and the handlers.
+down. The names here are the contract between ``breakwater_cdk/`` (which sets them) and the handlers.
 """
 
 from __future__ import annotations
@@ -19,7 +19,7 @@ class SettingsError(RuntimeError):
 
 
 class TierLimits(BaseModel):
-    """Per-tenant limits of a tier (mirrors ``stacks.config.TierConfig``; a test keeps them equal)."""
+    """Per-tenant limits of a tier (mirrors ``breakwater_cdk.config.TierConfig``; a test keeps them equal)."""
 
     model_config = ConfigDict(extra="forbid", frozen=True)
 

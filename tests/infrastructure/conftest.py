@@ -12,8 +12,8 @@ from aws_cdk import Stack
 from aws_cdk.assertions import Template
 
 from app import STACK_ID, build_app
-from stacks.breakwater_stack import BreakwaterStack
-from stacks.config import BlueprintConfig
+from breakwater_cdk.breakwater_stack import BreakwaterStack
+from breakwater_cdk.config import BlueprintConfig
 
 
 @dataclass(frozen=True)

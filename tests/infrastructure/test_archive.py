@@ -11,9 +11,9 @@ import pytest
 from aws_cdk.assertions import Match, Template
 
 from app import STACK_ID, cdk_json_context, merge_context
-from stacks.breakwater_stack import BreakwaterStack
-from stacks.config import load_config
-from stacks.nag import acknowledge_findings, apply_nag_packs
+from breakwater_cdk.breakwater_stack import BreakwaterStack
+from breakwater_cdk.config import load_config
+from breakwater_cdk.nag import acknowledge_findings, apply_nag_packs
 
 pytestmark = pytest.mark.slow
 

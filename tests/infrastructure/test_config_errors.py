@@ -11,7 +11,7 @@ from pathlib import Path
 import pytest
 
 from app import build_app, cdk_json_context, merge_context
-from stacks.config import ConfigError
+from breakwater_cdk.config import ConfigError
 
 ROOT = Path(__file__).resolve().parents[2]
 

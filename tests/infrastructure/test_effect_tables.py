@@ -8,7 +8,7 @@ from typing import Any
 from aws_cdk.assertions import Template
 
 from app import STACK_ID, build_app
-from stacks.tables import EFFECT_ACTIONS
+from breakwater_cdk.tables import EFFECT_ACTIONS
 from tests.infrastructure.conftest import Synth
 
 

@@ -11,7 +11,7 @@ from typing import Any
 import pytest
 
 from app import build_app
-from stacks.config import ConfigError
+from breakwater_cdk.config import ConfigError
 from tests.infrastructure.conftest import Synth, synthesize
 from tests.infrastructure.test_tenant_views import dashboard, rule_bodies
 

@@ -9,7 +9,7 @@ from typing import Any
 import pytest
 
 from breakwater.settings import AuthorizerSettings, IngestSettings, TierLimits
-from stacks.config import TierConfig
+from breakwater_cdk.config import TierConfig
 from tests.infrastructure.conftest import Synth
 
 pytestmark = pytest.mark.slow

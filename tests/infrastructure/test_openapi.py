@@ -15,7 +15,7 @@ import jsonschema
 import pytest
 from openapi_spec_validator import validate
 
-from stacks.openapi import DOCUMENT, build_document, openapi_schema, render
+from breakwater_cdk.openapi import DOCUMENT, build_document, openapi_schema, render
 from tests.infrastructure.conftest import Synth
 
 pytestmark = pytest.mark.slow

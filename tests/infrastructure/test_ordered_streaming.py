@@ -10,11 +10,11 @@ from aws_cdk import aws_kms as kms
 from aws_cdk import aws_sns as sns
 from aws_cdk.assertions import Match, Template
 
-from stacks.config import BlueprintConfig, ConfigError, load_config
-from stacks.functions import FunctionFactory
-from stacks.ordered import OrderedWorkload
-from stacks.streaming import StreamingWorkload
-from stacks.tables import build_table
+from breakwater_cdk.config import BlueprintConfig, ConfigError, load_config
+from breakwater_cdk.functions import FunctionFactory
+from breakwater_cdk.ordered import OrderedWorkload
+from breakwater_cdk.streaming import StreamingWorkload
+from breakwater_cdk.tables import build_table
 
 TIERS = {"standard": {"rate": 5, "burst": 10, "consumer_rate": 5, "concurrency": 2, "concurrency_floor": 1}}
 

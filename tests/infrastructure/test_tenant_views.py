@@ -7,8 +7,8 @@ import json
 import re
 from typing import Any
 
-from stacks.functions import BreakwaterFunction
-from stacks.insights import TENANT_PLACEHOLDER
+from breakwater_cdk.functions import BreakwaterFunction
+from breakwater_cdk.insights import TENANT_PLACEHOLDER
 from tests.infrastructure.conftest import Synth
 
 

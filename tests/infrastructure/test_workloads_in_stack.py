@@ -16,7 +16,7 @@ from breakwater.settings import (
     OrderedIngestSettings,
     StreamConsumerSettings,
 )
-from stacks.functions import BreakwaterFunction
+from breakwater_cdk.functions import BreakwaterFunction
 from tests.infrastructure.conftest import Synth
 from tests.infrastructure.test_foundation import _as_list, _contract_names, _env, _role_actions
 

@@ -15,6 +15,7 @@ import boto3
 import pytest
 from moto import mock_aws
 
+from breakwater_cdk.config import AlarmConfig
 from local.emulator import moto_patches
 from local.emulator.alarms import (
     ALARM,
@@ -31,7 +32,6 @@ from local.emulator.assembly import CloudAssembly, synthesize
 from local.emulator.moto_patches import sqs_metrics
 from local.emulator.runtime import LocalRuntime, RuntimeOptions
 from local.scenarios.noisy_neighbour import DEMO_CONTEXT
-from stacks.config import AlarmConfig
 
 NS, NAME = "Test", "Depth"
 

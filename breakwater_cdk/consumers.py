@@ -13,11 +13,11 @@ from aws_cdk import aws_lambda as lambda_
 from aws_cdk import aws_lambda_event_sources as sources
 from constructs import Construct
 
-from stacks import environment
-from stacks.config import BlueprintConfig, ProvisionedPollersConfig
-from stacks.functions import BreakwaterFunction, FunctionFactory
-from stacks.queue_set import QueueSet, QueueWithDlq
-from stacks.tables import WORKER_STATE, Tables, grant_effect_tables, grant_items
+from breakwater_cdk import environment
+from breakwater_cdk.config import BlueprintConfig, ProvisionedPollersConfig
+from breakwater_cdk.functions import BreakwaterFunction, FunctionFactory
+from breakwater_cdk.queue_set import QueueSet, QueueWithDlq
+from breakwater_cdk.tables import WORKER_STATE, Tables, grant_effect_tables, grant_items
 
 WORKER_HANDLER = "worker/handler.handler"
 

@@ -19,12 +19,12 @@ from aws_cdk import aws_lambda_event_sources as sources
 from aws_cdk import aws_sqs as sqs
 from constructs import Construct
 
-from stacks import environment
-from stacks.config import BlueprintConfig
-from stacks.consumers import poller_config
-from stacks.functions import BreakwaterFunction, FunctionFactory
-from stacks.queue_set import QueueWithDlq, dead_letter_queue
-from stacks.tables import BUCKET_ITEMS, build_table, grant_effect_tables, grant_items
+from breakwater_cdk import environment
+from breakwater_cdk.config import BlueprintConfig
+from breakwater_cdk.consumers import poller_config
+from breakwater_cdk.functions import BreakwaterFunction, FunctionFactory
+from breakwater_cdk.queue_set import QueueWithDlq, dead_letter_queue
+from breakwater_cdk.tables import BUCKET_ITEMS, build_table, grant_effect_tables, grant_items
 
 # The group backlog counters (breakwater.aws.group_backlogs): conditional UpdateItem calls only, which
 # return the stored item when refused, so neither function needs to read the state table.

@@ -3,7 +3,7 @@
 - The routes: ``POST /v1/messages`` always, ``POST /v1/ordered`` and ``POST /v1/events`` when the
   config enables their workloads, as ``BreakwaterStack`` adds them.
 - Each request body: the JSON schema the stack gives API Gateway as the route's model
-  (``stacks.request_schemas``, generated from the request models), under the model's name.
+  (``breakwater_cdk.request_schemas``, generated from the request models), under the model's name.
 - The answers: the handlers' (the services' bodies, ``breakwater.errors``' error body) and the
   gateway's own (the stack's gateway responses), with the ``Retry-After`` header a refusal to come
   back later carries.
@@ -52,9 +52,9 @@ from breakwater.requests import (
     MAX_SQS_ID_LENGTH,
     SQS_ID_PATTERN,
 )
-from stacks.config import BlueprintConfig
-from stacks.ingress import STAGE_NAME
-from stacks.request_schemas import events_schema, message_schema, ordered_message_schema
+from breakwater_cdk.config import BlueprintConfig
+from breakwater_cdk.ingress import STAGE_NAME
+from breakwater_cdk.request_schemas import events_schema, message_schema, ordered_message_schema
 
 OPENAPI_VERSION = "3.0.3"
 ORDERED_KEY_PARAMETER = "OrderedIdempotencyKey"
@@ -296,7 +296,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--out", type=Path, default=DOCUMENT, help=f"default: {DOCUMENT.relative_to(ROOT)}")
     args = parser.parse_args(argv)
     from app import cdk_json_context  # the entry point reads cdk.json as the CDK CLI passes it
-    from stacks.config import CONTEXT_KEY, load_config
+    from breakwater_cdk.config import CONTEXT_KEY, load_config
 
     config = load_config(cdk_json_context().get(CONTEXT_KEY))
     args.out.parent.mkdir(parents=True, exist_ok=True)

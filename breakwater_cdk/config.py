@@ -248,7 +248,7 @@ class SidelineConfig(_Strict):
 
 
 class ArchiveConfig(_Strict):
-    """The S3 archive of sidelined backlogs and the Glue job that replays it (stacks/archive.py)."""
+    """The S3 archive of sidelined backlogs and the Glue job that replays it (breakwater_cdk/archive.py)."""
 
     expire_after_days: int = Field(default=90, ge=1, description="archived objects are deleted after this")
     infrequent_access_after_days: int | None = Field(

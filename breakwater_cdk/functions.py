@@ -16,7 +16,7 @@ from aws_cdk import aws_lambda as lambda_
 from aws_cdk import aws_logs as logs
 from constructs import Construct
 
-from stacks.config import BlueprintConfig
+from breakwater_cdk.config import BlueprintConfig
 
 FUNCTIONS_DIR = Path(__file__).resolve().parent.parent / "functions"
 ASSET_EXCLUDE = ["**/__pycache__", "**/*.pyc", "tests", "**/tests", ".mypy_cache", ".pytest_cache"]

@@ -23,9 +23,9 @@ from aws_cdk import aws_lambda as lambda_
 from aws_cdk import aws_logs as logs
 from constructs import Construct
 
-from stacks.config import BlueprintConfig
-from stacks.functions import RETENTION, encrypted_log_group
-from stacks.request_schemas import message_schema
+from breakwater_cdk.config import BlueprintConfig
+from breakwater_cdk.functions import RETENTION, encrypted_log_group
+from breakwater_cdk.request_schemas import message_schema
 
 STAGE_NAME = "prod"
 

@@ -15,9 +15,9 @@ from aws_cdk import aws_s3 as s3
 from aws_cdk import aws_sqs as sqs
 from constructs import IConstruct
 
-from stacks.config import BlueprintConfig
-from stacks.queue_set import QueueSet
-from stacks.tables import Tables
+from breakwater_cdk.config import BlueprintConfig
+from breakwater_cdk.queue_set import QueueSet
+from breakwater_cdk.tables import Tables
 
 
 def flag(value: bool) -> str:
@@ -131,7 +131,7 @@ def controller_environment(
         "LIVE_QUEUE_URLS": queue_urls([pair.queue for pair in queues.live]),
         "SIDELINE_QUEUE_URLS": queue_urls([pair.queue for pair in queues.sideline]),
         "SIDELINE_QUEUE_ROLES": ",".join(pair.role for pair in queues.sideline),  # their workers' age reports
-        # Past either budget a sideline queue is parked in S3 (ARCHIVER_FUNCTION_NAME: stacks/archive.py).
+        # Past either budget a sideline queue is parked in S3 (ARCHIVER_FUNCTION_NAME: archive.py).
         "ARCHIVE_AGE_SECONDS": str(config.sideline.archive_age_seconds),
         "ARCHIVE_DEPTH": str(config.sideline.archive_depth),
         "SIDELINE_MAPPING_UUIDS": Fn.join(",", list(sideline_mapping_ids)),

@@ -28,10 +28,10 @@ from aws_cdk import aws_s3_assets as s3_assets
 from aws_cdk import aws_sqs as sqs
 from constructs import Construct, IConstruct
 
-from stacks import environment
-from stacks.config import BlueprintConfig
-from stacks.functions import RETENTION, BreakwaterFunction, FunctionFactory
-from stacks.nag import acknowledge
+from breakwater_cdk import environment
+from breakwater_cdk.config import BlueprintConfig
+from breakwater_cdk.functions import RETENTION, BreakwaterFunction, FunctionFactory
+from breakwater_cdk.nag import acknowledge
 
 ROOT = Path(__file__).resolve().parent.parent
 ARCHIVE_PREFIX = "archive/"

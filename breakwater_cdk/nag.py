@@ -16,8 +16,8 @@ from cdk_nag import AwsSolutionsChecks, ServerlessChecks
 from constructs import IConstruct
 
 if TYPE_CHECKING:  # the constructs import acknowledge() from here
-    from stacks.breakwater_stack import BreakwaterStack
-    from stacks.functions import BreakwaterFunction
+    from breakwater_cdk.breakwater_stack import BreakwaterStack
+    from breakwater_cdk.functions import BreakwaterFunction
 
 # Why each function has no asynchronous-invocation DLQ (Serverless-LambdaDLQ).
 _NO_ASYNC_DLQ = {

@@ -7,21 +7,21 @@ from typing import Any
 from aws_cdk import CfnOutput, Fn, Stack
 from constructs import Construct
 
-from stacks import environment
-from stacks.archive import ArchiveAndReplay
-from stacks.config import BlueprintConfig
-from stacks.consumers import Consumers
-from stacks.control import ControlPlane
-from stacks.encryption import StackKey
-from stacks.functions import BreakwaterFunction, FunctionFactory
-from stacks.ingress import Ingress
-from stacks.insights import TenantInsights
-from stacks.monitoring import Monitoring
-from stacks.ordered import OrderedWorkload
-from stacks.queue_set import QueueSet
-from stacks.request_schemas import events_schema, ordered_message_schema
-from stacks.streaming import StreamingWorkload
-from stacks.tables import INGEST_KEYS, INGEST_STATE, Tables, grant_items
+from breakwater_cdk import environment
+from breakwater_cdk.archive import ArchiveAndReplay
+from breakwater_cdk.config import BlueprintConfig
+from breakwater_cdk.consumers import Consumers
+from breakwater_cdk.control import ControlPlane
+from breakwater_cdk.encryption import StackKey
+from breakwater_cdk.functions import BreakwaterFunction, FunctionFactory
+from breakwater_cdk.ingress import Ingress
+from breakwater_cdk.insights import TenantInsights
+from breakwater_cdk.monitoring import Monitoring
+from breakwater_cdk.ordered import OrderedWorkload
+from breakwater_cdk.queue_set import QueueSet
+from breakwater_cdk.request_schemas import events_schema, ordered_message_schema
+from breakwater_cdk.streaming import StreamingWorkload
+from breakwater_cdk.tables import INGEST_KEYS, INGEST_STATE, Tables, grant_items
 
 
 class BreakwaterStack(Stack):
