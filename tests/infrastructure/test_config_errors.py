@@ -100,6 +100,7 @@ def test_the_cli_entry_point_prints_the_error_and_exits_non_zero(tmp_path: Path)
     context = cdk_json_context()
     context["breakwater"] = merge_context(context["breakwater"], {"queue_set": {"shard_size": 99}})
     env = {**os.environ, "CDK_CONTEXT_JSON": json.dumps(context), "CDK_OUTDIR": str(tmp_path)}
+    env["PYTHONPATH"] = os.pathsep.join([str(ROOT / "functions"), str(ROOT)])  # as pyproject's pytest paths
     result = subprocess.run(  # noqa: S603 - the CLI runs the app exactly like this
         [sys.executable, "app.py"],
         cwd=ROOT,

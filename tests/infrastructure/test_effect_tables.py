@@ -7,7 +7,7 @@ from typing import Any
 
 from aws_cdk.assertions import Template
 
-from app import STACK_ID, build_app
+from app import DEFAULT_STAGE, build_app, stack_id
 from breakwater_cdk.tables import EFFECT_ACTIONS
 from tests.infrastructure.conftest import Synth
 
@@ -32,9 +32,10 @@ def _statements_on(template: dict[str, Any], table: str) -> dict[str, list[str]]
 
 def test_the_workers_may_write_effects_to_the_named_tables_and_nothing_more() -> None:
     app = build_app(
-        {"breakwater": {"processing": {"effect_tables": ["orders"]}, "ordered": {"enabled": True}}}
+        {"breakwater": {"processing": {"effect_tables": ["orders"]}, "ordered": {"enabled": True}}},
+        stages=[DEFAULT_STAGE],
     )
-    template = Template.from_stack(app.node.find_child(STACK_ID)).to_json()  # type: ignore[arg-type]
+    template = Template.from_stack(app.node.find_child(stack_id(DEFAULT_STAGE))).to_json()  # type: ignore[arg-type]
 
     granted = _statements_on(template, "orders")
     roles = {name.split("ServiceRole")[0] for name in granted}
