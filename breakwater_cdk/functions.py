@@ -1,13 +1,13 @@
-"""A factory for the blueprint's Lambda functions.
+"""A factory for the construct's Lambda functions.
 
-Every function ships the same asset (``functions/``, as it is: no Docker bundling) with Powertools
-from its public layer, gets its own encrypted log group with a retention, its own role holding only
-what the caller grants, explicit memory and timeout, and the Powertools environment.
+Every function ships the handlers' asset (``functions/`` without the runtime library, as it is: no
+Docker bundling) with two layers: the runtime library ``breakwater``, versioned with this package,
+and Powertools from its public layer. Each gets its own encrypted log group with a retention, its
+own role holding only what the caller grants, explicit memory and timeout, and the Powertools
+environment.
 """
 
 from __future__ import annotations
-
-from pathlib import Path
 
 from aws_cdk import Aws, CfnResource, Duration, RemovalPolicy, Stack
 from aws_cdk import aws_iam as iam
@@ -16,10 +16,13 @@ from aws_cdk import aws_lambda as lambda_
 from aws_cdk import aws_logs as logs
 from constructs import Construct
 
+from breakwater_cdk.assets import HANDLERS, VERSION, stage_runtime_layer
 from breakwater_cdk.config import BlueprintConfig
 
-FUNCTIONS_DIR = Path(__file__).resolve().parent.parent / "functions"
-ASSET_EXCLUDE = ["**/__pycache__", "**/*.pyc", "tests", "**/tests", ".mypy_cache", ".pytest_cache"]
+# The runtime library comes from the layer, never from the handlers' asset.
+ASSET_EXCLUDE = [
+    "**/__pycache__", "**/*.pyc", "tests", "**/tests", ".mypy_cache", ".pytest_cache", "breakwater",
+]  # fmt: skip
 POWERTOOLS_ACCOUNT = "017000801446"
 
 RETENTION = {
@@ -104,7 +107,7 @@ class BreakwaterFunction(Construct):
             handler=handler,
             runtime=_RUNTIMES[config.functions.runtime],
             architecture=_ARCHITECTURES[config.functions.architecture],
-            layers=[factory.powertools],
+            layers=[factory.runtime, factory.powertools],
             memory_size=memory_mb,
             timeout=Duration.seconds(timeout_seconds),
             role=self.role,
@@ -131,7 +134,16 @@ class FunctionFactory(Construct):
         super().__init__(scope, construct_id)
         self.config = config
         self.key = key
-        self.code = lambda_.Code.from_asset(str(FUNCTIONS_DIR), exclude=ASSET_EXCLUDE)
+        self.code = lambda_.Code.from_asset(str(HANDLERS), exclude=ASSET_EXCLUDE)
+        self.runtime = lambda_.LayerVersion(
+            self,
+            "Runtime",
+            code=lambda_.Code.from_asset(str(stage_runtime_layer())),
+            description=f"Breakwater runtime library {VERSION}",
+            compatible_runtimes=[_RUNTIMES[config.functions.runtime]],
+            compatible_architectures=[_ARCHITECTURES[config.functions.architecture]],
+            removal_policy=RemovalPolicy.RETAIN,  # a function still deployed may run on an older version
+        )
         self.powertools = lambda_.LayerVersion.from_layer_version_arn(
             self, "Powertools", powertools_layer_arn(config)
         )

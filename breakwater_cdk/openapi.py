@@ -1,7 +1,7 @@
 """The API's OpenAPI 3.0 document, built from what the stack itself is built from.
 
 - The routes: ``POST /v1/messages`` always, ``POST /v1/ordered`` and ``POST /v1/events`` when the
-  config enables their workloads, as ``BreakwaterStack`` adds them.
+  config enables their workloads, as ``Breakwater`` adds them.
 - Each request body: the JSON schema the stack gives API Gateway as the route's model
   (``breakwater_cdk.request_schemas``, generated from the request models), under the model's name.
 - The answers: the handlers' (the services' bodies, ``breakwater.errors``' error body) and the
@@ -25,7 +25,6 @@ import argparse
 import enum
 import json
 import sys
-import tomllib
 from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -33,6 +32,7 @@ from typing import Any
 
 from aws_cdk import aws_apigateway as apigw
 
+from breakwater import __version__
 from breakwater.errors import (
     ApiError,
     BadRequestError,
@@ -176,7 +176,7 @@ def build_document(config: BlueprintConfig) -> dict[str, Any]:
         "openapi": OPENAPI_VERSION,
         "info": {
             "title": f"{config.service_name} API",
-            "version": _project_version(),
+            "version": __version__,
             "description": _DESCRIPTION.format(depth=MAX_JSON_DEPTH),
         },
         "servers": [
@@ -515,11 +515,6 @@ def _schema_value(value: Any) -> Any:
 def _camel(name: str) -> str:
     first, *rest = name.split("_")
     return first + "".join(part.title() for part in rest)
-
-
-def _project_version() -> str:
-    project = tomllib.loads((ROOT / "pyproject.toml").read_text(encoding="utf-8"))["project"]
-    return str(project["version"])
 
 
 if __name__ == "__main__":
