@@ -19,13 +19,15 @@ from typing import Any
 
 import aws_cdk as cdk
 
-from breakwater_cdk import Breakwater
+from breakwater_cdk import Breakwater, Processor
 from breakwater_cdk.config import CONTEXT_KEY, ConfigError, load_config
 from breakwater_cdk.nag import apply_nag_packs
 
 ROOT = Path(__file__).resolve().parent
 STAGES_KEY = "breakwater_stages"
 DEFAULT_STAGE = "dev"  # what the embedded AWS deploys and the tests synthesize
+# The example's processor: its own directory, outside the construct library (processor/sample.py).
+PROCESSOR = Processor(directory=ROOT / "processor", handler="sample.process")
 
 
 def stack_id(stage: str) -> str:
@@ -80,7 +82,9 @@ def build_app(
             description=f"Breakwater ({stage}): multitenant async ingest that never builds insurmountable "
             "queue backlogs",
         )
-        Breakwater(stack, "Breakwater", config=load_config(settings[stage]), output_prefix="")
+        Breakwater(
+            stack, "Breakwater", config=load_config(settings[stage]), processor=PROCESSOR, output_prefix=""
+        )
     apply_nag_packs(app)
     return app
 

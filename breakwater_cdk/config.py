@@ -8,10 +8,9 @@ read context themselves.
 from __future__ import annotations
 
 import math
-import re
 from typing import Any, Literal, Self
 
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
 
 CONTEXT_KEY = "breakwater"
 
@@ -424,7 +423,10 @@ class StreamingConfig(_Strict):
 
 
 class ProcessingConfig(_Strict):
-    """How the processor's effects are made (``functions/breakwater/processor.py``)."""
+    """How the processor's effects are made (the contract: ``functions/breakwater/processor.py``).
+
+    What the processor may touch is its own grants (``breakwater_cdk.Processor(grants=...)``).
+    """
 
     guarantee: Literal["exactly_once", "at_least_once"] = Field(
         default="exactly_once",
@@ -433,26 +435,6 @@ class ProcessingConfig(_Strict):
         "record is read before and written after (cheaper; copies racing each other, or a run its "
         "worker died in, may run twice). Effects given to work.add_effect are exactly once in both",
     )
-
-    effect_tables: list[str] = Field(
-        default_factory=list,
-        description="DynamoDB tables (names, this account and region) the processor's transactional "
-        "effects (work.add_effect) write to: the workers may put, update, delete and condition-check "
-        "their items, nothing else",
-    )
-
-    @field_validator("effect_tables")
-    @classmethod
-    def _table_names(cls, names: list[str]) -> list[str]:
-        for name in names:
-            if not re.fullmatch(r"[A-Za-z0-9_.-]{3,255}", name):
-                raise ValueError(
-                    f"effect_tables entry {name!r} is not a DynamoDB table name "
-                    "(3-255 letters, digits, '_', '-', '.')"
-                )
-        if len(set(names)) != len(names):
-            raise ValueError(f"effect_tables lists a table twice: {names}")
-        return names
 
 
 class LambdaConfig(_Strict):
@@ -512,6 +494,13 @@ class ConfigError(ValueError):
     """Raised at synth for an invalid ``breakwater`` context; the message names each key and value."""
 
 
+# Keys earlier versions read, and what replaced them (CHANGELOG.md).
+REMOVED_KEYS = {
+    "processing.effect_tables": "give the processor its grants instead: "
+    "Processor(grants=[table.grant_write_data])",
+}
+
+
 def _describe(errors: list[Any], raw: dict[str, Any]) -> str:
     lines = []
     for error in errors:
@@ -519,6 +508,8 @@ def _describe(errors: list[Any], raw: dict[str, Any]) -> str:
         key = f"{CONTEXT_KEY}.{path}" if error["loc"] else CONTEXT_KEY
         if error["type"] in {"missing"}:
             lines.append(f"{key}: required key is missing")
+        elif error["type"] == "extra_forbidden" and path in REMOVED_KEYS:
+            lines.append(f"{key}: no longer a setting (value {error['input']!r}); {REMOVED_KEYS[path]}")
         elif error["type"] == "extra_forbidden":
             lines.append(f"{key}: unknown key (value {error['input']!r}); check the spelling")
         else:

@@ -23,6 +23,7 @@ from breakwater_cdk.insights import TenantInsights
 from breakwater_cdk.monitoring import Monitoring
 from breakwater_cdk.nag import acknowledge_findings
 from breakwater_cdk.ordered import OrderedWorkload
+from breakwater_cdk.processor import Processor
 from breakwater_cdk.queue_set import QueueSet
 from breakwater_cdk.request_schemas import events_schema, ordered_message_schema
 from breakwater_cdk.streaming import StreamingWorkload
@@ -35,9 +36,11 @@ class Breakwater(Construct):
     """The whole system: API, queues, workers, controller, archive, alarms; optional workloads.
 
     ``config`` is the typed configuration (:class:`breakwater_cdk.config.BreakwaterConfig`, what
-    cdk.json's ``breakwater`` object is validated into). ``output_prefix`` prefixes the logical ids
-    of the stack outputs (``ApiUrl``, ``TenantsTableName``...); it defaults to the construct's id,
-    and an app with one instance may pass ``""`` for the plain names ``bin/tenants`` reads.
+    cdk.json's ``breakwater`` object is validated into); ``processor`` the user's code the live,
+    sideline and FIFO workers run (:class:`breakwater_cdk.processor.Processor`). ``output_prefix``
+    prefixes the logical ids of the stack outputs (``ApiUrl``, ``TenantsTableName``...); it defaults
+    to the construct's id, and an app with one instance may pass ``""`` for the plain names
+    ``bin/tenants`` reads.
     """
 
     def __init__(
@@ -46,6 +49,7 @@ class Breakwater(Construct):
         construct_id: str,
         *,
         config: BlueprintConfig,
+        processor: Processor,
         output_prefix: str | None = None,
     ) -> None:
         super().__init__(scope, construct_id)
@@ -57,7 +61,8 @@ class Breakwater(Construct):
         self.key = StackKey(self, "Encryption", config=config).key
         self.tables = Tables(self, "Tables")
         self.queues = QueueSet(self, "Queues", config=config)
-        self.functions = FunctionFactory(self, "Functions", config=config, key=self.key)
+        self.processor = processor
+        self.functions = FunctionFactory(self, "Functions", config=config, key=self.key, processor=processor)
         self.authorizer = self._build_authorizer()
         self.ingest = self._build_ingest()
         self.ingress = Ingress(
@@ -102,6 +107,13 @@ class Breakwater(Construct):
         self._build_outputs()
         acknowledge_findings(self)
         self._check_resource_count()
+
+    @property
+    def workers(self) -> list[BreakwaterFunction]:
+        """The functions that run the processor (``.role`` holds its grants: acknowledge a cdk-nag
+        finding of one of them there, e.g. ``acknowledge(worker.role, "AwsSolutions-IAM5[...]", why)``)."""
+        workers = [self.consumers.live_worker, self.consumers.sideline_worker]
+        return workers if self.ordered is None else [*workers, self.ordered.worker]
 
     def _build_monitoring(self) -> Monitoring:
         alarms = self.config.alarms

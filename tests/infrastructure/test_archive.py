@@ -10,7 +10,7 @@ import aws_cdk as cdk
 import pytest
 from aws_cdk.assertions import Match, Template
 
-from app import cdk_json_context, merge_context
+from app import PROCESSOR, cdk_json_context, merge_context
 from breakwater_cdk.config import load_config
 from breakwater_cdk.construct import Breakwater
 from breakwater_cdk.nag import apply_nag_packs
@@ -27,7 +27,9 @@ def synth(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Any]:
     app = cdk.App(context=merge_context(cdk_json_context(), overrides), outdir=str(outdir))
     config = load_config(app.node.try_get_context("breakwater"))
     stack = cdk.Stack(app, "Archive")
-    breakwater = Breakwater(stack, "Breakwater", config=config)  # composes ArchiveAndReplay as 'Archive'
+    breakwater = Breakwater(
+        stack, "Breakwater", config=config, processor=PROCESSOR
+    )  # composes ArchiveAndReplay as 'Archive'
     apply_nag_packs(app)
     assembly = app.synth()  # raises on any unacknowledged cdk-nag error
     return {"template": Template.from_stack(stack), "outdir": Path(assembly.directory), "stack": breakwater}

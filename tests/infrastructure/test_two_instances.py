@@ -10,7 +10,7 @@ import aws_cdk as cdk
 import pytest
 from aws_cdk.assertions import Template
 
-from app import build_app, cdk_json_context, merge_context, stack_id
+from app import PROCESSOR, build_app, cdk_json_context, merge_context, stack_id
 from breakwater_cdk import Breakwater, load_config
 from breakwater_cdk.nag import apply_nag_packs
 
@@ -58,8 +58,8 @@ def test_two_instances_in_one_stack_synthesize_without_a_shared_name(tmp_path: P
     app = cdk.App(context=context, outdir=str(tmp_path))
     stack = cdk.Stack(app, "TwoServices")
     config = load_config(context["breakwater"])
-    orders = Breakwater(stack, "Orders", config=config)
-    billing = Breakwater(stack, "Billing", config=config)
+    orders = Breakwater(stack, "Orders", config=config, processor=PROCESSOR)
+    billing = Breakwater(stack, "Billing", config=config, processor=PROCESSOR)
     apply_nag_packs(app)
     app.synth()  # raises on a duplicate construct id or an unacknowledged cdk-nag error
 

@@ -5,7 +5,8 @@ from __future__ import annotations
 import pytest
 
 from breakwater.envelope import Envelope, new_envelope_id
-from breakwater.processor import WorkContext, process, work_factor
+from breakwater.processor import WorkContext
+from processor.sample import process, work_factor
 
 
 def _envelope(payload: object) -> Envelope:
