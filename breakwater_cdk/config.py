@@ -193,7 +193,6 @@ class WorkerConfig(_QueueConsumer):
         default=6, ge=1, le=12, description="queue visibility = multiplier x worker timeout (AWS guidance: 6)"
     )
     heartbeat_seconds: int = Field(default=30, ge=1, le=43_200)
-    simulated_work_ms: int = Field(default=20, ge=0, description="duration of the sample processor's work")
     outage_backoff_seconds: float = Field(
         default=5,
         gt=0,
@@ -498,6 +497,8 @@ class ConfigError(ValueError):
 REMOVED_KEYS = {
     "processing.effect_tables": "give the processor its grants instead: "
     "Processor(grants=[table.grant_write_data])",
+    "worker.simulated_work_ms": "the demo's work is the emulator's: breakwater_local.work_ms in the context "
+    "of python -m local (local/README.md); nothing of it is deployed",
 }
 
 

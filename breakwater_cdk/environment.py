@@ -108,7 +108,6 @@ def worker_environment(
         "VISIBILITY_TIMEOUT_SECONDS": str(worker.visibility_timeout_seconds),
         "LEASE_SECONDS": str(ingest.lease_seconds),
         "LEASE_MAX_FRACTION": str(ingest.lease_max_fraction),
-        "SIMULATED_WORK_MS": str(worker.simulated_work_ms),
         "OUTAGE_BACKOFF_SECONDS": f"{worker.outage_backoff_seconds:g}",
         "OUTAGE_BACKOFF_MAX_SECONDS": f"{worker.outage_backoff_max_seconds:g}",
         "FAIR_QUEUES": flag(config.queue_set.fair_queues),
@@ -192,7 +191,6 @@ def fifo_worker_environment(
         "WRITE_AHEAD_TABLE_NAME": write_ahead.table_name,
         "WRITE_AHEAD_LEASE_SECONDS": str(ordered.lease_seconds),
         "WRITE_AHEAD_RETENTION_SECONDS": str(ordered.write_ahead_retention_days * 86_400),
-        "SIMULATED_WORK_MS": str(config.worker.simulated_work_ms),
     }
     if state is not None:  # it gives each message's group slot back (the same window as the ingest's)
         values["STATE_TABLE_NAME"] = state.table_name

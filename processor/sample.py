@@ -1,7 +1,9 @@
 """The example app's processor: what app.py deploys in the workers (``Processor(handler="sample.process")``).
 
 Replace it with your own: a directory of your code (and its requirements.txt) and a function
-``process(envelope, work) -> dict`` under the contract of :mod:`breakwater.processor`.
+``process(envelope, work) -> dict`` under the contract of :mod:`breakwater.processor`. It does no
+work of its own: on the embedded AWS, the demo's simulated work comes from the emulator's hooks
+around whichever processor is deployed (``local/emulator/processor_hooks.py``), never from here.
 """
 
 from __future__ import annotations
@@ -13,28 +15,6 @@ from breakwater.processor import WorkContext
 
 
 def process(envelope: Envelope, work: WorkContext) -> dict[str, Any]:
-    """Sample workload: simulates ``simulated_work_ms`` of work, cooperatively cancellable.
-
-    A payload ``{"work_factor": n}`` (1 to 100) makes the message ``n`` times as expensive: it stands
-    for a downstream that got slower for this message's tenant (the demo's ``slow`` scenario).
-    """
-    remaining = work.simulated_work_ms * work_factor(envelope.payload) / 1000
-    step = 0.05
-    while remaining > 0:
-        work.pause(min(step, remaining))
-        remaining -= step
+    """Accept the message: its id, tenant and type are the result the worker records."""
     work.check()
     return {"id": envelope.id, "tenant": envelope.tenant, "type": envelope.type}
-
-
-MAX_WORK_FACTOR = 100.0
-
-
-def work_factor(payload: Any) -> float:
-    """The sample workload's cost multiplier named by the payload (1 when it names none or a bad one)."""
-    if not isinstance(payload, dict):
-        return 1.0
-    value = payload.get("work_factor")
-    if isinstance(value, bool) or not isinstance(value, int | float):
-        return 1.0
-    return min(max(float(value), 1.0), MAX_WORK_FACTOR)
