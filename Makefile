@@ -55,7 +55,7 @@ lint: $(VENV)/.stamp-installed  ## ruff: lint and format check
 	$(VENV)/bin/ruff format --check .
 
 types: $(VENV)/.stamp-installed  ## mypy over the construct library, the runtime library, the handlers and local/
-	$(VENV)/bin/mypy app.py breakwater_cdk processor functions local bin bench glue_jobs sim
+	$(VENV)/bin/mypy app.py breakwater_cdk processor examples/orders functions local bin bench glue_jobs sim
 
 synth: install  ## synthesize every stage's stack (cdk.json breakwater_stages) into cdk.out/ (runs cdk-nag)
 	$(CDK) synth --quiet --output $(CDK_OUTDIR) > /dev/null
