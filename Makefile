@@ -19,7 +19,7 @@ export JSII_SILENCE_WARNING_UNTESTED_NODE_VERSION := 1
 export SPARK_LOCAL_IP := 127.0.0.1
 export PYTHONDONTWRITEBYTECODE := 1
 
-.PHONY: help install chromium test lint types unit integration infrastructure spark local synth openapi nag cfn-lint package deploy bootstrap demo scenarios chaos serve bench bench-demo bench-scenarios bench-cost bench-fuzz simulate clean
+.PHONY: help install chromium test lint types unit integration infrastructure spark local synth openapi nag cfn-lint package deploy bootstrap demo scenarios chaos serve bench bench-demo bench-scenarios bench-cost bench-fuzz simulate simulate-scale clean
 
 help:  ## list the targets
 	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  make %-15s %s\n", $$1, $$2}'
@@ -127,6 +127,10 @@ bench-scenarios: install  ## make scenarios timed, and each scenario's goal judg
 
 simulate: install  ## the seed-scale scenarios in virtual time (1,000 tenants, hours of traffic), out/sim/
 	$(PY) -m sim --scenario all
+	@echo "the scale scenario (10,000 tenants, 20,000 messages/s, the hottest DynamoDB items) runs apart: make simulate-scale"
+
+simulate-scale: install  ## 10,000 tenants at 20,000 messages/s for 10 virtual minutes, AWS's limits on, out/sim/scale.json
+	$(PY) -m sim --scenario scale
 
 bench-fuzz: install  ## Schemathesis against the emulated API, 800 examples per route and mode (over 2,000 requests)
 	$(PY) bench/fuzz.py

@@ -3,6 +3,7 @@
     .venv/bin/python bench/sim.py              # every figure (a few minutes on two cores)
     .venv/bin/python bench/sim.py --quick      # the goals on a smaller fleet, for a look
     .venv/bin/python bench/sim.py --jobs 1     # each scenario's configurations one after the other
+    .venv/bin/python bench/sim.py --scale      # the scale scenario alone: its goals, hot items, speed
 
 Each scenario runs in a child process of its own (``python -m sim``), so its peak memory is its own;
 its configurations run in parallel processes of that one (``--jobs``, default one per core), and
@@ -18,6 +19,11 @@ that is a bound, not a measurement of one moment). Figures:
   poison), and each configuration's own wall time;
 - linearity: the naive noisy scenario with messages ten times as expensive (a tenth of the messages,
   the same virtual dynamics) against the usual one: time per message should stay the same.
+
+``--scale`` runs the scale scenario instead (10,000 tenants, 20,000 messages/s for 10 virtual
+minutes, AWS's limits on): its wall time (goal under 10 minutes) and peak memory (under 4 GB), and
+per configuration the hottest DynamoDB item's peak against a partition's write limit, the throttles
+by kind, what they did to batches, and the quiet p99 ratios.
 """
 
 from __future__ import annotations
@@ -76,7 +82,10 @@ def main() -> int:
     parser.add_argument(
         "--jobs", type=int, default=None, help="configurations at once per scenario (python -m sim's default)"
     )
+    parser.add_argument("--scale", action="store_true", help="the scale scenario alone (about 10 minutes)")
     args = parser.parse_args()
+    if args.scale:
+        return scale(args.jobs)
     small = (
         ["--set", "worker.max_concurrency=2", "--event-minutes", "10", "--after-hours", "2"]
         if args.quick
@@ -192,6 +201,49 @@ def main() -> int:
         f"{big_t / small_t:.2f}x the time",
         f"{(big_t - fixed) / (small_t - fixed):.1f}x without the fixed part",
     )
+    load = os.getloadavg()
+    print(f"load average {load[0]:.2f} {load[1]:.2f} {load[2]:.2f} at the end")
+    return 0
+
+
+def scale(jobs: int | None) -> int:
+    """The scale scenario's goals and findings, one figure per line."""
+    load = os.getloadavg()
+    print(f"machine: {os.cpu_count()} cores, load average {load[0]:.2f} {load[1]:.2f} {load[2]:.2f} (start)")
+    document = child(["--scenario", "scale"], jobs)
+    print(f"scale: {document['scenario']['tenants']:,} tenants; {document['limits']}")
+    wall = document["process_wall_s"]
+    line("scale: wall time (s)", f"{wall:.1f}", "goal < 600", wall < 600)
+    peak = document["peak_rss_mb"]
+    line(
+        "scale: peak memory (MB)",
+        "-" if peak is None else f"{peak:,.0f}",
+        "goal < 4,096",
+        peak and peak < 4096,
+    )
+    for name, result in document["configurations"].items():
+        line(f"scale {name}: offered / accepted", f"{result['offered']:,} / {result['accepted']:,}")
+        line(
+            f"scale {name}: simulated messages, wall (s)",
+            f"{result['simulated_messages']:,}, {result['wall_s']}",
+        )
+        line(f"scale {name}: quiet p99 full load / baseline", f"{result['quiet_p99_ratio']}x")
+        line(f"scale {name}: quiet p99 worst minute / baseline", f"{result['quiet_p99_max_ratio']}x")
+        hottest = result["hottest_items"]
+        if hottest:
+            top = hottest[0]
+            line(f"scale {name}: hottest item", f"{top['item']}")
+            line(
+                f"scale {name}: its peak WCU/s (limit 1,000), RCU/s",
+                f"{top['peak_wcu_per_s']:,.0f}, {top['peak_rcu_per_s']:,.0f}",
+            )
+        throttles = result["dynamodb_throttles"]
+        line(f"scale {name}: DynamoDB throttles", f"{sum(throttles.values()):,}")
+        for kind, count in throttles.items():
+            line(f"scale {name}: throttled {kind}", f"{count:,}")
+        for effect, count in result["throttle_effects"].items():
+            if count:
+                line(f"scale {name}: {effect}", f"{count:,}")
     load = os.getloadavg()
     print(f"load average {load[0]:.2f} {load[1]:.2f} {load[2]:.2f} at the end")
     return 0

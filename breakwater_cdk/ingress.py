@@ -1,9 +1,9 @@
 """The front door: a REST API whose every method sits behind the tenant authorizer.
 
-Every ``POST /v1/<route>`` is validated against a JSON schema (``stacks/request_schemas.py``)
-before it costs a Lambda invocation; every error API Gateway produces itself is a JSON body naming
-the problem; the stage throttles as configured, traces and writes structured access logs to an
-encrypted, retained log group.
+Every ``POST /v1/<route>`` is validated against a JSON schema (``breakwater_cdk/request_schemas.py``)
+before it costs a Lambda invocation; every error API Gateway produces itself is a problem details
+object (``application/problem+json``) naming the problem, the handlers' shape; the stage throttles
+as configured, traces and writes structured access logs to an encrypted, retained log group.
 
 Every method requires an API key, which the authorizer supplies (``ApiKeySourceType.AUTHORIZER``;
 clients never send one): the tenant's key, enrolled at onboarding in its tier's usage plan
@@ -23,6 +23,7 @@ from aws_cdk import aws_lambda as lambda_
 from aws_cdk import aws_logs as logs
 from constructs import Construct
 
+from breakwater.errors import PROBLEM_MEDIA_TYPE, problem
 from breakwater_cdk.config import BlueprintConfig
 from breakwater_cdk.functions import RETENTION, encrypted_log_group
 from breakwater_cdk.request_schemas import message_schema
@@ -45,21 +46,44 @@ _ACCESS_LOG_FIELDS = {
     "xrayTraceId": "$context.xrayTraceId",
 }
 
-# (response type, status, error code). Templates are simple substitution, not VTL:
-# $context.error.messageString is already a quoted JSON string.
-_GATEWAY_ERRORS = [
-    (apigw.ResponseType.UNAUTHORIZED, "401", "unauthorized"),
-    (apigw.ResponseType.ACCESS_DENIED, "403", "forbidden"),
-    (apigw.ResponseType.REQUEST_TOO_LARGE, "413", "payload_too_large"),
-    (apigw.ResponseType.THROTTLED, "429", "throttled"),
+# What the gateway answers itself, before a handler runs: (response type, status, code, detail). Every
+# answer is a problem details object, the same shape as the handlers' (``breakwater.errors.problem``),
+# so a client parses one shape whoever refused. Templates are simple substitution, not VTL:
+# $context.error.messageString is already a quoted JSON string, and a fixed status keeps the body's
+# ``status`` equal to the answer's.
+_MESSAGE = "$context.error.messageString"
+_GATEWAY_PROBLEMS = [
+    # The body breaks the route's model: the validator's findings (quoted JSON string content).
+    (apigw.ResponseType.BAD_REQUEST_BODY, 400, "invalid_body", '"$context.error.validationErrorString"'),
+    (apigw.ResponseType.UNAUTHORIZED, 401, "unauthorized", _MESSAGE),
+    (apigw.ResponseType.ACCESS_DENIED, 403, "forbidden", _MESSAGE),
     # The authorizer named a key that is in no usage plan of the stage: a tenant not (yet) enrolled.
-    (apigw.ResponseType.INVALID_API_KEY, "403", "not_enrolled"),
+    (apigw.ResponseType.INVALID_API_KEY, 403, "not_enrolled", _MESSAGE),
+    # No route has this method and path. API Gateway cannot tell a wrong method from a wrong path, so
+    # the status stays its own 403 (a 404 would be wrong for the one, a 405 for the other).
+    (
+        apigw.ResponseType.MISSING_AUTHENTICATION_TOKEN,
+        403,
+        "no_route",
+        '"no route has this method and path"',
+    ),
+    (apigw.ResponseType.REQUEST_TOO_LARGE, 413, "payload_too_large", _MESSAGE),
+    (apigw.ResponseType.THROTTLED, 429, "throttled", _MESSAGE),
     # The authorizer failed (its tenants read failed past its retries): nothing was stored, and a retry
     # may succeed, which is what a 503 tells a client; API Gateway's own answer would be a 500.
-    (apigw.ResponseType.AUTHORIZER_FAILURE, "503", "unavailable"),
-    (apigw.ResponseType.DEFAULT_4_XX, None, "bad_request"),
-    (apigw.ResponseType.DEFAULT_5_XX, None, "internal_error"),
+    (apigw.ResponseType.AUTHORIZER_FAILURE, 503, "unavailable", _MESSAGE),
+    (apigw.ResponseType.INTEGRATION_TIMEOUT, 504, "timeout", _MESSAGE),
+    # Any other refusal or failure of the gateway's, an unexpected handler failure included.
+    (apigw.ResponseType.DEFAULT_4_XX, 400, "bad_request", _MESSAGE),
+    (apigw.ResponseType.DEFAULT_5_XX, 500, "internal_error", _MESSAGE),
 ]
+_DETAIL = "__detail__"
+
+
+def problem_template(status: int, code: str, detail: str) -> str:
+    """The gateway response body for ``code``: a problem details object, ``detail`` a template value."""
+    fixed = json.dumps(problem(status, code, _DETAIL, request_id="$context.requestId"), separators=(",", ":"))
+    return fixed.replace(json.dumps(_DETAIL), detail)
 
 
 class Ingress(Construct):
@@ -179,30 +203,21 @@ class Ingress(Construct):
         self.api.deployment_stage.node.add_dependency(group)
 
     def _build_gateway_responses(self) -> None:
-        self.api.add_gateway_response(
-            "InvalidBody",
-            type=apigw.ResponseType.BAD_REQUEST_BODY,
-            status_code="400",
-            templates={
-                "application/json": (
-                    '{"error":"invalid_body","message":"$context.error.validationErrorString",'
-                    '"request_id":"$context.requestId"}'
-                )
-            },
-        )
-        for response_type, status, code in _GATEWAY_ERRORS:
-            headers = {"Retry-After": "'1'"} if status in ("429", "503") else None
+        for response_type, status, code, detail in _GATEWAY_PROBLEMS:
+            headers = {"Content-Type": f"'{PROBLEM_MEDIA_TYPE}'"}
+            if status in (429, 503):
+                headers["Retry-After"] = "'1'"
+            # The construct ids of the first gateway responses stay: a new logical id would replace the
+            # resource, and deleting the old one resets its type to API Gateway's default answer.
+            construct_id = (
+                "InvalidBody" if code == "invalid_body" else f"Error{code.title().replace('_', '')}"
+            )
             self.api.add_gateway_response(
-                f"Error{code.title().replace('_', '')}",
+                construct_id,
                 type=response_type,
-                status_code=status,
+                status_code=str(status),
                 response_headers=headers,
-                templates={
-                    "application/json": (
-                        f'{{"error":"{code}","message":$context.error.messageString,'
-                        '"request_id":"$context.requestId"}'
-                    )
-                },
+                templates={"application/json": problem_template(status, code, detail)},
             )
 
     def add_route(

@@ -4,9 +4,10 @@
   config enables their workloads, as ``Breakwater`` adds them.
 - Each request body: the JSON schema the stack gives API Gateway as the route's model
   (``breakwater_cdk.request_schemas``, generated from the request models), under the model's name.
-- The answers: the handlers' (the services' bodies, ``breakwater.errors``' error body) and the
-  gateway's own (the stack's gateway responses), with the ``Retry-After`` header a refusal to come
-  back later carries.
+- The answers: the services' bodies, and every refusal or failure as one problem details object
+  (RFC 9457, ``application/problem+json``, ``breakwater.errors.problem``) whether a handler or the
+  gateway (the stack's gateway responses) answers it, with the ``Retry-After`` header a refusal to
+  come back later carries.
 - The security scheme: the tenant's API key, ``Authorization: Bearer <tenant>.<secret>``; and the
   ``Idempotency-Key`` header ``POST /v1/messages`` takes (``breakwater.request_keys``).
 
@@ -34,6 +35,8 @@ from aws_cdk import aws_apigateway as apigw
 
 from breakwater import __version__
 from breakwater.errors import (
+    PROBLEM_MEDIA_TYPE,
+    PROBLEM_TYPE_BASE,
     ApiError,
     BadRequestError,
     IdempotencyConflictError,
@@ -105,11 +108,10 @@ def routes(config: BlueprintConfig) -> list[Route]:
                 **_message_responses("Accepted", replays=True),
                 _status(IdempotencyConflictError): _answer(
                     "A request with the same key is still being stored: send it again after Retry-After.",
-                    "Error",
                     retry_after=True,
                 ),
                 _status(IdempotencyKeyReusedError): _answer(
-                    "The key was used for a different request within its window: use a new key.", "Error"
+                    "The key was used for a different request within its window: use a new key."
                 ),
             },
             parameters=(_ref("parameters", IDEMPOTENCY_HEADER),),
@@ -177,7 +179,7 @@ def build_document(config: BlueprintConfig) -> dict[str, Any]:
         "info": {
             "title": f"{config.service_name} API",
             "version": __version__,
-            "description": _DESCRIPTION.format(depth=MAX_JSON_DEPTH),
+            "description": _DESCRIPTION.format(depth=MAX_JSON_DEPTH, type_base=PROBLEM_TYPE_BASE),
         },
         "servers": [
             {
@@ -311,41 +313,42 @@ _DESCRIPTION = """\
 Tenant-authenticated ingest: every request carries the tenant's API key as a bearer token and a \
 JSON body (`Content-Type: application/json`, UTF-8).
 
-Every refusal is a 4xx with a JSON body naming the problem. The handlers answer \
-`{{"error": {{"code": ..., "message": ...}}}}` (schema `Error`); the gateway, for what it refuses \
-before a handler runs (authentication, an unknown route or method, the body's schema, its size, \
-the tenant's edge throttle), answers `{{"error": <code>, "message": ..., "request_id": ...}}` (schema \
-`GatewayError`). A 429 or 503 carries `Retry-After`; a 503 means nothing was stored and the \
-request may be sent again.
+Every refusal is a 4xx, every failure a 5xx, and each one, whether a handler or the gateway \
+answers it, is a problem details object (RFC 9457, `Content-Type: application/problem+json`, \
+schema `Problem`): `type` (`{type_base}<code>`), `title`, `status`, `detail` naming what was \
+wrong, and `code`, the stable machine code to branch on. Some problems carry more members: the \
+gateway's `request_id`; `group`, `limit` and `backlog` of a full message group; the per-event \
+`results` of an events request none of which was written. A method or path no route has is a 403 \
+`no_route` (API Gateway's status for both). A 429 or 503 carries `Retry-After`; a 503 means \
+nothing was stored and the request may be sent again.
 
 A body is JSON as RFC 8259 has it: no `NaN` or `Infinity`, no field twice in one object, arrays \
 and objects nested at most {depth} levels deep, every string valid Unicode. A body of another \
 Content-Type is refused with 415.
 """
 
-_ERROR = {
+_PROBLEM = {
     "type": "object",
-    "description": "A refusal by a handler: a stable code and a message naming the problem.",
-    "required": ["error"],
+    "description": (
+        "A refusal or failure, a handler's or the gateway's (RFC 9457 problem details). Clients "
+        "branch on `code`; `detail` says what was wrong with this request."
+    ),
+    "required": ["type", "title", "status", "detail", "code"],
     "properties": {
-        "error": {
-            "type": "object",
-            "required": ["code", "message"],
-            "properties": {
-                "code": {"type": "string", "minLength": 1, "example": "invalid_field"},
-                "message": {"type": "string", "minLength": 1},
-            },
-        }
-    },
-}
-_GATEWAY_ERROR = {
-    "type": "object",
-    "description": "A refusal by the gateway itself (the stack's gateway responses).",
-    "required": ["error", "message", "request_id"],
-    "properties": {
-        "error": {"type": "string", "minLength": 1, "example": "invalid_body"},
-        "message": {"type": "string"},
-        "request_id": {"type": "string"},
+        "type": {
+            "type": "string",
+            "minLength": 1,
+            "description": "a URI naming the problem type: the base followed by `code`",
+            "example": PROBLEM_TYPE_BASE + "invalid_field",
+        },
+        "title": {"type": "string", "minLength": 1, "description": "the problem type in words"},
+        "status": {"type": "integer", "minimum": 400, "maximum": 599, "description": "the HTTP status"},
+        "detail": {"type": "string", "description": "what was wrong with this request"},
+        "code": {"type": "string", "minLength": 1, "example": "invalid_field"},
+        "request_id": {"type": "string", "description": "the gateway's request id (its own refusals)"},
+        "group": {"type": "string", "description": "`group_backlog_full`: the message group"},
+        "limit": {"type": "integer", "description": "`group_backlog_full`: the group's limit"},
+        "backlog": {"type": "integer", "description": "`group_backlog_full`: the group's backlog"},
     },
 }
 _ANSWER_SCHEMAS: dict[str, Any] = {
@@ -387,8 +390,11 @@ _ANSWER_SCHEMAS: dict[str, Any] = {
             },
         },
     },
-    "Error": _ERROR,
-    "GatewayError": _GATEWAY_ERROR,
+    "Problem": _PROBLEM,
+    # An events request none of whose events was written: the problem with the per-event results.
+    "EventsProblem": {
+        "allOf": [{"$ref": "#/components/schemas/Problem"}, {"$ref": "#/components/schemas/EventsResult"}]
+    },
 }
 
 
@@ -396,13 +402,16 @@ def _ref(kind: str, name: str) -> dict[str, str]:
     return {"$ref": f"#/components/{kind}/{name}"}
 
 
-def _json(*schemas: str) -> dict[str, Any]:
-    refs: list[dict[str, Any]] = [_ref("schemas", name) for name in schemas]
-    return {JSON_MEDIA_TYPE: {"schema": refs[0] if len(refs) == 1 else {"oneOf": refs}}}
-
-
-def _answer(description: str, *schemas: str, retry_after: bool = False) -> dict[str, Any]:
-    answer: dict[str, Any] = {"description": description, "content": _json(*schemas)}
+def _answer(
+    description: str, *schemas: str, problem: bool = True, retry_after: bool = False
+) -> dict[str, Any]:
+    """An answer whose body is one of ``schemas``: a problem (a 4xx or 5xx), else JSON."""
+    refs: list[dict[str, Any]] = [_ref("schemas", name) for name in schemas or ("Problem",)]
+    media_type = PROBLEM_MEDIA_TYPE if problem else JSON_MEDIA_TYPE
+    answer: dict[str, Any] = {
+        "description": description,
+        "content": {media_type: {"schema": refs[0] if len(refs) == 1 else {"anyOf": refs}}},
+    }
     if retry_after:
         answer["headers"] = {"Retry-After": _ref("headers", "Retry-After")}
     return answer
@@ -414,34 +423,23 @@ def _status(error: type[ApiError]) -> str:
 
 _SHARED_RESPONSES: dict[str, Any] = {
     "BadRequest": _answer(
-        "The body is not JSON, not an object, or breaks the route's schema; the code and message say how.",
-        "Error",
-        "GatewayError",
+        "The body is not JSON, not an object, or breaks the route's schema; the code and detail say how."
     ),
-    "Unauthorized": _answer(
-        "No API key, a malformed one, or one that is not (or no longer) the tenant's.",
-        "GatewayError",
-        "Error",
-    ),
+    "Unauthorized": _answer("No API key, a malformed one, or one that is not (or no longer) the tenant's."),
     "Forbidden": _answer(
-        "The tenant is disabled, its key is in no usage plan (`not_enrolled`), or the route or method "
-        "does not exist (API Gateway answers those 403).",
-        "GatewayError",
+        "The tenant is disabled (`forbidden`), its key is in no usage plan (`not_enrolled`), or no route "
+        "has the method and path (`no_route`)."
     ),
-    "PayloadTooLarge": _answer("The body, or a payload in it, is over its limit.", "Error", "GatewayError"),
-    "UnsupportedMediaType": _answer(f"The body is not declared `{JSON_MEDIA_TYPE}` (UTF-8).", "Error"),
+    "PayloadTooLarge": _answer("The body, or a payload in it, is over its limit."),
+    "UnsupportedMediaType": _answer(f"The body is not declared `{JSON_MEDIA_TYPE}` (UTF-8)."),
     "Throttled": _answer(
         "Over the tenant's rate (its edge throttle or its admission), or, on /v1/ordered, its message "
-        "group's backlog limit: send again after Retry-After.",
-        "Error",
-        "GatewayError",
+        "group's backlog limit (`group_backlog_full`): send again after Retry-After.",
         retry_after=True,
     ),
     "Unavailable": _answer(
-        "The message could not be stored, or the tenant's key could not be checked (the gateway's "
-        "`unavailable`); nothing was stored: send it again after Retry-After.",
-        "Error",
-        "GatewayError",
+        "The message could not be stored (`enqueue_failed`), or the tenant's key could not be checked "
+        "(`unavailable`); nothing was stored: send it again after Retry-After.",
         retry_after=True,
     ),
 }
@@ -458,7 +456,7 @@ def _refusals() -> dict[str, Any]:
 
 
 def _message_responses(accepted: str, *, replays: bool = False) -> dict[str, Any]:
-    stored = _answer("Stored: it will be processed.", accepted)
+    stored = _answer("Stored: it will be processed.", accepted, problem=False)
     if replays:
         stored["headers"] = {
             "Idempotent-Replayed": {
@@ -477,21 +475,23 @@ def _message_responses(accepted: str, *, replays: bool = False) -> dict[str, Any
 
 def _events_responses() -> dict[str, Any]:
     return {
-        "202": _answer("Every event was written.", "EventsResult"),
-        "207": _answer("Some events were written; the results say which were not.", "EventsResult"),
+        "202": _answer("Every event was written.", "EventsResult", problem=False),
+        "207": _answer(
+            "Some events were written; the results say which were not.", "EventsResult", problem=False
+        ),
         **_refusals(),
         _status(ThrottledError): _answer(
-            "None written: over the tenant's event rate or the stream's throughput (the results say "
-            "which), or over its edge throttle (the gateway's body).",
-            "EventsResult",
-            "GatewayError",
+            "None written: over the tenant's event rate or the stream's throughput (`throttled`, with "
+            "the per-event results), or over its edge throttle.",
+            "EventsProblem",
+            "Problem",
             retry_after=True,
         ),
         _status(UnavailableError): _answer(
-            "None written: the stream failed, or the tenant's key could not be checked (the gateway's "
-            "body); send them again.",
-            "EventsResult",
-            "GatewayError",
+            "None written: the stream failed (`write_failed`, with the per-event results), or the "
+            "tenant's key could not be checked; send them again.",
+            "EventsProblem",
+            "Problem",
             retry_after=True,
         ),
     }

@@ -1,10 +1,11 @@
 """Save: re-enqueue the interleaved envelopes into the live queue set, paced, from the executors.
 
 Each partition is sent by one task (``foreachPartition``): the same shuffle-sharded routing as
-ingest (``breakwater.routing``), ``origin=replay`` and ``replay_run`` set, ``SendMessageBatch`` of up
-to 10, and a per-task pace of ``target_rate / concurrent tasks`` so the run as a whole holds the
-target rate. Entries that still fail after retries go to the failures output, a replayable archive.
-Nothing is collected to the driver: counts travel back in accumulators.
+ingest (``breakwater.routing``), ``origin=replay`` and ``replay_run`` set, ``SendMessageBatch``
+within SQS's bounds (ten entries, 1 MiB summed), and a per-task pace of ``target_rate / concurrent
+tasks`` so the run as a whole holds the target rate. Entries that still fail after retries go to
+the failures output, a replayable archive. Nothing is collected to the driver: counts travel back
+in accumulators.
 
 This module runs on executors with pyspark, boto3 and the shipped ``breakwater`` package; it builds
 the body with ``json`` rather than the pydantic model (Glue does not ship pydantic).
@@ -24,10 +25,9 @@ from typing import Any
 from pyspark.accumulators import AccumulatorParam
 
 from breakwater.routing import QueueDepths, choose_queue, shard_for
+from breakwater.sqs_batches import MAX_BATCH_BYTES, MAX_BATCH_ENTRIES, message_size
 from glue_jobs.replay_transforms import ENVELOPE_COLUMNS
 
-MAX_BATCH_ENTRIES = 10
-MAX_BATCH_BYTES = 256 * 1024
 SEND_ATTEMPTS = 3
 DEPTH_REFRESH_SECONDS = 5.0
 
@@ -171,7 +171,8 @@ class PartitionSender:
             replayed, original = envelope_body(row, self.options.run_id)
             queue = self._route(str(row["tenant"]))
             batch = self._batches.setdefault(queue, [])
-            if batch and sum(len(p.replayed) for p in batch) + len(replayed) > MAX_BATCH_BYTES:
+            size = sum(message_size(p.replayed) for p in batch) + message_size(replayed)
+            if batch and size > MAX_BATCH_BYTES:
                 self._flush(queue)
                 batch = self._batches.setdefault(queue, [])
             batch.append(_Pending(replayed, original, str(row["tenant"])))

@@ -9,6 +9,7 @@ from collections.abc import Callable
 from typing import TYPE_CHECKING, Any, Literal
 
 if TYPE_CHECKING:
+    from local.aws_limits import AwsLimits
     from local.scenarios.chaos import ChaosConfig
     from local.scenarios.noisy_neighbour import Scenario
 from pathlib import Path
@@ -20,7 +21,7 @@ sys.path.insert(0, str(ROOT / "functions"))  # the runtime library (tenants), as
 def serve(args: argparse.Namespace) -> int:
     from local.scenarios.serve import serve as serve_stack
 
-    return serve_stack(naive=args.naive, schedule_speedup=args.schedule_speedup)
+    return serve_stack(naive=args.naive, schedule_speedup=args.schedule_speedup, limits=limits_of(args))
 
 
 def demo(args: argparse.Namespace) -> int:
@@ -28,14 +29,16 @@ def demo(args: argparse.Namespace) -> int:
     from local.scenarios.html_report import write_html_report
 
     if args.scenario == "chaos":  # its own run and report (out/chaos/), with its defaults
-        return chaos(build_parser().parse_args(["chaos", *(["--quiet"] if args.quiet else [])]))
+        flags = ["--quiet"] if args.quiet else []
+        flags += ["--no-limits"] if args.no_limits else ["--limit-scale", str(args.limit_scale)]
+        return chaos(build_parser().parse_args(["chaos", *flags]))
 
     for kind in SCENARIOS if args.scenario == "all" else (args.scenario,):
         scenario = scenario_of(args, kind)
         # The noisy scenario keeps out/report.json; another writes out/<scenario>/.
         out = ROOT / "out" if kind == "noisy" else ROOT / "out" / kind
         print(f"##### scenario: {kind}", flush=True)
-        demo_module.main(scenario, out=out, progress=not args.quiet)
+        demo_module.main(scenario, out=out, progress=not args.quiet, limits=limits_of(args))
     print(f"wrote {write_html_report(ROOT / 'out')} (every scenario run so far, side by side)")
     return 0
 
@@ -116,6 +119,7 @@ def chaos_config(args: argparse.Namespace) -> ChaosConfig:
         visibility_s=args.visibility_seconds,
         drain_s=args.drain_seconds,
         **{field: getattr(args, field) for _, field, _, _ in CHAOS_FAULTS},
+        limits=limits_of(args),
     )
 
 
@@ -136,6 +140,27 @@ def bounded(kind: type[int] | type[float], low: float, high: float) -> Callable[
     return parse
 
 
+def limits_of(args: argparse.Namespace) -> AwsLimits | None:
+    """The limits the flags ask for: AWS's own by default, rates divided by ``--limit-scale``, or none."""
+    from local.aws_limits import AwsLimits
+
+    return None if args.no_limits else AwsLimits(scale=args.limit_scale)
+
+
+def add_limit_flags(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument(
+        "--limit-scale",
+        type=bounded(float, 1.0, 1_000_000.0),
+        default=1.0,
+        help="the embedded AWS enforces AWS's limits (DynamoDB per-item throughput and transaction "
+        "conflicts, SQS batch and size limits, Kinesis shard rates) with the rates divided by N: one "
+        "machine cannot reach AWS's own (default 1: AWS's figures)",
+    )
+    parser.add_argument(
+        "--no-limits", action="store_true", help="moto's own answers: nothing throttled, no conflicts"
+    )
+
+
 def main() -> int:
     args = build_parser().parse_args()
     return int(args.func(args))
@@ -151,6 +176,7 @@ def build_parser() -> argparse.ArgumentParser:
     serve_parser.add_argument(
         "--schedule-speedup", type=float, default=1.0, help="run schedules N times as often"
     )
+    add_limit_flags(serve_parser)
     serve_parser.set_defaults(func=serve)
     demo_parser = commands.add_parser("demo", help="the noisy-neighbour demo, Breakwater vs naive")
     demo_parser.add_argument("--quiet", action="store_true", help="no progress line")
@@ -212,6 +238,7 @@ def build_parser() -> argparse.ArgumentParser:
             default=default,
             help=f"length of the {phase} phase",
         )
+    add_limit_flags(demo_parser)
     demo_parser.set_defaults(func=demo)
     add_chaos_parser(commands)
     return parser
@@ -253,6 +280,7 @@ def add_chaos_parser(commands: Any) -> None:
         chaos_parser.add_argument(
             flag, dest=field, type=bounded(float, 0.0, 1.0), default=default, help=f"{text} (0 to 1)"
         )
+    add_limit_flags(chaos_parser)
     chaos_parser.set_defaults(func=chaos)
 
 

@@ -4,6 +4,8 @@ Examples::
 
     python -m sim --scenario noisy                 # seed scale: 1,000 tenants, a 30-minute surge, 5.5 h after
     python -m sim --scenario all                   # noisy, outage, slow and poison (make simulate)
+    python -m sim --scenario scale                 # 10,000 tenants, 20,000 messages/s, the hottest items
+    python -m sim --scenario scale --limit-scale 20    # a partition's rates divided by 20
     python -m sim --scenario noisy --surge-factor 10 --event-minutes 30   # "X sends 10x for 30 min?"
     python -m sim --set worker.max_concurrency=20 --overrides my-fork.json
     python -m sim --validate                       # the embedded default's noisy run, against its report
@@ -21,9 +23,11 @@ from typing import Any
 
 import sim  # noqa: F401  (puts the runtime library on the path)
 from breakwater_cdk.config import ConfigError
+from local.aws_limits import AwsLimits
 from sim.config import CDK_JSON, CONFIGURATIONS, REPO, ConfigName, blueprint, load_context, parse_assignment
-from sim.report import plot, table, write_json
+from sim.report import hottest_table, plot, table, write_json
 from sim.run import default_jobs, run_scenario
+from sim.scale import TENANTS, TOTAL_RATE, WORK_MS, scale_scenario, sizing
 from sim.scenarios import KINDS, Kind, seed_scale
 from sim.validation import REFERENCE, compare, run_validation
 from sim.worker import Costs
@@ -31,7 +35,7 @@ from sim.worker import Costs
 
 def _arguments(argv: list[str] | None) -> argparse.Namespace:
     parser = argparse.ArgumentParser(prog="python -m sim", description=__doc__.splitlines()[0])
-    parser.add_argument("--scenario", default="noisy", choices=[*KINDS, "all"])
+    parser.add_argument("--scenario", default="noisy", choices=[*KINDS, "all", "scale"])
     parser.add_argument(
         "--cdk-json", type=Path, default=CDK_JSON, help="where the breakwater configuration is"
     )
@@ -55,7 +59,19 @@ def _arguments(argv: list[str] | None) -> argparse.Namespace:
         default=",".join(CONFIGURATIONS),
         help="comma-separated subset of naive,fair,breakwater",
     )
-    parser.add_argument("--tenants", type=int, default=1000)
+    parser.add_argument("--tenants", type=int, default=None, help="default: 1,000 (scale: 10,000)")
+    parser.add_argument(
+        "--total-rate",
+        type=float,
+        default=TOTAL_RATE,
+        help="scale: messages per second offered at full load (the fleet is sized for it)",
+    )
+    parser.add_argument(
+        "--limit-scale",
+        type=float,
+        default=1.0,
+        help="AWS's per-partition rates divided by this (1: AWS's own figures)",
+    )
     parser.add_argument(
         "--quiet-share",
         type=float,
@@ -68,10 +84,17 @@ def _arguments(argv: list[str] | None) -> argparse.Namespace:
         default=10.0,
         help="noisy: the subject's rate during the event, as a multiple of capacity",
     )
-    parser.add_argument("--work-ms", type=float, default=1000.0, help="mean processing time per message")
-    parser.add_argument("--baseline-minutes", type=float, default=30.0)
-    parser.add_argument("--event-minutes", type=float, default=30.0)
-    parser.add_argument("--after-hours", type=float, default=5.5)
+    parser.add_argument(
+        "--work-ms",
+        type=float,
+        default=None,
+        help="mean processing time per message (default 1000; scale: 100)",
+    )
+    parser.add_argument("--baseline-minutes", type=float, default=None, help="default 30 (scale: 2)")
+    parser.add_argument(
+        "--event-minutes", type=float, default=None, help="default 30 (scale: 10 at full load)"
+    )
+    parser.add_argument("--after-hours", type=float, default=None, help="default 5.5 (scale: 2 minutes)")
     parser.add_argument("--ttl-seconds", type=float, default=None, help="expires_at on every message")
     parser.add_argument("--seed", type=int, default=1)
     parser.add_argument(
@@ -102,6 +125,10 @@ def _config_overrides(args: argparse.Namespace) -> list[dict[str, Any]]:
     return overrides
 
 
+def _or(value: float | None, default: float) -> float:
+    return default if value is None else value
+
+
 def main(argv: list[str] | None = None) -> int:
     args = _arguments(argv)
     args.out.mkdir(parents=True, exist_ok=True)
@@ -115,28 +142,49 @@ def main(argv: list[str] | None = None) -> int:
         write_json(path, outcome["scenario"], outcome["results"], {"reference": outcome["reference"]})
         print(f"\n{path.relative_to(REPO) if path.is_relative_to(REPO) else path}")
         return 0 if all(check.passed for check in compare(outcome)) else 1
+    costs = Costs()
+    scale = args.scenario == "scale"
     try:
-        config = blueprint(load_context(args.cdk_json), _config_overrides(args))
+        limits = AwsLimits(scale=args.limit_scale)
+        # the scale scenario's fleet as a platform team sizes it for the load; the user's settings on top
+        sized = (
+            [sizing(total_rate=args.total_rate, work_ms=_or(args.work_ms, WORK_MS), costs=costs)]
+            if scale
+            else []
+        )
+        config = blueprint(load_context(args.cdk_json), [*sized, *_config_overrides(args)])
     except (ConfigError, ValueError) as exc:  # a bad setting: the synth's own message, no traceback
         print(exc, file=sys.stderr)
         return 2
-    costs = Costs()
     names: list[ConfigName] = [name for name in CONFIGURATIONS if name in args.configurations.split(",")]
     kinds: list[Kind] = list(KINDS) if args.scenario == "all" else [args.scenario]
     for kind in kinds:
-        scenario = seed_scale(
-            kind,
-            config,
-            tenants=args.tenants,
-            quiet_share=args.quiet_share,
-            surge_factor=args.surge_factor,
-            work_ms=args.work_ms,
-            baseline_s=args.baseline_minutes * 60,
-            event_s=args.event_minutes * 60,
-            after_s=args.after_hours * 3600,
-            costs=costs,
-            seed=args.seed,
-        )
+        if kind == "scale":
+            scenario = scale_scenario(
+                config,
+                tenants=int(_or(args.tenants, TENANTS)),
+                total_rate=args.total_rate,
+                work_ms=_or(args.work_ms, WORK_MS),
+                baseline_s=_or(args.baseline_minutes, 2.0) * 60,
+                event_s=_or(args.event_minutes, 10.0) * 60,
+                after_s=_or(args.after_hours, 2 / 60) * 3600,
+                costs=costs,
+                seed=args.seed,
+            )
+        else:
+            scenario = seed_scale(
+                kind,
+                config,
+                tenants=int(_or(args.tenants, 1000)),
+                quiet_share=args.quiet_share,
+                surge_factor=args.surge_factor,
+                work_ms=_or(args.work_ms, 1000.0),
+                baseline_s=_or(args.baseline_minutes, 30.0) * 60,
+                event_s=_or(args.event_minutes, 30.0) * 60,
+                after_s=_or(args.after_hours, 5.5) * 3600,
+                costs=costs,
+                seed=args.seed,
+            )
         if args.ttl_seconds is not None:
             from dataclasses import replace
 
@@ -148,6 +196,7 @@ def main(argv: list[str] | None = None) -> int:
             configurations=names,
             same_fleet=not args.separate_fleets,
             jobs=args.jobs,
+            limits=limits,
         )
         results, wall = run.results, run.wall_s
         simulated = sum(result["simulated_messages"] for result in results.values())
@@ -158,6 +207,8 @@ def main(argv: list[str] | None = None) -> int:
             "per wall second =="
         )
         print(table(results))
+        print()
+        print(hottest_table(results))
         path = args.out / f"{kind}.json"
         write_json(
             path,
@@ -167,6 +218,8 @@ def main(argv: list[str] | None = None) -> int:
                 "wall_s": round(wall, 2),
                 "simulated_messages": simulated,
                 "jobs": run.jobs,
+                "limits": limits.describe(),
+                "limits_detail": limits.as_dict(),
                 "workers_peak_rss_mb": [round(peak, 1) for peak in run.workers_peak_rss_mb],
             },
         )

@@ -10,6 +10,14 @@ Each port call counts the AWS calls it stands for (:class:`sim.billing.Meter`): 
 per queue read, the run state and the shards' items read and written, a Query page of changed
 tenants, their counters items read, a page's commit as one transaction (each tenant's item and the
 shard's ledger), a changed multiplier written where ingest reads it.
+
+With a :class:`sim.dynamodb.StateTable`, each of those DynamoDB calls is also made against its item
+(the run state, a shard's ledger, the dirty index's partition, each tenant's counters item, its
+ingest bucket), and a throttled one raises the ``ClientError`` the real port's client raises after
+its retries, so ``run_controller`` takes the path it takes in AWS: the shard fails and the run goes
+on, or (the run state, a claim) the run fails. A tenant's first mark is a write to its shard's
+partition of the index (re-marking a marked tenant writes nothing there), and so is the
+controller's clearing of it.
 """
 
 from __future__ import annotations
@@ -21,10 +29,29 @@ from breakwater.archive_budget import ArchiveDue, SidelineObservation
 from breakwater.backlog import DIRTY_SHARDS, Ledger, RunState, shard_of
 from breakwater.controller import ControllerPorts, ShardState, TenantSnapshot, TenantWrite
 from breakwater.settings import TierLimits
+from local.pricing.usage import read_units, write_units
 from sim.billing import Billing, Meter
+from sim.dynamodb import (
+    CONTROLLER_SCALE,
+    COUNTERS,
+    DIRTY_SHARD,
+    INGEST_BUCKET,
+    LEDGER,
+    QUEUE_HEALTH,
+    STANDARD,
+    Item,
+    StateTable,
+    throttled_error,
+)
 from sim.sqs import SqsQueue
 
 WINDOW_MS = 60_000  # the health item's window (breakwater.aws.health)
+_CONTROLLER_RETRIES = STANDARD  # the controller's clients: standard retries, 3 attempts
+# A run is one instant of virtual time, and its calls are metered then; but the deployed run clears the
+# tenants' dirty marks over its seconds (a write per tenant, a few threads at once), and the index's
+# partitions would otherwise take every clear of a run, and the re-marks that follow, in one second.
+# So each clear is metered this long after the one before.
+CLEAR_S = 0.01 / 8  # a call's round trip over breakwater.aws.controller_ports.WRITE_THREADS threads
 
 
 class ControllerState:
@@ -36,8 +63,16 @@ class ControllerState:
         limits: Callable[[int], TierLimits],
         meter: Meter | None = None,
         billing: Billing | None = None,
+        table: StateTable | None = None,
+        clock_s: Callable[[], float] | None = None,
+        defer: Callable[[float, Callable[[], object]], None] | None = None,
     ) -> None:
         self.meter = meter if meter is not None else Meter()
+        self.table = table
+        self._clock_s = clock_s or (lambda: 0.0)
+        self._defer = defer  # (delay_s, call): a call to make later in virtual time
+        self._run_at = -1.0  # the virtual time of the run under way, and its clears so far
+        self._clears = 0
         self._mark_bytes = (billing or Billing()).mark_bytes
         self.names = list(names)
         self._index = {name: index for index, name in enumerate(self.names)}
@@ -60,7 +95,12 @@ class ControllerState:
         if item is None:
             item = self.counters[tenant] = {}
         item[counter] = item.get(counter, 0) + amount
-        self.dirty[self._shard[tenant]].add(tenant)
+        marked = self.dirty[self._shard[tenant]]
+        if tenant not in marked:
+            marked.add(tenant)
+            table = self.table
+            if table is not None:  # the item enters the index: a write to its shard's partition
+                table.write(table.dirty[self._shard[tenant]], DIRTY_SHARD, self._clock_s(), table.index_wcu)
 
     def record_oldest_age(self, role: str, age_ms: int, now_ms: int) -> None:
         stored = self.health.get(role)
@@ -86,9 +126,12 @@ class ControllerState:
         clock_ms: Callable[[], int],
     ) -> ControllerPorts:
         meter = self.meter
+        table = self.table
 
         def live_oldest() -> tuple[int | None, int | None]:
             meter.dynamodb_item_reads += 1  # the health item
+            if table is not None:
+                self._read(table.health("live"), QUEUE_HEALTH, table.health_rcu, "GetItem")
             stored = self.health.get("live")
             return (stored[0], stored[1]) if stored is not None else (None, None)
 
@@ -102,10 +145,15 @@ class ControllerState:
 
         def read_run_state() -> RunState:
             meter.dynamodb_item_reads += 1
+            if table is not None:
+                self._read(table.run_state, CONTROLLER_SCALE, table.controller_rcu, "GetItem")
             return self.run_state
 
         def read_ledgers(shards: Sequence[int]) -> dict[int, Ledger]:
             meter.dynamodb_item_reads += len(shards)
+            if table is not None:
+                for shard in shards:
+                    self._read(table.ledgers[shard], LEDGER, table.ledger_rcu, "BatchGetItem")
             return {shard: self.ledgers.get(shard, Ledger()) for shard in shards}
 
         def observations() -> list[SidelineObservation]:
@@ -135,12 +183,44 @@ class ControllerState:
             clock_ms=clock_ms,
         )
 
+    # -- the calls, against their items when metered -----------------------------------------------------
+    def _read(self, item: Item, kind: str, units: float, operation: str) -> None:
+        table = self.table
+        if table is None:
+            return
+        at = self._clock_s()
+        if not table.retried(lambda when: table.read(item, kind, when, units), at, _CONTROLLER_RETRIES)[0]:
+            raise throttled_error(operation)
+
+    def _write(self, item: Item, kind: str, units: float, operation: str) -> None:
+        table = self.table
+        if table is None:
+            return
+        if not table.retried_write(item, kind, self._clock_s(), units, _CONTROLLER_RETRIES)[0]:
+            raise throttled_error(operation)
+
+    def _clear_mark(self, table: StateTable, shard: int) -> None:
+        """The index's delete of a cleared mark, metered when the deployed run would make it."""
+        now = self._clock_s()
+        if now != self._run_at:
+            self._run_at, self._clears = now, 0
+        self._clears += 1
+        item, units = table.dirty[shard], table.index_wcu
+        if self._defer is None:
+            table.write(item, DIRTY_SHARD, now, units)
+            return
+        self._defer(self._clears * CLEAR_S, lambda: table.write(item, DIRTY_SHARD, self._clock_s(), units))
+
     def _write_run_state(self, state: RunState) -> None:
         self.meter.dynamodb_writes += 1
+        if self.table is not None:
+            self._write(self.table.run_state, CONTROLLER_SCALE, self.table.controller_wcu, "UpdateItem")
         self.run_state = state
 
     def _claim_shard(self, shard: int, _now_ms: int, _until_ms: int) -> ShardState | None:
         self.meter.dynamodb_writes += 1  # the shard's item, claimed under a condition
+        if self.table is not None:
+            self._write(self.table.ledgers[shard], LEDGER, self.table.ledger_wcu, "UpdateItem")
         return ShardState(
             shard, self.ledgers.get(shard, Ledger()), self.versions.get(shard, 0), self.cursors.get(shard)
         )
@@ -151,11 +231,20 @@ class ControllerState:
         page = marked[:limit]
         more = len(marked) > limit
         self.meter.query(len(page), self._mark_bytes)
+        table = self.table
+        if table is not None:
+            units = read_units(len(page) * self._mark_bytes)
+            self._read(table.dirty[shard], DIRTY_SHARD, units, "Query")
         return [self.names[tenant] for tenant in page], (str(page[-1]) if more else None)
 
     def _read_tenants(self, tenants: Sequence[str]) -> list[TenantSnapshot]:
         self.meter.dynamodb_item_reads += len(tenants)  # BatchGetItem of their counters items
         index, limits, counters, multipliers = self._index, self._limits, self.counters, self.multipliers
+        table = self.table
+        if table is not None:
+            units = read_units(table.sizes.counters, consistent=True)
+            for name in tenants:
+                self._read(table.counters(index[name]), COUNTERS, units, "BatchGetItem")
         snapshots = []
         for name in tenants:
             tenant = index[name]
@@ -167,6 +256,17 @@ class ControllerState:
         meter = self.meter
         meter.dynamodb_transact_items += len(writes) + 1  # the page's tenants and the shard's ledger
         meter.dynamodb_writes += sum(write.multiplier_changed for write in writes)  # bucket#ingest
+        table = self.table
+        if table is not None:
+            # the intent on the ledger, each tenant's write, a changed multiplier, the ledger last
+            self._write(table.ledgers[state.shard], LEDGER, table.ledger_wcu, "UpdateItem")
+            units = write_units(table.sizes.counters)
+            for write in writes:
+                tenant = self._index[write.tenant]
+                self._write(table.counters(tenant), COUNTERS, units, "UpdateItem")
+                if write.multiplier_changed:
+                    self._write(table.ingest_bucket(tenant), INGEST_BUCKET, table.bucket_wcu, "UpdateItem")
+            self._write(table.ledgers[state.shard], LEDGER, table.ledger_wcu, "UpdateItem")
         for write in writes:
             tenant = self._index[write.tenant]
             item = self.counters.setdefault(tenant, {})
@@ -183,6 +283,8 @@ class ControllerState:
             if not write.keep_dirty:
                 # A virtual-time run is atomic: nothing wrote to the tenant since it was read.
                 self.dirty[state.shard].discard(tenant)
+                if table is not None:  # the item leaves the index: a delete in the shard's partition
+                    self._clear_mark(table, state.shard)
         ledger = Ledger(state.ledger.total + sum(write.ledger_delta for write in writes), state.ledger.mark)
         self.ledgers[state.shard] = ledger
         self.versions[state.shard] = state.version + 1
@@ -190,5 +292,7 @@ class ControllerState:
 
     def _release_shard(self, state: ShardState, cursor: str | None) -> None:
         self.meter.dynamodb_writes += 1
+        if self.table is not None:
+            self._write(self.table.ledgers[state.shard], LEDGER, self.table.ledger_wcu, "UpdateItem")
         self.ledgers[state.shard] = state.ledger
         self.cursors[state.shard] = cursor

@@ -123,6 +123,7 @@ def summarize(rec: Recording, scenario: Scenario) -> dict[str, Any]:
             key: priced[key]
             for key in ("delivered", "usd_total", "usd_per_million_by_unit", "usage", "prices")
         },
+        **_dynamodb(rec),
         "first_attempts": len(age),
         "simulated_messages": totals.get("simulated_messages", 0),
         "wall_s": round(rec.wall_s, 2),
@@ -136,6 +137,63 @@ def summarize(rec: Recording, scenario: Scenario) -> dict[str, Any]:
             "sideline_backlog": samples[:, 2].astype(int).tolist(),
         },
     }
+
+
+THROTTLE_EFFECTS = (
+    "batch_failures",  # invocations whose lease call stayed throttled: the whole batch came back
+    "batch_failure_messages",  # the messages those batches held
+    "burst_transactions_cancelled",  # burst leases whose transaction was throttled (taken for a lost race)
+    "unreleased_leases",  # leases left to expire: their release write stayed throttled
+    "pool_places_unreleased",  # burst places left to expire: the pool's write stayed throttled
+    "consumer_bucket_failed_open",  # consumer-rate asks answered from the container's own view
+    "health_reports_throttled",  # oldest-age reports dropped
+    "outage_reports_throttled",  # breaker outage marks dropped
+    "front_door_5xx",  # requests whose ingest bucket write stayed throttled past ingest's timeout
+    "front_door_retried",  # tenant ticks admitted after botocore's retries of the bucket write
+    "controller_runs_failed",  # runs ended by a throttled call they do not catch
+)
+
+
+def _dynamodb(rec: Recording) -> dict[str, Any]:
+    """The items' report (hottest items, throttles by kind, the limits) and what the throttles did."""
+    report = rec.dynamodb
+    return {
+        "limits": report.get("limits"),
+        "hottest_items": report.get("hottest_items", []),
+        "dynamodb_throttles": report.get("dynamodb_throttles", {}),
+        "throttle_effects": {name: rec.totals.get(name, 0) for name in THROTTLE_EFFECTS},
+    }
+
+
+def hottest_table(results: Mapping[str, Mapping[str, Any]], count: int = 10) -> str:
+    """Each configuration's hottest items (peak WCU/s first) and its throttles by kind."""
+    lines: list[str] = []
+    for name, result in results.items():
+        hottest = result.get("hottest_items") or []
+        throttles = result.get("dynamodb_throttles") or {}
+        lines.append(f"{name}: hottest DynamoDB items ({result.get('limits') or 'limits not stated'})")
+        if not hottest:
+            lines.append("  (no DynamoDB item: this configuration writes none)")
+            continue
+        width = max(len(entry["item"]) for entry in hottest[:count])
+        lines.append(
+            f"  {'item'.ljust(width)}  {'kind':<15} {'peak WCU/s':>10} {'peak RCU/s':>10} {'throttled':>10}"
+        )
+        for entry in hottest[:count]:
+            lines.append(
+                f"  {entry['item'].ljust(width)}  {entry['kind']:<15} {entry['peak_wcu_per_s']:>10,.0f} "
+                f"{entry['peak_rcu_per_s']:>10,.0f} {entry['throttled']:>10,}"
+            )
+        lines.append(
+            "  throttles by kind: "
+            + (", ".join(f"{kind} {count:,}" for kind, count in throttles.items()) or "none")
+        )
+        effects = {key: value for key, value in (result.get("throttle_effects") or {}).items() if value}
+        if effects:
+            lines.append(
+                "  what they did: " + ", ".join(f"{key} {value:,}" for key, value in effects.items())
+            )
+    return "\n".join(lines)
 
 
 def _recovery(enqueued: np.ndarray, age: np.ndarray, scenario: Scenario, threshold_s: float) -> float | None:
@@ -223,10 +281,12 @@ def table(results: Mapping[str, Mapping[str, Any]]) -> str:
         ("parked (archived)", "parked", ""),
         ("dead-lettered", "dead_lettered", ""),
         ("waiting at end", "waiting_at_end", ""),
+        ("DynamoDB throttles", "dynamodb_throttled", ""),
+        ("batches failed by a throttle", "batch_failures", ""),
     ):
         cells = []
         for name in names:
-            value = results[name].get(key)
+            value = _figure(results[name], key)
             cells.append(
                 "not recovered" if key == "recovery_min" and value is None else fmt(value, 1.0, unit)
             )
@@ -255,6 +315,14 @@ def table(results: Mapping[str, Mapping[str, Any]]) -> str:
             label.ljust(width) + "  " + "  ".join(cell.rjust(cols[i]) for i, cell in enumerate(cells))
         )
     return "\n".join(lines)
+
+
+def _figure(result: Mapping[str, Any], key: str) -> Any:
+    if key == "dynamodb_throttled":
+        return sum((result.get("dynamodb_throttles") or {}).values())
+    if key == "batch_failures":
+        return (result.get("throttle_effects") or {}).get("batch_failures", 0)
+    return result.get(key)
 
 
 def _usd(value: float | None) -> str:

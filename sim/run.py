@@ -17,6 +17,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from breakwater_cdk.config import BlueprintConfig
+from local.aws_limits import AwsLimits
 from sim.config import ConfigName, Setup, setups
 from sim.report import summarize
 from sim.scenarios import Scenario
@@ -41,17 +42,25 @@ class ScenarioRun:
 
 
 def run_one(
-    scenario: Scenario, setup: Setup, costs: Costs, function_concurrency: int | None
+    scenario: Scenario,
+    setup: Setup,
+    costs: Costs,
+    function_concurrency: int | None,
+    limits: AwsLimits | None = None,
 ) -> dict[str, Any]:
-    """One configuration, run to the end and summarized."""
-    system = System(scenario, setup, costs, function_concurrency=function_concurrency)
+    """One configuration, run to the end and summarized (``limits``: AWS's own figures when None)."""
+    system = System(scenario, setup, costs, function_concurrency=function_concurrency, limits=limits)
     return summarize(system.run(), scenario)
 
 
 def _run_in_worker(
-    scenario: Scenario, setup: Setup, costs: Costs, function_concurrency: int | None
+    scenario: Scenario,
+    setup: Setup,
+    costs: Costs,
+    function_concurrency: int | None,
+    limits: AwsLimits | None,
 ) -> tuple[dict[str, Any], int, float]:
-    result = run_one(scenario, setup, costs, function_concurrency)
+    result = run_one(scenario, setup, costs, function_concurrency, limits)
     return result, os.getpid(), resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
 
 
@@ -64,6 +73,7 @@ def run_scenario(
     same_fleet: bool = True,
     function_concurrency: int | None = None,
     jobs: int = 1,
+    limits: AwsLimits | None = None,
 ) -> ScenarioRun:
     """Every configuration of ``scenario``; ``jobs`` above 1 runs up to that many at once in processes.
 
@@ -77,7 +87,7 @@ def run_scenario(
     started = time.perf_counter()
     if workers == 1:
         results: dict[str, dict[str, Any]] = {
-            name: run_one(scenario, made[name], costs, function_concurrency) for name in names
+            name: run_one(scenario, made[name], costs, function_concurrency, limits) for name in names
         }
         return ScenarioRun(results, time.perf_counter() - started, 1)
     first = sorted(names, key=lambda name: not made[name].practices)
@@ -85,7 +95,7 @@ def run_scenario(
     done: dict[str, dict[str, Any]] = {}
     with ProcessPoolExecutor(max_workers=workers) as pool:
         futures = {
-            name: pool.submit(_run_in_worker, scenario, made[name], costs, function_concurrency)
+            name: pool.submit(_run_in_worker, scenario, made[name], costs, function_concurrency, limits)
             for name in first
         }
         for name, future in futures.items():

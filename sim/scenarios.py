@@ -20,8 +20,8 @@ from sim.worker import Costs
 
 DEFAULT_COSTS = Costs()
 
-Kind = Literal["noisy", "outage", "slow", "poison"]
-KINDS: tuple[Kind, ...] = ("noisy", "outage", "slow", "poison")
+Kind = Literal["noisy", "outage", "slow", "poison", "scale"]
+KINDS: tuple[Kind, ...] = ("noisy", "outage", "slow", "poison")  # the seed-scale ones (--scenario all)
 
 
 @dataclass(frozen=True)
@@ -50,6 +50,10 @@ class Scenario:
     ttl_s: float | None = None  # expires_at on every message
     seed: int = 1
     capacity: float | None = None  # messages/s the naive fleet processes (for the arithmetic)
+    # tenants (by index) of another tier than the configuration's default, by tier name
+    tenant_tiers: Mapping[int, str] = field(default_factory=dict)
+    # scale: every tenant sends this share of its rate outside the event (the event is the full load)
+    share_outside_event: float = 1.0
     notes: Mapping[str, Any] = field(default_factory=dict)
 
     @property
@@ -72,6 +76,8 @@ class Scenario:
         return self.event_start_s <= t < self.event_end_s
 
     def rate(self, tenant: int, t: float) -> float:
+        if self.kind == "scale" and not self.in_event(t):
+            return self.rates[tenant] * self.share_outside_event
         if (
             self.kind == "noisy"
             and tenant == self.subject
@@ -97,6 +103,7 @@ class Scenario:
             "capacity": self.capacity,
             "arrivals": self.arrivals,
             "seed": self.seed,
+            "tenant_tiers": {self.tenants[tenant]: tier for tenant, tier in self.tenant_tiers.items()},
             **self.notes,
         }
 
@@ -220,7 +227,10 @@ class Load:
     def _poisson(self, start: float, end: float) -> tuple[np.ndarray, np.ndarray]:
         scenario = self.scenario
         middle = (start + end) / 2
-        surge = scenario.kind == "noisy" and scenario.in_event(middle) and scenario.event_rate is not None
+        if scenario.kind == "scale":
+            surge = scenario.in_event(middle)
+        else:
+            surge = scenario.kind == "noisy" and scenario.in_event(middle) and scenario.event_rate is not None
         total, cdf = self._mix(surge)
         count = int(self._rng.poisson(total * (end - start)))
         if count == 0:
@@ -240,7 +250,9 @@ class Load:
         if found is None:
             scenario = self.scenario
             rates = np.asarray(scenario.rates, dtype=float)
-            if surge:
+            if scenario.kind == "scale":
+                rates = rates if surge else rates * scenario.share_outside_event
+            elif surge:
                 rates = rates.copy()
                 rates[scenario.subject] = scenario.event_rate
             total = float(rates.sum())

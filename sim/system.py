@@ -9,7 +9,9 @@ with in-memory ports (``sim.control``) and turns the sideline drainers on and of
 archiver and sets each tenant's multiplier.
 
 Every part counts the AWS calls it stands for in one :class:`sim.billing.Meter`; at the end of the
-run they become the billed units of ``local/pricing`` (:attr:`Recording.usage`).
+run they become the billed units of ``local/pricing`` (:attr:`Recording.usage`). Every DynamoDB call
+is also made against its item in a :class:`sim.dynamodb.StateTable`, metered per virtual second and
+throttled past a partition's limits (``limits``: AWS's own figures unless a run divides them).
 """
 
 from __future__ import annotations
@@ -20,9 +22,11 @@ import time
 from array import array
 from collections.abc import Generator, Iterable
 from dataclasses import dataclass, field
+from typing import Any
 
 import numpy as np
 import simpy
+from botocore.exceptions import ClientError
 
 from breakwater.archive_budget import ArchiveBudget, ArchiveDue
 from breakwater.backlog import DriftLimits
@@ -34,9 +38,12 @@ from breakwater.observability import logger, metrics
 from breakwater.routing import QueueDepths, choose_queue, shard_for
 from breakwater.settings import TierLimits
 from breakwater.sideline import DecisionConfig
+from breakwater_cdk.config import TierConfig
+from local.aws_limits import AwsLimits
 from sim.billing import RECEIVE_MAX, Billing, Meter, usage
 from sim.config import Setup
 from sim.control import ControllerState
+from sim.dynamodb import COUNTERS, DEPENDENCY_HEALTH, INGEST_BUCKET, LEGACY_DYNAMODB, StateTable
 from sim.lambda_esm import EventSourceMapping, FunctionConcurrency
 from sim.messages import Message
 from sim.scenarios import Load, Scenario
@@ -63,6 +70,7 @@ class Recording:
     controller_runs: int = 0
     wall_s: float = 0.0
     usage: dict[str, float] = field(default_factory=dict)  # billed units (local/pricing/prices.json)
+    dynamodb: dict[str, Any] = field(default_factory=dict)  # the items' report (StateTable.report)
 
     def add(self, name: str, amount: int = 1) -> None:
         self.totals[name] = self.totals.get(name, 0) + amount
@@ -79,6 +87,7 @@ class System:
         *,
         function_concurrency: int | None = None,
         billing: Billing | None = None,
+        limits: AwsLimits | None = None,
     ) -> None:
         self.scenario = scenario
         self.setup = setup
@@ -90,7 +99,20 @@ class System:
         config = setup.config
         tier = config.tiers[config.default_tier]
         self._tier = TierLimits(**tier.model_dump())
-        self.state = ControllerState(scenario.tenants, self.limits, self.meter, self.billing)
+        # tenants of another tier than the default (by index): their limits and their tier's config
+        self._tiers: dict[int, tuple[TierLimits, TierConfig]] = {
+            tenant: (TierLimits(**config.tiers[name].model_dump()), config.tiers[name])
+            for tenant, name in scenario.tenant_tiers.items()
+        }
+        self.table = StateTable(scenario.tenants, limits, seed=scenario.seed + 2)
+        self.state = ControllerState(
+            scenario.tenants,
+            self.limits,
+            self.meter,
+            self.billing,
+            self.table if setup.practices else None,
+            lambda: self.env.now,
+        )
         visibility = config.worker.visibility_timeout_seconds
         receives = config.queue_set.max_receive_count
         env = self.env
@@ -130,10 +152,12 @@ class System:
         def worker_setup(mode: str) -> WorkerSetup:
             return WorkerSetup(decision(mode), practices, breaker, receives, worker.timeout_seconds, costs)
 
-        rate = ConsumerBuckets(self.limits) if practices else None
+        table = self.table
+        rate = ConsumerBuckets(self.limits, table) if practices else None
         concurrency = worker.mapping_concurrency
         burst = worker.burst_share
-        # the burst pools as stacks/environment.py sizes them: a share of what the worker's mappings allow
+        # the burst pools as breakwater_cdk/environment.py sizes them: a share of what the worker's
+        # mappings allow
         live_slots = max(1, int(burst * (setup.queue_count + 1) * concurrency)) if burst is not None else None
         sideline_slots = max(1, int(burst * 2 * concurrency)) if burst is not None else None
         self.live_worker = WorkerModel(
@@ -142,7 +166,7 @@ class System:
             self,
             self.limits,
             rate,
-            LeaseTable(live_slots) if practices else None,
+            LeaseTable(live_slots, table) if practices else None,
             self.meter,
         )
         self.mappings: list[EventSourceMapping] = []
@@ -167,7 +191,7 @@ class System:
                 self,
                 self.limits,
                 rate,
-                LeaseTable(sideline_slots),
+                LeaseTable(sideline_slots, table),
                 self.meter,
             )
             for role in (Origin.SPILLOVER, Origin.BACKLOG):
@@ -180,9 +204,14 @@ class System:
         self._stage_state = BucketState.full(self._stage, 0.0)
         ceiling = config.backpressure.max_multiplier
         self._edge = BucketLimits(rate=self._tier.rate * ceiling, burst=self._tier.burst)
+        self._edges = {
+            tenant: BucketLimits(rate=limits.rate * ceiling, burst=limits.burst)
+            for tenant, (limits, _) in self._tiers.items()
+        }
+        self._ingest_timeout_s = float(config.ingest.timeout_seconds)
         self._edge_state: dict[int, BucketState] = {}
         self._ingest_state: dict[int, BucketState] = {}
-        self._ingest_limits: dict[float, BucketLimits] = {}  # by the controller's multiplier
+        self._ingest_limits: dict[tuple[float, int, float], BucketLimits] = {}  # by tier and multiplier
         shard = min(config.queue_set.shard_size, setup.queue_count)
         self._shards = [shard_for(name, setup.queue_count, shard) for name in scenario.tenants]
         self._depths = QueueDepths(config.ingest.depth_refresh_seconds)
@@ -214,8 +243,9 @@ class System:
             parallel_shards=1,
         )
 
-    def limits(self, _tenant: int) -> TierLimits:
-        return self._tier
+    def limits(self, tenant: int) -> TierLimits:
+        other = self._tiers.get(tenant)
+        return self._tier if other is None else other[0]
 
     def _mapping(
         self,
@@ -273,6 +303,14 @@ class System:
 
     def report_outage(self, until_ms: int) -> None:
         self.meter.dynamodb_writes += 1  # the health item's outage mark
+        table = self.table
+        if self._practices:
+            written, _ = table.retried_write(
+                table.dependency, DEPENDENCY_HEALTH, self.env.now, table.health_wcu
+            )
+            if not written:  # logged by the worker; the drainers run on, each behind its own breaker
+                self.rec.add("outage_reports_throttled")
+                return
         self.state.report_outage(until_ms)
 
     # -- the front door ------------------------------------------------------------------------------
@@ -296,18 +334,24 @@ class System:
         integrated = passed  # requests that reach ingest: API Gateway bills them, and ingest runs
         if self.setup.practices:
             keep: np.ndarray | None = None
+            errors = 0
             for tenant in sorted(wanted):
                 count = wanted[tenant]
                 at_edge, admitted = self._tenant_admits(tenant, count, tick_end)
                 integrated -= count - at_edge  # the usage plan's throttle answers at the gateway
+                if admitted < 0:  # the bucket's write stayed throttled past ingest's timeout: 5xx
+                    errors += at_edge
+                    admitted = 0
                 if admitted < count:
                     if keep is None:
                         keep = np.ones(len(times), dtype=bool)
                     where = np.flatnonzero(tenants == tenant)
                     keep[where[admitted:]] = False
             if keep is not None and not keep.all():
-                rec.add("refused", int((~keep).sum()))
+                rec.add("refused", int((~keep).sum()) - errors)
                 times, tenants = times[keep], tenants[keep]
+            if errors:
+                rec.add("front_door_5xx", errors)
         meter = self.meter
         meter.api_requests += integrated
         meter.invoke("ingest", integrated, integrated * math.ceil(self.billing.ingest_ms))
@@ -374,27 +418,55 @@ class System:
 
     def _tenant_admits(self, tenant: int, count: int, now: float) -> tuple[int, int]:
         """The usage plan's throttle at the edge, then ingest's bucket at the controller's multiplier:
-        how many passed the edge, and how many ingest admitted."""
-        edge_state = self._edge_state.get(tenant) or BucketState.full(self._edge, now)
-        edge = take_lease(edge_state, self._edge, now, count)
+        how many passed the edge, and how many ingest admitted (-1: none, its bucket's write stayed
+        throttled until ingest timed out, and API Gateway answered them with a 5xx)."""
+        other = self._tiers.get(tenant)
+        edge_limits = self._edge if other is None else self._edges[tenant]
+        edge_state = self._edge_state.get(tenant) or BucketState.full(edge_limits, now)
+        edge = take_lease(edge_state, edge_limits, now, count)
         self._edge_state[tenant] = edge.state
         if edge.granted == 0:
             return 0, 0
         multiplier = self.state.multipliers.get(tenant, 1.0)  # ControllerState.multiplier, per tick
-        limits = self._ingest_limits.get(multiplier)
+        tier = self._tier if other is None else other[0]
+        limits = self._ingest_limits.get((tier.rate, tier.burst, multiplier))
         if limits is None:
-            base = BucketLimits(rate=self._tier.rate, burst=self._tier.burst)
-            limits = self._ingest_limits[multiplier] = base.scaled(multiplier)
+            base = BucketLimits(rate=tier.rate, burst=tier.burst)
+            limits = self._ingest_limits[(tier.rate, tier.burst, multiplier)] = base.scaled(multiplier)
         state = self._ingest_state.get(tenant) or BucketState.full(limits, now)
         decision = take_lease(state, limits, now, edge.granted)
-        self._ingest_state[tenant] = decision.state
         # the bucket's conditional write, and the tenant's counters (accepted, throttled) in one write
         self.meter.dynamodb_writes += 2
+        table = self.table
+        if not self._bucket_written(tenant, now):
+            return edge.granted, -1
+        self._ingest_state[tenant] = decision.state
+        # a throttled flush keeps its counts for the next one (modelled as written: a tick later at most)
+        held = self.live_worker.leases.held_count(tenant) if self.live_worker.leases is not None else 0
+        table.retried_write(
+            table.counters(tenant), COUNTERS, now, table.counters_units(held), LEGACY_DYNAMODB
+        )
         if decision.granted:
             self.state.add(tenant, "accepted", decision.granted)
         if decision.granted < edge.granted:
             self.state.add(tenant, "throttled", edge.granted - decision.granted)
         return edge.granted, decision.granted
+
+    def _bucket_written(self, tenant: int, now: float) -> bool:
+        """Ingest's bucket write, with botocore's legacy retries until ingest's own timeout."""
+        table = self.table
+        item, units = table.ingest_bucket(tenant), table.bucket_wcu
+        if table.write(item, INGEST_BUCKET, now, units):
+            return True
+        waited = 0.0
+        for attempt in range(1, LEGACY_DYNAMODB.attempts):
+            waited += LEGACY_DYNAMODB.wait(attempt, None)
+            if waited >= self._ingest_timeout_s:
+                break
+            if table.write(item, INGEST_BUCKET, now + waited, units):
+                self.rec.add("front_door_retried")
+                return True
+        return False
 
     # -- processes -----------------------------------------------------------------------------------
     def _load(self) -> Generator[simpy.Event, object, None]:
@@ -433,7 +505,10 @@ class System:
         )
         while True:
             yield env.timeout(self.scenario.controller_interval_s)
-            run_controller(self.controller_config, ports, int(env.now * 1000) + 60_000)
+            try:
+                run_controller(self.controller_config, ports, int(env.now * 1000) + 60_000)
+            except ClientError:  # a throttled call the run does not catch (the run state, a claim)
+                self.rec.add("controller_runs_failed")
             metrics.clear_metrics()
             self.rec.controller_runs += 1
             self.meter.invoke("controller", 1, math.ceil(self.billing.controller_ms))
@@ -487,10 +562,27 @@ class System:
                 meter.dynamodb_item_reads += leases.item_reads
         return usage(meter, self.setup.config, self.billing)
 
+    def _throttle_effects(self) -> None:
+        """What throttled calls did, from the parts that took the real code's path on them."""
+        rec = self.rec
+        rec.dynamodb = self.table.report()
+        for worker in (self.live_worker, self.sideline_worker):
+            if worker is None:
+                continue
+            rec.add("batch_failures", worker.batch_failures)
+            rec.add("batch_failure_messages", worker.batch_failure_messages)
+            rec.add("unreleased_leases", worker.unreleased_leases)
+            rec.add("health_reports_throttled", worker.health_throttled)
+            if worker.leases is not None:
+                rec.add("burst_transactions_cancelled", worker.leases.conflicts)
+                rec.add("pool_places_unreleased", worker.leases.unreleased)
+        if self.live_worker.rate is not None:
+            rec.add("consumer_bucket_failed_open", self.live_worker.rate.failed_open)
+
     def run(self) -> Recording:
         """Run to the scenario's end (virtual); the policies' logs and metrics stay quiet meanwhile."""
         level = logger.log_level
-        logger.setLevel("ERROR")
+        logger.setLevel("CRITICAL")  # a throttled shard is logged as an error by the controller
         # The run makes no garbage cycles worth collecting, but holds millions of live objects (the
         # messages, the recordings): the cyclic collector would walk them again and again for nothing.
         collecting = gc.isenabled()
@@ -511,6 +603,7 @@ class System:
         rec = self.rec
         rec.wall_s = time.perf_counter() - started
         rec.usage = self._usage()
+        self._throttle_effects()
         rec.totals["waiting_at_end"] = sum(queue.depth for queue in self.every)
         rec.totals["in_dlq"] = sum(queue.depth for queue in self.dlqs)
         rec.totals["poison_in_dlq"] = sum(

@@ -24,10 +24,12 @@ where a message goes; ``tests/sim/test_worker_model.py`` runs the same batches t
 
 from __future__ import annotations
 
+import heapq
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Literal, Protocol
 
+from breakwater.age_reports import LastReport, report_due
 from breakwater.backlog import will_dead_letter
 from breakwater.breaker import CircuitBreaker
 from breakwater.concurrency import ConcurrencyLimits, Grant, Lease, grant_for, live_leases
@@ -44,6 +46,7 @@ from breakwater.sideline import (
 )
 from breakwater.worker.batch import concurrency_limits, consumer_bucket_limits
 from sim.billing import RECEIVE_MAX, Meter
+from sim.dynamodb import BURST_POOL, CONSUMER_BUCKET, COUNTERS, QUEUE_HEALTH, StateTable
 from sim.lambda_esm import Invocation
 from sim.messages import Message
 from sim.sqs import SqsQueue
@@ -104,14 +107,30 @@ class Sink(Protocol):
     def report_outage(self, until_ms: int) -> None: ...
 
 
-class ConsumerBuckets:
-    """The consumer-side token bucket per tenant (``RateGate``): one shared bucket, asked once per batch."""
+class GateThrottledError(Exception):
+    """A gate's DynamoDB call stayed throttled through botocore's retries: the error escapes the batch."""
 
-    def __init__(self, limits: Callable[[int], TierLimits]) -> None:
+    def __init__(self, waited_s: float) -> None:
+        super().__init__("ProvisionedThroughputExceededException")
+        self.waited_s = waited_s
+
+
+class ConsumerBuckets:
+    """The consumer-side token bucket per tenant (``RateGate``): one shared bucket, asked once per batch.
+
+    With a ``table``, each ask is a write of the tenant's ``bucket#consumer`` item; one still throttled
+    after botocore's retries is answered from the container's own view, as ``LeasedTokenBucket``
+    fails open (here: the shared state's decision, not written back).
+    """
+
+    def __init__(self, limits: Callable[[int], TierLimits], table: StateTable | None = None) -> None:
         self._limits = limits
         self._state: dict[int, BucketState] = {}
         self._bucket_limits: dict[int, BucketLimits] = {}
+        self.table = table
         self.writes = 0  # one conditional UpdateItem of the bucket's item per ask
+        self.waited_s = 0.0  # botocore's waits on throttled asks, since the caller last took them
+        self.failed_open = 0  # asks answered from the local view after the retries
 
     def try_acquire_up_to(self, tenant: int, count: int, now_s: float) -> int:
         self.writes += 1
@@ -120,6 +139,15 @@ class ConsumerBuckets:
             limits = self._bucket_limits[tenant] = consumer_bucket_limits(self._limits(tenant))
         state = self._state.get(tenant) or BucketState.full(limits, now_s)
         decision = take_lease(state, limits, now_s, count)
+        table = self.table
+        if table is not None:
+            item, units = table.consumer_items[tenant], table.bucket_wcu
+            if not table.write(item, CONSUMER_BUCKET, now_s, units):
+                written, waited = table.retried_write(item, CONSUMER_BUCKET, now_s, units)
+                self.waited_s += waited
+                if not written:
+                    self.failed_open += 1
+                    return decision.granted
         self._state[tenant] = decision.state
         return decision.granted
 
@@ -127,12 +155,20 @@ class ConsumerBuckets:
 class LeaseTable:
     """Per-tenant concurrency leases and the burst pool (``LeaseGate``), as the DynamoDB items hold them."""
 
-    def __init__(self, burst_capacity: int | None) -> None:
+    def __init__(self, burst_capacity: int | None, table: StateTable | None = None) -> None:
         self.burst_capacity = burst_capacity
+        self.table = table
+        self.waited_s = 0.0  # botocore's waits on throttled writes, since the caller last took them
+        self.conflicts = 0  # burst transactions cancelled by a throttle, acquired again on their own
+        self.unreleased = 0  # releases whose write was throttled: the leases expire on their own
         self._tenants: dict[int, dict[str, Lease]] = {}
         # the pool's leases by (tenant, holder), as the real pool item keys them "tenant#holder": a tuple
         # costs less than formatting that name for every burst lease taken and every release
         self._pool: dict[tuple[int, str], Lease] = {}
+        # the pool's places by expiry, to drop expired ones in place (a copy of a pool of thousands of
+        # places for every burst lease would cost more than the rest of the batch); stale entries (a
+        # place renewed or given back since) are skipped
+        self._expiries: list[tuple[int, tuple[int, str]]] = []
         # the items' writes and reads: a lease is one write (refused ones too: a failed condition is
         # billed), a burst lease one transaction of the tenant's item and the pool's after one
         # consistent read of them all, a release of burst leases one write of the pool
@@ -143,45 +179,147 @@ class LeaseTable:
     def acquire_many(
         self, requests: dict[int, ConcurrencyLimits], holder: str, expires_at_ms: int, now_ms: int
     ) -> dict[int, Grant]:
-        """Mirrors ``ConcurrencyLeases.acquire_many``: each tenant's grant, burst leases against the pool."""
+        """Mirrors ``ConcurrencyLeases.acquire_many``: each tenant's grant, burst leases against the pool.
+
+        With a ``table``, each read and write is made against its item: a read or a floor write still
+        throttled after botocore's retries raises :class:`GateThrottledError` (``ConcurrencyLeases``
+        re-raises every error that is not a conflict), the tenants written before it keeping their
+        leases; a throttled burst transaction is cancelled, which the real code takes for a lost race:
+        the tenant is acquired again on its own (read, then the transaction, three times) and refused
+        when that fails too.
+        """
         # the pool is read only when a tenant is past its floor (what decides is the same)
         pool: dict[tuple[int, str], Lease] | None = None
         grants: dict[int, Grant] = {}
+        table = self.table
+        now_s = now_ms / 1000
         for tenant, limits in requests.items():
             leases = self._tenants.get(tenant) or _NO_LEASES
             grant = grant_for(holder, leases, limits, 0, None, now_ms)
             if grant is _BURST and self.burst_capacity is not None:
                 if pool is None:
-                    pool = live_leases(self._pool, now_ms)
+                    pool = self._live_pool(now_ms)
                     self.item_reads += len(requests) + 1
+                    if table is not None:
+                        self._read_items(table, requests, len(pool), now_s)
                 grant = grant_for(holder, leases, limits, len(pool), self.burst_capacity, now_ms)
                 if grant is _BURST:
                     pool[tenant, holder] = Lease(expires_at_ms, True)
-            grants[tenant] = grant
+                    heapq.heappush(self._expiries, (expires_at_ms, (tenant, holder)))
             if grant is _BURST:
                 self.transact_items += 2
             else:
                 self.writes += 1
+            if table is not None:
+                grant = self._write_lease(table, tenant, holder, grant, len(leases), pool, now_s)
+            grants[tenant] = grant
             if grant is not _REFUSED:
                 kept = live_leases(leases, now_ms) if leases else {}  # most tenants hold none
                 kept[holder] = Lease(expires_at_ms, grant is _BURST)
                 self._tenants[tenant] = kept
-        if pool is not None:
-            self._pool = pool
         return grants
 
-    def release(self, holder: str, tenants: list[int]) -> None:
-        """The holder's leases of ``tenants`` (each written with its counters, counted by the caller)."""
+    def _live_pool(self, now_ms: int) -> dict[tuple[int, str], Lease]:
+        """The pool without its expired places (``live_leases``), pruned in place."""
+        pool, expiries = self._pool, self._expiries
+        while expiries and expiries[0][0] <= now_ms:
+            expires_at, place = heapq.heappop(expiries)
+            lease = pool.get(place)
+            if lease is not None and lease.expires_at_ms == expires_at:
+                del pool[place]
+        return pool
+
+    def _read_items(
+        self, table: StateTable, requests: dict[int, ConcurrencyLimits], places: int, now_s: float
+    ) -> None:
+        """The BatchGetItem of the tenants' items and the pool: a throttled key comes back unprocessed,
+        ``batch_get`` asks again at once and raises when keys are left."""
+        read, items, units, tenants = (
+            table.read,
+            table.counters_items,
+            table.counters_read_units,
+            self._tenants,
+        )
+        for tenant in requests:
+            held = len(tenants.get(tenant) or _NO_LEASES)
+            if not read(items[tenant], COUNTERS, now_s, units(held)):
+                raise GateThrottledError(0.0)
+        if not table.read(table.pool, BURST_POOL, now_s, table.pool_read_units(places)):
+            raise GateThrottledError(0.0)
+
+    def _write_lease(
+        self,
+        table: StateTable,
+        tenant: int,
+        holder: str,
+        grant: Grant,
+        held: int,
+        pool: dict[tuple[int, str], Lease] | None,
+        now_s: float,
+    ) -> Grant:
+        """The grant's write (a refused floor's failed condition is a write too): the grant as written."""
+        item = table.counters(tenant)
+        if grant is not _BURST or pool is None:
+            written, waited = table.retried_write(item, COUNTERS, now_s, table.counters_units(held + 1))
+            self.waited_s += waited
+            if not written:
+                raise GateThrottledError(waited)
+            return grant
+        places = len(pool)
+        transaction = [
+            (item, COUNTERS, table.counters_units(held + 1, transactional=True)),
+            (table.pool, BURST_POOL, table.pool_units(places, transactional=True)),
+        ]
+        if table.transact(transaction, now_s):
+            return grant
+        self.conflicts += 1
+        for _ in range(3):  # ConcurrencyLeases.acquire: read the tenant and the pool, then transact
+            if not table.read(item, COUNTERS, now_s, table.counters_read_units(held)):
+                raise GateThrottledError(0.0)
+            if not table.read(table.pool, BURST_POOL, now_s, table.pool_read_units(places)):
+                raise GateThrottledError(0.0)
+            if table.transact(transaction, now_s):
+                return grant
+        pool.pop((tenant, holder), None)
+        return _REFUSED
+
+    def release(
+        self,
+        holder: str,
+        tenants: list[int],
+        now_s: float | None = None,
+        unwritten: frozenset[int] = frozenset(),
+    ) -> None:
+        """The holder's leases of ``tenants`` (each written with its counters, counted by the caller).
+
+        ``unwritten``: tenants whose write (counters and release, one UpdateItem) stayed throttled: their
+        leases stay until they expire. With a ``table``, the pool's places are given back in one write
+        of the pool; when it stays throttled they too stay until they expire.
+        """
         pooled = False
         pool = self._pool
-        for tenant in tenants:
-            leases = self._tenants.get(tenant)
-            if leases is not None:
-                leases.pop(holder, None)
-            if pool:
-                pooled = pool.pop((tenant, holder), None) is not None or pooled
-        if pooled:
+        places = [(tenant, holder) for tenant in tenants if (tenant, holder) in pool] if pool else []
+        if places:
+            pooled = True
+            table = self.table
             self.writes += 1
+            if table is not None and now_s is not None:
+                written, _ = table.retried_write(table.pool, BURST_POOL, now_s, table.pool_units(len(pool)))
+                if not written:
+                    self.unreleased += len(places)
+                    pooled = False
+        for tenant in tenants:
+            if tenant not in unwritten:
+                leases = self._tenants.get(tenant)
+                if leases is not None:
+                    leases.pop(holder, None)
+        if pooled:
+            for place in places:
+                del pool[place]
+
+    def held_count(self, tenant: int) -> int:
+        """Leases in the tenant's item (expired ones too, until a write drops them): its size."""
+        return len(self._tenants.get(tenant) or _NO_LEASES)
 
     def held(self, tenant: int, now_ms: int) -> int:
         return len(live_leases(self._tenants.get(tenant, {}), now_ms))
@@ -211,6 +349,15 @@ class WorkerModel:
         # per container (a mapping's poller stands for one): its lease holder name and its breaker
         self._containers: dict[tuple[str, int], tuple[str, CircuitBreaker | None]] = {}
         self.moves_sent = 0
+        # the state table the gates' items are metered in (None: not metered)
+        self.table: StateTable | None = (
+            leases.table if leases is not None else rate.table if rate is not None else None
+        )
+        self._age_reports: dict[tuple[str, str], LastReport] = {}  # (holder, role): its last health write
+        self.batch_failures = 0  # invocations whose gate error escaped: every message comes back
+        self.batch_failure_messages = 0
+        self.unreleased_leases = 0  # tenants' leases left to expire: their release write was throttled
+        self.health_throttled = 0
 
     def _container(self, queue: SqsQueue, index: int) -> tuple[str, CircuitBreaker | None]:
         """A new container's lease holder name and breaker."""
@@ -266,8 +413,20 @@ class WorkerModel:
                 moves.append((message, hold_for_outage(message, breaker.retry_in_s(at), config)))
             admitted = []
         elif setup.gates and admitted:
-            admitted, granted = self._gate(admitted, moves, holder, at)
+            try:
+                admitted, granted = self._gate(admitted, moves, holder, at)
+            except GateThrottledError as error:
+                # Worker.handle: the error escapes; the moves buffered so far are sent in its finally,
+                # and Lambda returns every message of the batch after the visibility timeout.
+                self.batch_failures += 1
+                self.batch_failure_messages += len(batch)
+                at += costs.gate_ms / 1000 + self._waited() + error.waited_s
+                return _Finish(
+                    self, queue, moves, [], [], counts, [], holder, oldest, int(at * 1000), at - now_s, batch
+                )
             at += costs.gate_ms / 1000
+            if self.table is not None:
+                at += self._waited()
         process = sink.process
         for message in admitted:
             if breaker is not None and not breaker.allows(at):
@@ -295,6 +454,31 @@ class WorkerModel:
         return _Finish(
             self, queue, moves, settled, failed, counts, granted, holder, oldest, int(at * 1000), at - now_s
         )
+
+    def _waited(self) -> float:
+        """botocore's waits on the gates' throttled calls in this batch (taken, so counted once)."""
+        waited = 0.0
+        for gate in (self.rate, self.leases):
+            if gate is not None and gate.waited_s:
+                waited += gate.waited_s
+                gate.waited_s = 0.0
+        return waited
+
+    def report_oldest(self, holder: str, role: str, age_ms: int, now_ms: int) -> None:
+        """The health item's report (``throttled_age_reports``): written when this container's last
+        one is old or lower; a throttled write is logged and dropped, as the real flush does."""
+        table = self.table
+        if table is not None:
+            key = (holder, role)
+            if report_due(self._age_reports.get(key), age_ms, now_ms):
+                self._age_reports[key] = LastReport(age_ms, now_ms)
+                written, _ = table.retried_write(
+                    table.health(role), QUEUE_HEALTH, now_ms / 1000, table.health_wcu
+                )
+                if not written:
+                    self.health_throttled += 1
+                    return
+        self.sink.report_oldest(role, age_ms, now_ms)
 
     def _gate(
         self, admitted: list[Message], moves: list[tuple[Message, Decision]], holder: str, at: float
@@ -374,6 +558,7 @@ class _Finish(Invocation):
         "moves",
         "oldest",
         "queue",
+        "returned",
         "settled",
         "worker",
     )
@@ -391,8 +576,10 @@ class _Finish(Invocation):
         oldest: dict[str, int],
         finished_ms: int,
         duration_s: float,
+        returned: list[Message] | None = None,
     ) -> None:
         self.duration_s = duration_s
+        self.returned = returned  # a failed invocation: the whole batch, back after the visibility timeout
         self.worker = worker
         self.queue = queue
         self.moves = moves
@@ -417,9 +604,10 @@ class _Finish(Invocation):
             counts[key] = counts.get(key, 0) + 1
         worker.moves_sent += len(moves)
         meter = worker.meter
+        returned = self.returned
         if self.settled:
             queue.delete(self.settled)
-        if moves:
+        if moves and returned is None:
             queue.delete([message for message, _ in moves])
             # SendMessageBatch per destination, ten at a time
             sent: dict[Origin, int] = {}
@@ -429,11 +617,11 @@ class _Finish(Invocation):
                 sent[destination] = sent.get(destination, 0) + 1
             for amount in sent.values():
                 meter.sqs_batches(amount)
-        acknowledged = len(self.settled) + len(moves)
+        acknowledged = len(self.settled) + len(moves) if returned is None else 0
         if acknowledged:
             # Lambda deletes what the invocation did not report failed: DeleteMessageBatch, ten at a time
             meter.sqs_requests[0] += (acknowledged + RECEIVE_MAX - 1) // RECEIVE_MAX
-        failed = self.failed
+        failed = self.failed if returned is None else returned
         if failed:
             queue.return_after_timeout(failed)
             if setup.max_receive_count is not None:
@@ -444,13 +632,33 @@ class _Finish(Invocation):
         count = sink.count
         for (tenant, counter), amount in counts.items():
             count(tenant, counter, amount)
+        unwritten: frozenset[int] = frozenset()
+        table = worker.table
+        at_s = self.finished_ms / 1000
         if setup.gates:
             # the leases' release and the counters: one write per tenant
             written = set(self.granted)
             for tenant, _ in counts:
                 written.add(tenant)
             meter.dynamodb_writes += len(written)
+            if table is not None:
+                unwritten = self._settle(table, written, at_s)
         if self.granted and worker.leases is not None:
-            worker.leases.release(self.holder, self.granted)
+            worker.leases.release(self.holder, self.granted, at_s if table is not None else None, unwritten)
         for role, age in self.oldest.items():
-            sink.report_oldest(role, age, self.finished_ms)
+            worker.report_oldest(self.holder, role, age, self.finished_ms)
+
+    def _settle(self, table: StateTable, tenants: set[int], at_s: float) -> frozenset[int]:
+        """Each tenant's counters item written (``settle``): those whose write stayed throttled."""
+        leases = self.worker.leases
+        unwritten: list[int] = []
+        for tenant in tenants:
+            held = leases.held_count(tenant) if leases is not None else 0
+            written, _ = table.retried_write(
+                table.counters(tenant), COUNTERS, at_s, table.counters_units(held)
+            )
+            if not written:
+                unwritten.append(tenant)
+        if unwritten:
+            self.worker.unreleased_leases += sum(tenant in self.granted for tenant in unwritten)
+        return frozenset(unwritten)

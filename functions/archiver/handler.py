@@ -12,6 +12,7 @@ from typing import Any
 from aws_lambda_powertools.utilities.typing import LambdaContext
 
 from breakwater.aws.archive import build_archiver
+from breakwater.aws.clients import DEADLINE
 from breakwater.observability import logger, metrics, tracer
 from breakwater.settings import ArchiverSettings
 
@@ -22,6 +23,7 @@ archiver = build_archiver(settings)
 @logger.inject_lambda_context
 @tracer.capture_lambda_handler
 @metrics.log_metrics
+@DEADLINE.bounded  # every AWS call of an invocation ends before its timeout
 def handler(event: dict[str, Any], context: LambdaContext) -> dict[str, Any]:
     requested = event.get("queue_url")
     if requested is not None and requested not in settings.source_queue_urls:

@@ -18,6 +18,7 @@ from aws_lambda_powertools.utilities.data_classes.api_gateway_authorizer_event i
 from aws_lambda_powertools.utilities.typing import LambdaContext
 
 from breakwater.auth import Verdict, rest_api_id_of, usage_identifier_key
+from breakwater.aws.clients import DEADLINE
 from breakwater.aws.front_door import build_authorizer
 from breakwater.observability import logger
 from breakwater.settings import AuthorizerSettings
@@ -27,6 +28,7 @@ AUTHORIZER = build_authorizer(AuthorizerSettings.from_env())
 
 @logger.inject_lambda_context(clear_state=True)
 @event_source(data_class=APIGatewayAuthorizerRequestEvent)
+@DEADLINE.bounded  # every AWS call of an invocation ends before its timeout
 def handler(event: APIGatewayAuthorizerRequestEvent, context: LambdaContext) -> dict[str, Any]:
     decision = AUTHORIZER.authorize(event.headers.get("Authorization"))
     logger.append_keys(tenant=decision.tenant_id, request_id=event.request_context.request_id)

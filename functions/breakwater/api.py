@@ -16,10 +16,11 @@ from aws_lambda_powertools.event_handler import Response
 from aws_lambda_powertools.metrics import MetricUnit
 from aws_lambda_powertools.utilities.data_classes import APIGatewayProxyEvent
 
-from breakwater.errors import ApiError, RouteNotFoundError
+from breakwater.errors import PROBLEM_MEDIA_TYPE, ApiError, RouteNotFoundError
 from breakwater.ingest import TenantContext
 from breakwater.observability import logger, metrics
 from breakwater.request_keys import HEADER
+from breakwater.requests import JSON_MEDIA_TYPE
 
 
 def request_body(event: APIGatewayProxyEvent) -> bytes | None:
@@ -87,19 +88,21 @@ def accept(service: FrontDoorService[Answer], event: APIGatewayProxyEvent) -> An
 def json_response(
     status: int, body: Mapping[str, Any], headers: Mapping[str, str] | None = None
 ) -> Response[str]:
+    """A JSON answer; a 4xx or 5xx is a problem details object (``breakwater.errors.problem``)."""
     return Response(
         status_code=status,
-        content_type="application/json",
+        content_type=PROBLEM_MEDIA_TYPE if status >= 400 else JSON_MEDIA_TYPE,
         body=json.dumps(body, separators=(",", ":")),
         headers=dict(headers or {}),
     )
 
 
 def error_response(error: ApiError) -> Response[str]:
-    """The error's JSON body and headers; counted as ``Throttled`` or ``Rejected``, logged with its code.
+    """The problem details and headers; counted as ``Throttled`` or ``Rejected``, logged with its code.
 
     A refusal's line carries ``status`` and ``code`` as fields beside the ``tenant`` key
-    :func:`tenant_of` appended: the per-tenant refusal views (stacks/insights.py) rank tenants by them.
+    :func:`tenant_of` appended: the per-tenant refusal views (breakwater_cdk/insights.py) rank
+    tenants by them.
     """
     if error.status == 429:
         metrics.add_metric(name="Throttled", unit=MetricUnit.Count, value=1)

@@ -1,4 +1,4 @@
-"""The one message envelope that travels everywhere: queues, archive and replay (DESIGN §2).
+"""The one message envelope that travels everywhere: queues, archive and replay.
 
 The replay job mirrors this model as a Spark schema (``glue_jobs``); a test keeps the two equal.
 """

@@ -1,7 +1,11 @@
 """The errors ingest answers with: each one a status, a stable code and a message that names the problem.
 
 Every rejection is a 4xx the client can act on; a failure to store a message is a 503 the client
-can retry. The body is always ``{"error": {"code": ..., "message": ...}}``.
+can retry. Every error answer of the API, the handlers' and the gateway's own alike, is an RFC 9457
+problem details object (:func:`problem`, served as ``application/problem+json``): ``type`` (a URI
+naming the problem, :data:`PROBLEM_TYPE_BASE` + code), ``title`` (the same for every occurrence),
+``status``, ``detail`` (this occurrence, naming what was wrong) and the extension member ``code``,
+the stable machine code clients branch on; some problems add members of their own.
 """
 
 from __future__ import annotations
@@ -10,6 +14,28 @@ import json
 from typing import Any
 
 from breakwater.fairness import retry_after_header
+
+PROBLEM_MEDIA_TYPE = "application/problem+json"
+# Problem type URIs identify a problem; they are not fetched. A fork that publishes its own problem
+# pages changes this base (the stack's gateway responses and the OpenAPI document read it too).
+PROBLEM_TYPE_BASE = "https://breakwater.dev/problems/"
+
+
+def problem_title(code: str) -> str:
+    """The problem type's title: the code in words (``idempotency_key_in_use``: "Idempotency key in use")."""
+    return code.replace("_", " ").capitalize()
+
+
+def problem(status: int, code: str, detail: str, **extensions: Any) -> dict[str, Any]:
+    """An RFC 9457 problem details object for ``code`` with its ``detail`` and extension members."""
+    return {
+        "type": PROBLEM_TYPE_BASE + code,
+        "title": problem_title(code),
+        "status": status,
+        "detail": detail,
+        "code": code,
+        **extensions,
+    }
 
 
 class ApiError(Exception):
@@ -28,7 +54,7 @@ class ApiError(Exception):
         self.headers = dict(headers or {})
 
     def body(self) -> dict[str, Any]:
-        return {"error": {"code": self.code, "message": self.message}}
+        return problem(self.status, self.code, self.message)
 
     def body_json(self) -> str:
         return json.dumps(self.body(), separators=(",", ":"))

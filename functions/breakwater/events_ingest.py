@@ -3,7 +3,7 @@
 Each event is stamped (id, tenant, received_at) and written with PutRecords; records that fail are
 retried as a subset by the writer. The answer never calls an unwritten event written: 202 when all
 are written, 207 with per-event results when some are not (the client resends those), 429 or 503
-when none are.
+when none are (a problem details object carrying the same per-event results).
 """
 
 from __future__ import annotations
@@ -13,7 +13,7 @@ from dataclasses import dataclass
 from typing import Any, Protocol
 
 from breakwater.envelope import new_envelope_id
-from breakwater.errors import BadRequestError
+from breakwater.errors import BadRequestError, problem
 from breakwater.events import KinesisRecord, PartitionKeyMode, StreamEvent, to_record
 from breakwater.fairness import BucketLimits, retry_after_header
 from breakwater.ingest import TenantContext, TokenGate, admit_up_to
@@ -74,7 +74,14 @@ def answer(
         return EventsAnswer(207, body, {})
     throttled = refused > 0 or outcome.throttled
     wait = retry_after_header(retry_after if refused else 1.0)
-    return EventsAnswer(429 if throttled else 503, body, {"Retry-After": wait})
+    if throttled:
+        status, code = 429, "throttled"
+        detail = "no event was written: over the tenant's event rate or the stream's throughput"
+    else:
+        status, code = 503, "write_failed"
+        detail = "no event was written: the stream refused them"
+    detail += "; the results say why for each, send them again after the Retry-After header's seconds"
+    return EventsAnswer(status, problem(status, code, detail, **body), {"Retry-After": wait})
 
 
 class EventsService:

@@ -54,7 +54,7 @@ def build_envelope(
     envelope_id: str | None = None,
     dedup_key: str | None = None,
 ) -> Envelope:
-    """The envelope of DESIGN §2; ``enqueued_at`` is stamped here, never taken from the client."""
+    """The envelope for an accepted message; ``enqueued_at`` is stamped here, never taken from the client."""
     return Envelope(
         id=envelope_id or new_envelope_id(now_ms),
         tenant=tenant,
@@ -232,14 +232,19 @@ class IngestService:
         (``breakwater.request_keys``)."""
         request = parse_message(MessageRequest, raw_body, self.limits)
         key = request_key(idempotency_key, request.dedup_key)
+        keys = self.keys if key is not None else None  # the claims this request takes part in
         try:
             admit(self.gate, tenant)
         except ThrottledError:
+            if keys is not None and key is not None:
+                now_ms = int(self._clock() * 1000)
+                earlier = keys.earlier_answer(tenant.tenant, key, fingerprint(request, key), now_ms)
+                if earlier is not None:
+                    return Accepted(message_id=earlier.message_id, queue=earlier.queue, replayed=True)
             self._count(tenant.tenant, "throttled")
             raise
         now_ms = int(self._clock() * 1000)
         message_id = new_envelope_id(now_ms)
-        keys = self.keys if key is not None else None  # the claims this request takes part in
         if keys is not None and key is not None:
             decision = keys.decide(tenant.tenant, key, fingerprint(request, key), message_id, now_ms)
             if decision.replay:

@@ -51,9 +51,7 @@ class GroupBacklogFullError(ThrottledError):
         self.backlog = backlog
 
     def body(self) -> dict[str, Any]:
-        body = super().body()
-        body["error"] |= {"group": self.group_id, "limit": self.limit, "backlog": self.backlog}
-        return body
+        return super().body() | {"group": self.group_id, "limit": self.limit, "backlog": self.backlog}
 
 
 @dataclass(frozen=True)

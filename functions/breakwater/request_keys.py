@@ -13,7 +13,10 @@ claims ``(tenant, key)`` before it stores the message:
   over and stores the message under the *same* id, and the worker's processing idempotency, keyed by
   ``(tenant, key)`` (:func:`breakwater.envelope.processing_id`), runs it once even if the first
   attempt had stored it too;
-- the same key with a different request: 422, naming the key.
+- the same key with a different request: 422, naming the key;
+- the same key and the same request, accepted, while the tenant is over its rate: the original 202
+  still (:meth:`RequestKeys.earlier_answer`, one read on the throttled path only): the retry asks
+  for nothing new, so the throttle has nothing to refuse.
 
 A claim lasts ``window_seconds`` (the processing records last as long): after it, the key is new
 again. What is compared is the request's fingerprint (:func:`fingerprint`): type, payload, TTL and
@@ -63,6 +66,10 @@ class ClaimStore(Protocol):
         ...
 
     def accepted(self, tenant: str, key: str, message_id: str, queue: int) -> None: ...
+
+    def held(self, tenant: str, key: str, now_s: int) -> Claim | None:
+        """The claim whose window has not passed at ``now_s``, or None; a read, nothing written."""
+        ...
 
     def release(self, tenant: str, key: str, message_id: str) -> None:
         """Forget a pending claim whose message was not stored, so the client's retry runs at once."""
@@ -141,3 +148,18 @@ class RequestKeys:
             "retry after the Retry-After header's seconds",
             retry_after=max(retry_after, 1.0),
         )
+
+    def earlier_answer(self, tenant: str, key: str, print_: str, now_ms: int) -> Decision | None:
+        """The original answer to this request if it was already accepted under ``key``, else None.
+
+        For a request refused by the tenant's rate: a retry of a stored message is answered as any
+        retry is, whatever the bucket says now. A pending, reused or unknown key gets None (the refusal
+        stands); so does a store that cannot be read.
+        """
+        try:
+            held = self.store.held(tenant, key, now_ms // 1000)
+        except Exception:
+            return None
+        if held is None or held.state is not ClaimState.ACCEPTED or held.fingerprint != print_:
+            return None
+        return Decision(message_id=held.message_id, replay=True, queue=held.queue)

@@ -14,6 +14,7 @@ from aws_lambda_powertools.metrics import MetricUnit
 from aws_lambda_powertools.utilities.typing import LambdaContext
 
 from breakwater.api import accept, error_response, json_response
+from breakwater.aws.clients import DEADLINE
 from breakwater.aws.front_door import build_ordered
 from breakwater.errors import ApiError
 from breakwater.observability import logger, metrics, tracer
@@ -45,5 +46,6 @@ def api_error(error: ApiError) -> Response[str]:
 @logger.inject_lambda_context(clear_state=True)
 @metrics.log_metrics
 @tracer.capture_lambda_handler
+@DEADLINE.bounded  # every AWS call of an invocation ends before its timeout
 def handler(event: dict[str, Any], context: LambdaContext) -> dict[str, Any]:
     return app.resolve(event, context)

@@ -11,6 +11,7 @@ from typing import Any
 from aws_lambda_powertools.metrics import MetricUnit
 from aws_lambda_powertools.utilities.typing import LambdaContext
 
+from breakwater.aws.clients import DEADLINE
 from breakwater.aws.redrive import build_redrive
 from breakwater.observability import logger, metrics, tracer
 from breakwater.settings import RedriveSettings
@@ -21,6 +22,7 @@ service = build_redrive(RedriveSettings.from_env())
 @logger.inject_lambda_context
 @tracer.capture_lambda_handler
 @metrics.log_metrics
+@DEADLINE.bounded  # every AWS call of an invocation ends before its timeout
 def handler(event: dict[str, Any], context: LambdaContext) -> dict[str, Any]:
     results = []
     for dlq_url, source_url in service.pairs_for(event.get("dlq_url")).items():

@@ -1,24 +1,25 @@
 """The REST API's routes, emulated on a local HTTP server the way API Gateway runs them.
 
 moto creates the REST API and its resources, but not the stage, the authorizer, the request
-validator or the gateway responses; they are read from the template (``local.emulator.discovery.api``)
-and applied here, in API Gateway's order: stage throttle (429 THROTTLED), REQUEST authorizer
-(identity header missing or ``Unauthorized`` -> 401 UNAUTHORIZED; explicit Deny -> 403
-ACCESS_DENIED; the policy cached per identity for ``AuthorizerResultTtlInSeconds``), the API key
-of a method that requires one (from the authorizer's ``usageIdentifierKey`` or the ``x-api-key``
-header, per the API's ``ApiKeySourceType``: in no usage plan of the stage -> 403 INVALID_API_KEY;
-over its plan's throttle -> 429 THROTTLED, before any integration runs), request body model
-(400 BAD_REQUEST_BODY), then the Lambda proxy integration with ``requestContext.authorizer`` =
-the authorizer's context plus ``principalId``. Error bodies come from the template's gateway
-responses. Usage plans and keys are read from the embedded API Gateway (moto), where the stack
-and onboarding (``breakwater.aws.usage_plans``) put them; quotas are not enforced.
+validator or the gateway responses; they are read from the template
+(``local.emulator.discovery.api``) and applied here, in API Gateway's order: stage throttle (429
+THROTTLED), REQUEST authorizer (identity header missing or ``Unauthorized`` -> 401 UNAUTHORIZED;
+explicit Deny -> 403 ACCESS_DENIED; the policy cached per identity for
+``AuthorizerResultTtlInSeconds``), the API key of a method that requires one (from the authorizer's
+``usageIdentifierKey`` or the ``x-api-key`` header, per the API's ``ApiKeySourceType``: in no usage
+plan of the stage -> 403 INVALID_API_KEY; over its plan's throttle -> 429 THROTTLED, before any
+integration runs), request body model (400 BAD_REQUEST_BODY), then the Lambda proxy integration with
+``requestContext.authorizer`` = the authorizer's context plus ``principalId``. Error answers come
+from the template's gateway responses (``local.emulator.gateway_responses``). Usage plans and keys
+are read from the embedded API Gateway (moto), where the stack and onboarding
+(``breakwater.aws.usage_plans``) put them; quotas are not enforced.
 
 The body is checked against the route's model only when the Content-Type selects it: the model's
 ``application/json``, or no Content-Type at all (API Gateway then takes the body as JSON); a body of
 another type reaches the function unchecked, as in API Gateway. Every request is answered, the way
 API Gateway answers: a malformed request (its framing, its headers, a method or path no route has)
-with a JSON error from the gateway responses, never a dropped connection or an HTML page; a failure
-of the emulator itself with a JSON 500 naming it.
+with the template's gateway response, never a dropped connection or an HTML page; a failed function
+and a failure of the emulator itself with DEFAULT_5XX's, the latter naming it.
 """
 
 from __future__ import annotations
@@ -36,40 +37,17 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any
 from urllib.parse import parse_qs, urlsplit
 
+from local.emulator.api_throttles import StageThrottle, UsagePlanThrottles
 from local.emulator.discovery import ApiSpec, AuthorizerSpec, RouteSpec
 from local.emulator.embedded_aws import ACCOUNT, REGION
 from local.emulator.functions import FunctionPool
-
-DEFAULT_STATUS = {
-    "UNAUTHORIZED": 401,
-    "ACCESS_DENIED": 403,
-    "MISSING_AUTHENTICATION_TOKEN": 403,
-    "THROTTLED": 429,
-    "INVALID_API_KEY": 403,
-    "BAD_REQUEST_BODY": 400,
-    "REQUEST_TOO_LARGE": 413,
-    "AUTHORIZER_FAILURE": 500,
-    "AUTHORIZER_CONFIGURATION_ERROR": 500,
-    "INTEGRATION_FAILURE": 504,
-    "INTEGRATION_TIMEOUT": 504,
-}
-# API Gateway bills every request it receives except those it refuses for their authorization or API
-# key, or throttles (a 429 from the integration is billed: the integration ran).
-UNBILLED_RESPONSES = frozenset(
-    {"UNAUTHORIZED", "ACCESS_DENIED", "INVALID_API_KEY", "MISSING_AUTHENTICATION_TOKEN", "THROTTLED"}
+from local.emulator.gateway_responses import (
+    UNBILLED_RESPONSES,
+    GatewayError,
+    bad_request,
+    render_gateway_response,
 )
-DEFAULT_MESSAGE = {
-    "UNAUTHORIZED": "Unauthorized",
-    "ACCESS_DENIED": "User is not authorized to access this resource with an explicit deny",
-    "MISSING_AUTHENTICATION_TOKEN": "Missing Authentication Token",
-    "THROTTLED": "Too Many Requests",
-    "INVALID_API_KEY": "Forbidden",
-    "BAD_REQUEST_BODY": "Invalid request body",
-    "REQUEST_TOO_LARGE": "Request Too Long",
-    "AUTHORIZER_FAILURE": "Internal server error",
-    "AUTHORIZER_CONFIGURATION_ERROR": "Internal server error",
-    "INTEGRATION_FAILURE": "Internal server error",
-}
+
 MAX_BODY_BYTES = 10 * 1024 * 1024
 MAX_HEADER_BYTES = 10 * 1024  # API Gateway: the request line and the header values together
 INTEGRATION_TIMEOUT_S = 29.0
@@ -79,146 +57,6 @@ BODY_TIMEOUT_S = 10.0
 MAX_CHUNK_LINE = 1024
 JSON_MEDIA_TYPE = "application/json"
 _DIGITS = re.compile(r"[0-9]{1,19}")
-
-
-class _StageThrottle:
-    """The stage's token bucket (ThrottlingRateLimit / ThrottlingBurstLimit of ``/*``)."""
-
-    def __init__(self, rate: float | None, burst: int | None) -> None:
-        self.rate, self.burst = rate, float(burst or 0)
-        self.tokens, self.updated = self.burst, time.monotonic()
-        self._lock = threading.Lock()
-
-    def admit(self) -> bool:
-        if not self.rate:
-            return True
-        with self._lock:
-            now = time.monotonic()
-            self.tokens = min(self.burst, self.tokens + (now - self.updated) * self.rate)
-            self.updated = now
-            if self.tokens >= 1:
-                self.tokens -= 1
-                return True
-            return False
-
-
-class _UsagePlanThrottles:
-    """The usage plans of one stage: which plan a key is in, and a token bucket per key (its throttle).
-
-    Plans and keys are read from the embedded API Gateway, one read at a time: again every
-    ``refresh_seconds`` (by whichever request finds them stale, while the others go on with the last
-    read), and when a request's key is not in the last read. Such a request waits for a read that
-    began after it arrived, so a key enrolled before its first request is always found; a key that
-    is still unknown causes at most one read a second. A changed plan applies within
-    ``refresh_seconds`` (API Gateway, too, applies plan changes after a delay).
-    """
-
-    def __init__(self, client: Any, rest_api_id: str, stage: str, refresh_seconds: float = 5.0) -> None:
-        self._client = client
-        self.rest_api_id, self.stage = rest_api_id, stage
-        self.refresh_seconds = refresh_seconds
-        self._plan_of_key: dict[str, tuple[str, float | None, int | None]] = {}  # value -> plan, rate, burst
-        self._buckets: dict[tuple[str, str, float | None, int | None], _StageThrottle] = {}
-        self._read_started = float("-inf")  # when the last successful read began
-        self._missed: dict[str, float] = {}  # unknown key -> when it last caused a read
-        self._lock = threading.Lock()  # the maps above
-        self._read_lock = threading.Lock()  # one read at a time
-
-    def admit(self, key_value: str) -> bool | None:
-        """True: within its plan's throttle; False: throttled; None: the key is in no plan of the stage."""
-        arrived = time.monotonic()
-        with self._lock:
-            plan = self._plan_of_key.get(key_value)
-            stale = arrived - self._read_started >= self.refresh_seconds
-        if plan is None:
-            plan = self._after_a_read(key_value, arrived)
-        elif stale and self._read_lock.acquire(blocking=False):
-            try:
-                self._read_into()
-            finally:
-                self._read_lock.release()
-        if plan is None:
-            return None
-        with self._lock:
-            bucket = self._buckets.get((key_value, *plan))
-            if bucket is None:
-                bucket = self._buckets[(key_value, *plan)] = _StageThrottle(plan[1], plan[2])
-        return bucket.admit()
-
-    def _after_a_read(self, key_value: str, arrived: float) -> tuple[str, float | None, int | None] | None:
-        """The key's plan as of a read that began after ``arrived`` (an unknown key reads once a second)."""
-        with self._read_lock:
-            with self._lock:
-                if self._read_started >= arrived:
-                    return self._plan_of_key.get(key_value)
-                if arrived - self._missed.get(key_value, float("-inf")) < 1.0:
-                    return None
-                if len(self._missed) >= 10_000:
-                    self._missed.clear()
-                self._missed[key_value] = arrived
-            self._read_into()
-        with self._lock:
-            return self._plan_of_key.get(key_value)
-
-    def _read_into(self) -> None:
-        """One read of the plans and keys (the caller holds the read lock); a failed read changes nothing."""
-        started = time.monotonic()
-        try:
-            read = self._read()
-        except Exception:  # the emulator briefly unreachable: keep the plans read last
-            return
-        with self._lock:
-            self._plan_of_key, self._read_started = read, started
-
-    def _read(self) -> dict[str, tuple[str, float | None, int | None]]:
-        keys: dict[str, dict[str, Any]] = {}
-        for page in self._client.get_paginator("get_api_keys").paginate(includeValues=True):
-            keys.update({key["id"]: key for key in page.get("items", [])})
-        plan_of_key: dict[str, tuple[str, float | None, int | None]] = {}
-        for page in self._client.get_paginator("get_usage_plans").paginate():
-            for plan in page.get("items", []):
-                stages = plan.get("apiStages") or []
-                if not any(
-                    s.get("apiId") == self.rest_api_id and s.get("stage") == self.stage for s in stages
-                ):
-                    continue
-                throttle = plan.get("throttle") or {}
-                rate, burst = throttle.get("rateLimit"), throttle.get("burstLimit")
-                limits = (
-                    str(plan["id"]),
-                    float(rate) if rate is not None else None,
-                    int(burst) if burst is not None else None,
-                )
-                paginator = self._client.get_paginator("get_usage_plan_keys")
-                for keys_page in paginator.paginate(usagePlanId=plan["id"]):
-                    for plan_key in keys_page.get("items", []):
-                        key = keys.get(plan_key["id"])
-                        if key is not None and key.get("enabled", True) and key.get("value"):
-                            plan_of_key[str(key["value"])] = limits
-        return plan_of_key
-
-
-class _GatewayError(Exception):
-    """An answer of the gateway itself; ``status`` overrides the response type's (protocol errors)."""
-
-    def __init__(
-        self,
-        response_type: str,
-        message: str | None = None,
-        validation: str = "",
-        *,
-        status: int | None = None,
-    ) -> None:
-        super().__init__(response_type)
-        self.response_type = response_type
-        self.message = message or DEFAULT_MESSAGE.get(response_type, "Error")
-        self.validation = validation
-        self.status = status
-
-
-def _bad_request(message: str, status: int = 400) -> _GatewayError:
-    """A request API Gateway cannot read (its framing or its headers): DEFAULT_4XX's body."""
-    return _GatewayError("DEFAULT_4XX", message, status=status)
 
 
 def _no_json_constants(name: str) -> Any:
@@ -254,9 +92,9 @@ class LocalApi:
         """``apigateway``: a client of the embedded API Gateway, where the usage plans and keys are."""
         self.spec = spec
         self._pools = pools
-        self._throttle = _StageThrottle(spec.throttle_rate, spec.throttle_burst)
+        self._throttle = StageThrottle(spec.throttle_rate, spec.throttle_burst)
         self._usage = (
-            _UsagePlanThrottles(apigateway, spec.rest_api_id, spec.stage) if apigateway is not None else None
+            UsagePlanThrottles(apigateway, spec.rest_api_id, spec.stage) if apigateway is not None else None
         )
         self._auth_cache: dict[tuple[str, tuple[str, ...]], tuple[float, dict[str, Any]]] = {}
         self._cache_lock = threading.Lock()
@@ -280,7 +118,7 @@ class LocalApi:
             def _serve(self) -> None:
                 try:
                     body = self._read_body()
-                except _GatewayError as error:
+                except GatewayError as error:
                     self.close_connection = True  # what is left of the body cannot be told from a request
                     answer = api.error_answer(error)
                 else:
@@ -291,29 +129,29 @@ class LocalApi:
                 """The body as framed by Content-Length or chunked transfer coding; a 4xx if it is not."""
                 line = len(self.requestline) + sum(len(value) for value in self.headers.values())
                 if line > MAX_HEADER_BYTES:
-                    raise _GatewayError(
+                    raise GatewayError(
                         "REQUEST_TOO_LARGE", f"HTTP header is larger than {MAX_HEADER_BYTES} bytes."
                     )
                 lengths = self.headers.get_all("Content-Length") or []
                 codings = self.headers.get_all("Transfer-Encoding") or []
                 if lengths and codings:
-                    raise _bad_request("a request may not have both Content-Length and Transfer-Encoding")
+                    raise bad_request("a request may not have both Content-Length and Transfer-Encoding")
                 self.connection.settimeout(BODY_TIMEOUT_S)
                 try:
                     if codings:
                         if [coding.strip().lower() for coding in codings] != ["chunked"]:
-                            raise _bad_request(f"Transfer-Encoding {', '.join(codings)!r} is not supported")
+                            raise bad_request(f"Transfer-Encoding {', '.join(codings)!r} is not supported")
                         return self._read_chunked()
                     if not lengths:
                         return b""
                     if len(set(lengths)) > 1 or not _DIGITS.fullmatch(lengths[0].strip()):
-                        raise _bad_request(f"invalid Content-Length {', '.join(lengths)!r}")
+                        raise bad_request(f"invalid Content-Length {', '.join(lengths)!r}")
                     length = int(lengths[0])
                     if length > MAX_BODY_BYTES:
-                        raise _GatewayError("REQUEST_TOO_LARGE")
+                        raise GatewayError("REQUEST_TOO_LARGE")
                     return self._read_exactly(length)
                 except TimeoutError:
-                    raise _bad_request(
+                    raise bad_request(
                         f"the request body did not arrive within {BODY_TIMEOUT_S:g} s"
                     ) from None
                 finally:
@@ -322,7 +160,7 @@ class LocalApi:
             def _read_exactly(self, length: int) -> bytes:
                 data = self.rfile.read(length)
                 if len(data) < length:
-                    raise _bad_request(f"the request body ended after {len(data)} of its {length} bytes")
+                    raise bad_request(f"the request body ended after {len(data)} of its {length} bytes")
                 return data
 
             def _read_chunked(self) -> bytes:
@@ -332,21 +170,21 @@ class LocalApi:
                     size_line = self.rfile.readline(MAX_CHUNK_LINE + 1)
                     size_text = size_line.split(b";", 1)[0].strip()
                     if not size_line.endswith(b"\n") or not re.fullmatch(rb"[0-9A-Fa-f]{1,8}", size_text):
-                        raise _bad_request(f"invalid chunk size line {size_line[:40]!r}")
+                        raise bad_request(f"invalid chunk size line {size_line[:40]!r}")
                     size = int(size_text, 16)
                     if size == 0:
                         break
                     total += size
                     if total > MAX_BODY_BYTES:
-                        raise _GatewayError("REQUEST_TOO_LARGE")
+                        raise GatewayError("REQUEST_TOO_LARGE")
                     chunks.append(self._read_exactly(size))
                     if self.rfile.readline(MAX_CHUNK_LINE + 1).strip():
-                        raise _bad_request("a chunk is longer than its size line says")
+                        raise bad_request("a chunk is longer than its size line says")
                 for _ in range(100):  # trailer fields, up to the empty line
                     trailer = self.rfile.readline(MAX_CHUNK_LINE + 1)
                     if not trailer.strip():
                         return b"".join(chunks)
-                raise _bad_request("too many trailer fields after the last chunk")
+                raise bad_request("too many trailer fields after the last chunk")
 
             def _answer(self, status: int, headers: dict[str, str], payload: bytes) -> None:
                 self.send_response(status)
@@ -367,7 +205,7 @@ class LocalApi:
                 self.request_version = self.protocol_version
                 text = message or self.responses.get(code, ("Bad Request",))[0]
                 # A client's malformed request is a 4xx, the HTTP version it asked for included.
-                self._answer(*api.error_answer(_bad_request(text, code if code < 500 else 400)))
+                self._answer(*api.error_answer(bad_request(text, code if code < 500 else 400)))
 
         self._server = ThreadingHTTPServer(("127.0.0.1", port), Handler)
         self._server.daemon_threads = True
@@ -396,24 +234,31 @@ class LocalApi:
         billed = True
         try:
             status, out_headers, payload = self._handle(method, raw_path, headers, body, request_id, started)
-        except _GatewayError as error:
-            status, out_headers, payload = self._gateway_response(error, request_id)
+        except GatewayError as error:
+            status, out_headers, payload = render_gateway_response(
+                self.spec.gateway_responses, error, request_id
+            )
             billed = error.response_type not in UNBILLED_RESPONSES
         except Exception as exc:  # the emulator's own failure: answered and shown, never a dropped connection
             traceback.print_exc()
-            failure = _GatewayError(
+            failure = GatewayError(
                 "INTERNAL_ERROR", f"local API emulator failed: {type(exc).__name__}: {exc}"
             )
-            status, out_headers, payload = self._gateway_response(failure, request_id)
+            status, out_headers, payload = render_gateway_response(
+                self.spec.gateway_responses, failure, request_id
+            )
         if billed:
             with self._status_lock:
                 self.billed_requests += 1
         return self._counted(status, out_headers, payload, request_id)
 
-    def error_answer(self, error: _GatewayError) -> tuple[int, dict[str, str], bytes]:
+    def error_answer(self, error: GatewayError) -> tuple[int, dict[str, str], bytes]:
         """The gateway's answer to a request it could not read far enough to route."""
         request_id = str(uuid.uuid4())
         return self._counted(*self._gateway_response(error, request_id), request_id)
+
+    def _gateway_response(self, error: GatewayError, request_id: str) -> tuple[int, dict[str, str], bytes]:
+        return render_gateway_response(self.spec.gateway_responses, error, request_id)
 
     def _counted(
         self, status: int, out_headers: dict[str, str], payload: bytes, request_id: str
@@ -427,7 +272,7 @@ class LocalApi:
         for route in self.spec.routes:
             if route.method in (method, "ANY") and route.path == path:
                 return route
-        raise _GatewayError("MISSING_AUTHENTICATION_TOKEN")
+        raise GatewayError("MISSING_AUTHENTICATION_TOKEN")
 
     def _handle(
         self,
@@ -441,13 +286,13 @@ class LocalApi:
         split = urlsplit(raw_path)
         prefix = f"/{self.spec.stage}"
         if not (split.path == prefix or split.path.startswith(prefix + "/")):
-            raise _GatewayError("MISSING_AUTHENTICATION_TOKEN")
+            raise GatewayError("MISSING_AUTHENTICATION_TOKEN")
         path = split.path[len(prefix) :] or "/"
         route = self._route(method, path)
         if not self._throttle.admit():
-            raise _GatewayError("THROTTLED")
+            raise GatewayError("THROTTLED")
         if len(body) > MAX_BODY_BYTES:
-            raise _GatewayError("REQUEST_TOO_LARGE")
+            raise GatewayError("REQUEST_TOO_LARGE")
         query = parse_qs(split.query, keep_blank_values=True)
         method_arn = (
             f"arn:aws:execute-api:{REGION}:{ACCOUNT}:{self.spec.rest_api_id}/{self.spec.stage}/{method}{path}"
@@ -490,9 +335,9 @@ class LocalApi:
                 usage_key = {k.lower(): v for k, v in headers.items()}.get("x-api-key")
             admitted = self._usage.admit(usage_key) if usage_key and self._usage is not None else None
             if admitted is None:
-                raise _GatewayError("INVALID_API_KEY")
+                raise GatewayError("INVALID_API_KEY")
             if not admitted:
-                raise _GatewayError("THROTTLED")
+                raise GatewayError("THROTTLED")
         if route.request_schema is not None and _selects_json_model(headers):
             self._validate(route.request_schema, body)
         event = {
@@ -508,8 +353,9 @@ class LocalApi:
             or "statusCode" not in invocation.result
         ):
             if invocation.error and invocation.error.get("errorType") == "Sandbox.Timedout":
-                raise _GatewayError("INTEGRATION_TIMEOUT", "Endpoint request timed out")
-            return 502, {"Content-Type": "application/json"}, b'{"message": "Internal server error"}'
+                raise GatewayError("INTEGRATION_TIMEOUT", "Endpoint request timed out")
+            # A function error or a malformed proxy answer: API Gateway's 502, or DEFAULT_5XX's status.
+            raise GatewayError("DEFAULT_5XX", "Internal server error", status=502)
         result = invocation.result
         out_headers = {str(k): str(v) for k, v in (result.get("headers") or {}).items()}
         for name, values in (result.get("multiValueHeaders") or {}).items():
@@ -525,7 +371,7 @@ class LocalApi:
         lowered = {k.lower(): v for k, v in common["headers"].items()}
         identity = tuple(lowered.get(name.lower(), "") for name in spec.identity_headers)
         if not all(identity):
-            raise _GatewayError("UNAUTHORIZED")
+            raise GatewayError("UNAUTHORIZED")
         key = (spec.function_logical_id, identity)
         now = time.monotonic()
         with self._cache_lock:
@@ -542,16 +388,16 @@ class LocalApi:
             invocation = self._pools[spec.function_logical_id].invoke(event)
             if not invocation.ok:
                 if (invocation.error or {}).get("errorMessage") == "Unauthorized":
-                    raise _GatewayError("UNAUTHORIZED")
-                raise _GatewayError("AUTHORIZER_FAILURE")
+                    raise GatewayError("UNAUTHORIZED")
+                raise GatewayError("AUTHORIZER_FAILURE")
             if not isinstance(invocation.result, dict) or "policyDocument" not in invocation.result:
-                raise _GatewayError("AUTHORIZER_CONFIGURATION_ERROR")
+                raise GatewayError("AUTHORIZER_CONFIGURATION_ERROR")
             policy = invocation.result
             if spec.ttl_seconds > 0:
                 with self._cache_lock:
                     self._auth_cache[key] = (now + spec.ttl_seconds, policy)
         if not policy_allows(policy, method_arn):
-            raise _GatewayError("ACCESS_DENIED")
+            raise GatewayError("ACCESS_DENIED")
         context = {k: v for k, v in (policy.get("context") or {}).items()}
         context["principalId"] = policy.get("principalId")
         usage_key = policy.get("usageIdentifierKey")
@@ -563,41 +409,16 @@ class LocalApi:
         try:
             document = json.loads(body or b"null", parse_constant=_no_json_constants)
         except (ValueError, RecursionError):  # not UTF-8, not JSON (NaN neither), nested past the stack
-            raise _GatewayError("BAD_REQUEST_BODY", validation="[Invalid JSON in request body]") from None
+            raise GatewayError("BAD_REQUEST_BODY", validation="[Invalid JSON in request body]") from None
         try:
             found = list(jsonschema.Draft4Validator(schema).iter_errors(document))
         except RecursionError:
-            raise _GatewayError("BAD_REQUEST_BODY", validation="[JSON nested too deeply]") from None
+            raise GatewayError("BAD_REQUEST_BODY", validation="[JSON nested too deeply]") from None
         errors = sorted(found, key=lambda e: list(e.path))
         if errors:
-            raise _GatewayError(
+            raise GatewayError(
                 "BAD_REQUEST_BODY", validation="[" + ", ".join(e.message for e in errors) + "]"
             )
-
-    def _gateway_response(self, error: _GatewayError, request_id: str) -> tuple[int, dict[str, str], bytes]:
-        responses = self.spec.gateway_responses
-        default_status = error.status or DEFAULT_STATUS.get(error.response_type, 500)
-        family = "DEFAULT_5XX" if default_status >= 500 else "DEFAULT_4XX"
-        configured = responses.get(error.response_type) or responses.get(family) or {}
-        status = error.status or configured.get("status") or default_status
-        template = configured.get("template")
-        if template:
-            body = (
-                template.replace("$context.error.messageString", json.dumps(error.message))
-                .replace("$context.error.message", error.message)
-                # Escaped as a JSON string's content (API Gateway escapes its quotes): the validator's
-                # messages quote what the client sent, backslashes and control characters included.
-                .replace("$context.error.validationErrorString", json.dumps(error.validation)[1:-1])
-                .replace("$context.error.responseType", error.response_type)
-                .replace("$context.requestId", request_id)
-            )
-        else:
-            body = json.dumps({"message": error.message})
-        headers = {"Content-Type": "application/json", "x-amzn-ErrorType": error.response_type}
-        for name, value in (configured.get("headers") or {}).items():
-            if name.startswith("gatewayresponse.header."):
-                headers[name.removeprefix("gatewayresponse.header.")] = str(value).strip("'")
-        return int(status), headers, body.encode()
 
 
 def _selects_json_model(headers: dict[str, str]) -> bool:

@@ -12,6 +12,10 @@ deployed into both processes through CloudFormation, from the same random seed, 
 tables under the same names (``deploy.py`` checks). Functions and the runtime's clients reach
 the DynamoDB process through ``AWS_ENDPOINT_URL_DYNAMODB``; the main server forwards any DynamoDB
 request it gets there too, so a tool given the one ``AWS_ENDPOINT_URL`` sees the same tables.
+
+``limits`` (:class:`local.aws_limits.AwsLimits`): both processes enforce AWS's limits
+(``moto_patches/limits.py``); DynamoDB's are metered where DynamoDB is served, SQS's and Kinesis's in
+the main process. :meth:`EmbeddedAws.limits_report` gathers what they refused.
 """
 
 from __future__ import annotations
@@ -29,6 +33,7 @@ from typing import TYPE_CHECKING, Any, Protocol
 import boto3
 import botocore.config
 
+from local.aws_limits import SCALE_ENV, AwsLimits
 from local.emulator import moto_process
 from local.emulator.child_process import start_module
 from local.pricing.usage import UsageMeter
@@ -119,18 +124,24 @@ class EmbeddedAws:
 
     ``split_dynamodb`` (child processes only): DynamoDB in a second moto process.
     ``routes_invocations``: Lambda ``Invoke`` reaches the runtime's containers (not in the DynamoDB
-    process, which gets none).
+    process, which gets none). ``limits``: AWS's limits enforced (None: moto's own answers).
     """
 
     def __init__(
-        self, *, in_process: bool = False, split_dynamodb: bool = True, routes_invocations: bool = True
+        self,
+        *,
+        in_process: bool = False,
+        split_dynamodb: bool = True,
+        routes_invocations: bool = True,
+        limits: AwsLimits | None = None,
     ) -> None:
         self.in_process = in_process
         self.routes_invocations = routes_invocations
+        self.limits = limits
         self.dynamodb: EmbeddedAws | None = (
             None
             if in_process or not split_dynamodb
-            else EmbeddedAws(split_dynamodb=False, routes_invocations=False)
+            else EmbeddedAws(split_dynamodb=False, routes_invocations=False, limits=limits)
         )
         self._server: Any = None
         self._process: subprocess.Popen[str] | None = None
@@ -158,7 +169,7 @@ class EmbeddedAws:
         if self.dynamodb is not None:
             self.dynamodb.start()
         if self.in_process:
-            self._server = moto_process.start_server()
+            self._server = moto_process.start_server(limits=self.limits)
             self._port = int(self._server.get_host_and_port()[1])
         else:
             self._start_process()
@@ -190,6 +201,7 @@ class EmbeddedAws:
             env[moto_process.INVOKE_URL_ENV] = self._bridge.url
         if self.dynamodb is not None:
             env[moto_process.FORWARD_DYNAMODB_ENV] = self.dynamodb.endpoint
+        env.update(self.limits.to_env() if self.limits is not None else {SCALE_ENV: "off"})
         self._process = start_module("local.emulator.moto_process", env)
         assert self._process.stdout is not None
         line = self._process.stdout.readline()
@@ -236,6 +248,10 @@ class EmbeddedAws:
         if self._server is not None:
             self._server.stop()
             self._server = None
+            if self.limits is not None:  # in this process: the next server starts without them
+                from local.emulator.moto_patches import limits as moto_limits
+
+                moto_limits.stop_enforcing()
         if self._process is not None:
             assert self._process.stdin is not None
             self._process.stdin.close()  # the child exits when its stdin closes
@@ -250,6 +266,24 @@ class EmbeddedAws:
             self._bridge = None
         if self.dynamodb is not None:
             self.dynamodb.stop()
+
+    def limits_report(self) -> dict[str, Any]:
+        """What the limits refused so far, from the process that served each service ({} without limits).
+
+        DynamoDB's figures come from the DynamoDB process when there is one; refusals add up.
+        """
+        if self.limits is None or not self._started:
+            return {}
+        if self.in_process:
+            return moto_process.limits_report()
+        reports = [_fetch_limits(server.endpoint) for server in self.processes()]
+        report = dict(reports[-1])  # the DynamoDB process's, when split: its DynamoDB figures
+        report["kinesis_throttled_records"] = sum(r.get("kinesis_throttled_records", 0) for r in reports)
+        refused: Counter[str] = Counter()
+        for each in reports:
+            refused.update(each.get("refused") or {})
+        report["refused"] = dict(sorted(refused.items()))
+        return report
 
     @property
     def endpoint(self) -> str:
@@ -281,3 +315,9 @@ class EmbeddedAws:
         if self.dynamodb is not None:  # botocore's per-service variable: handlers are unchanged
             environment["AWS_ENDPOINT_URL_DYNAMODB"] = self.dynamodb.endpoint
         return environment
+
+
+def _fetch_limits(endpoint: str) -> dict[str, Any]:
+    with urllib.request.urlopen(f"{endpoint}{moto_process.LIMITS_PATH}", timeout=30) as response:  # noqa: S310 - our own local server
+        answer = json.loads(response.read())
+    return answer if isinstance(answer, dict) else {}

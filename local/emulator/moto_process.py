@@ -13,7 +13,10 @@ headers and the payload as the body; the answer's body is the invocation's respo
 The parent may write ``freeze`` on a line of stdin once it has deployed (see
 :func:`freeze_startup_objects`). With ``BREAKWATER_LOCAL_FORWARD_DYNAMODB`` set to another moto
 server's URL (the DynamoDB process), every DynamoDB request this server gets is passed to
-that server and its answer returned (:class:`ForwardService`).
+that server and its answer returned (:class:`ForwardService`). With ``BREAKWATER_LOCAL_LIMIT_SCALE``
+set (:meth:`local.aws_limits.AwsLimits.from_env`), the server enforces AWS's limits
+(:mod:`local.emulator.moto_patches.limits`), and ``GET /breakwater/limits`` answers what they refused
+so far (:meth:`~local.emulator.moto_patches.limits.Enforcement.report`; ``{}`` without limits).
 """
 
 from __future__ import annotations
@@ -35,6 +38,7 @@ from typing import Any
 from moto.moto_server import threaded_moto_server
 from moto.server import ThreadedMotoServer
 
+from local.aws_limits import AwsLimits
 from local.emulator import cfn_models, moto_patches
 
 INVOKE_URL_ENV = "BREAKWATER_LOCAL_INVOKE_URL"
@@ -43,16 +47,43 @@ INVOCATION_TYPE_HEADER = "X-Breakwater-Invocation-Type"
 FREEZE_COMMAND = "freeze"  # a line on stdin: keep collections off what the process holds now
 FORWARD_DYNAMODB_ENV = "BREAKWATER_LOCAL_FORWARD_DYNAMODB"
 DYNAMODB_TARGET_PREFIX = "DynamoDB_20120810."  # X-Amz-Target of every DynamoDB API request
+LIMITS_PATH = "/breakwater/limits"  # what the limits refused, as JSON
 # Headers of one hop, not of the request or the answer (RFC 9110 7.6.1), and what werkzeug sets itself.
 _HOP_BY_HOP = frozenset(
     {"connection", "keep-alive", "proxy-connection", "te", "trailer", "transfer-encoding", "upgrade", "host"}
 )
 
 
-def apply_patches() -> None:
-    """Everything the runtime needs of moto, in whichever process serves it."""
+def apply_patches(limits: AwsLimits | None = None) -> None:
+    """Everything the runtime needs of moto, in whichever process serves it; AWS's limits if given."""
     moto_patches.install()
     cfn_models.register()
+    if limits is not None:
+        from local.emulator.moto_patches import limits as moto_limits  # after install's version check
+
+        moto_limits.enforce(limits)
+
+
+def limits_report() -> dict[str, Any]:
+    """What this process's limits refused so far ({} when it enforces none)."""
+    from local.emulator.moto_patches import limits as moto_limits
+
+    enforcement = moto_limits.active()
+    return enforcement.report() if enforcement is not None else {}
+
+
+class LimitsReportService:
+    """WSGI: ``GET`` :data:`LIMITS_PATH` answers :func:`limits_report`; anything else goes to ``app``."""
+
+    def __init__(self, app: Any) -> None:
+        self._app = app
+
+    def __call__(self, environ: dict[str, Any], start_response: Callable[..., Any]) -> Iterable[bytes]:
+        if environ.get("PATH_INFO") != LIMITS_PATH or environ.get("HTTP_X_AMZ_TARGET"):
+            return self._app(environ, start_response)
+        body = json.dumps(limits_report()).encode()
+        start_response("200 OK", [("Content-Type", "application/json"), ("Content-Length", str(len(body)))])
+        return [body]
 
 
 def forward_invocations(invoke_url: str) -> None:
@@ -131,19 +162,21 @@ class ForwardService:
         return response, response.read()
 
 
-class _ForwardingMotoServer(ThreadedMotoServer):
-    """moto's threaded server whose application forwards one service's requests (:class:`ForwardService`)."""
+class _BreakwaterMotoServer(ThreadedMotoServer):
+    """moto's threaded server that answers :data:`LIMITS_PATH` and, given a ``url``, forwards one
+    service's requests there (:class:`ForwardService`)."""
 
-    def __init__(self, *, prefix: str, url: str, **kwargs: Any) -> None:
+    def __init__(
+        self, *, prefix: str = DYNAMODB_TARGET_PREFIX, url: str | None = None, **kwargs: Any
+    ) -> None:
         super().__init__(**kwargs)
         self._prefix, self._url = prefix, url
 
     def _server_entry(self) -> None:
-        app = ForwardService(
-            threaded_moto_server.DomainDispatcherApplication(threaded_moto_server.create_backend_app),
-            self._prefix,
-            self._url,
-        )
+        app: Any = threaded_moto_server.DomainDispatcherApplication(threaded_moto_server.create_backend_app)
+        if self._url:
+            app = ForwardService(app, self._prefix, self._url)
+        app = LimitsReportService(app)
         self._server = threaded_moto_server.make_server(
             self._ip_address,
             self._port,
@@ -159,12 +192,15 @@ def _not_cloudformation_noise(record: logging.LogRecord) -> bool:
     return not str(record.msg).startswith("No Moto CloudFormation support")
 
 
-def start_server(forward_dynamodb_to: str | None = None) -> ThreadedMotoServer:
+def start_server(
+    forward_dynamodb_to: str | None = None, limits: AwsLimits | None = None
+) -> ThreadedMotoServer:
     """The patched, quiet server on a free loopback port, started in this process.
 
     ``forward_dynamodb_to``: the URL of the server that answers this one's DynamoDB requests.
+    ``limits``: AWS's limits, enforced from the first request (None: moto's own answers).
     """
-    apply_patches()
+    apply_patches(limits)
     logging.getLogger("werkzeug").setLevel(logging.ERROR)  # one line per request otherwise
     # "No Moto CloudFormation support for <type>" (a log line and a warning per resource): the
     # runtime reports what moto skipped, by type, once (``Deployment.skipped``).
@@ -172,17 +208,7 @@ def start_server(forward_dynamodb_to: str | None = None) -> ThreadedMotoServer:
     if _not_cloudformation_noise not in moto_logger.filters:
         moto_logger.addFilter(_not_cloudformation_noise)
     warnings.filterwarnings("ignore", message="Tried to parse .* not supported by moto")
-    server = (
-        _ForwardingMotoServer(
-            prefix=DYNAMODB_TARGET_PREFIX,
-            url=forward_dynamodb_to,
-            ip_address="127.0.0.1",
-            port=0,
-            verbose=False,
-        )
-        if forward_dynamodb_to
-        else ThreadedMotoServer(ip_address="127.0.0.1", port=0, verbose=False)
-    )
+    server = _BreakwaterMotoServer(url=forward_dynamodb_to, ip_address="127.0.0.1", port=0, verbose=False)
     server.start()
     return server
 
@@ -211,7 +237,7 @@ def freeze_startup_objects() -> None:
 
 def main() -> None:
     invoke_url = os.environ.get(INVOKE_URL_ENV)
-    server = start_server(os.environ.get(FORWARD_DYNAMODB_ENV) or None)
+    server = start_server(os.environ.get(FORWARD_DYNAMODB_ENV) or None, AwsLimits.from_env())
     if invoke_url:
         forward_invocations(invoke_url)
     freeze_startup_objects()

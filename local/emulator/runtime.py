@@ -20,6 +20,7 @@ from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
+from local.aws_limits import AwsLimits
 from local.emulator import discovery
 from local.emulator.api import LocalApi
 from local.emulator.assembly import CloudAssembly, synthesize
@@ -113,6 +114,8 @@ class RuntimeOptions:
     start_schedules: bool = True
     # moto's server in this process (tests and benches that reach into its backends) instead of its own.
     moto_in_process: bool = False
+    # AWS's limits in the embedded AWS (None: moto's own answers); the scenarios' commands turn them on
+    limits: AwsLimits | None = None
 
 
 PROCESSOR_HANDLER = "PROCESSOR_HANDLER"  # set on the functions that run the user's processor
@@ -170,7 +173,7 @@ class LocalRuntime:
         self.context = context or {}
         self.options = options or RuntimeOptions()
         self.assembly = assembly
-        self.aws = EmbeddedAws(in_process=self.options.moto_in_process)
+        self.aws = EmbeddedAws(in_process=self.options.moto_in_process, limits=self.options.limits)
         self.logs = FunctionLogs()
         self.deployment: Deployment | None = None
         self.functions: dict[str, FunctionSpec] = {}
@@ -478,6 +481,9 @@ class LocalRuntime:
                 f"{s.expression} -> {', '.join(s.function_logical_ids)}" for s in self.schedule_specs
             ],
             "moto_skipped": self.deployment.skipped,
+            "aws_limits": self.options.limits.describe()
+            if self.options.limits
+            else "off (moto's own answers)",
             "emulated_from_template": [
                 "AWS::ApiGateway::Stage (routes, throttle)",
                 "AWS::ApiGateway::UsagePlan (per-key throttle of the keys onboarding enrolled)",

@@ -47,6 +47,7 @@ from pathlib import Path
 from typing import Any
 
 from app import merge_context
+from local.aws_limits import AwsLimits
 from local.emulator.container import AWS_FAULTS_ENV, KILLS_ENV
 from local.emulator.functions import Invocation
 from local.emulator.mappings import DeliveryFaults
@@ -61,6 +62,7 @@ from local.emulator.replay import ReplayRequest
 from local.emulator.runtime import ROOT, LocalRuntime, RuntimeOptions
 from local.scenarios.chaos_check import Accounting, Key, Run, check, passed, table
 from local.scenarios.chaos_client import ChaosClient, LoadPlan
+from local.scenarios.limits_report import limits_lines, limits_section
 from local.scenarios.noisy_neighbour import DEMO_CONTEXT
 from local.scenarios.observations import dead_letter_messages, queue_depths
 from local.scenarios.tenants import create_tenants
@@ -123,6 +125,7 @@ class ChaosConfig:
     aws_error_rate: float = 0.0  # per AWS request of a handler
     controller_crash_rate: float = 0.0  # per scheduled controller run
     replay_rate: float = 100.0  # messages/s the replay of the parked messages sends, after the load
+    limits: AwsLimits | None = None  # AWS's limits in the embedded AWS (None: moto's own answers)
 
     def __post_init__(self) -> None:
         for name in (
@@ -367,6 +370,7 @@ def run_chaos(config: ChaosConfig, *, name: str = "chaos", progress: bool = True
         warm_containers=2,
         schedule_speedup=12.0,
         extra_function_env={FAULTS_ENV: str(faults_path), EFFECTS_TABLE_ENV: EFFECTS_TABLE, **chaos_env},
+        limits=config.limits,
     )
     runtime = LocalRuntime(context=CHAOS_CONTEXT, options=options)
     began = time.time()
@@ -440,6 +444,7 @@ def run_chaos(config: ChaosConfig, *, name: str = "chaos", progress: bool = True
                 "duplicate_deliveries_by_kind": dict(deliveries.counts),
                 "function_errors": dict(errors.counts.most_common()),
                 "fault_kinds_missing": [k for k in config.injected() if not report["faults_injected"].get(k)],
+                "aws_limits": limits_section(runtime),
             }
         )
         return report
@@ -500,6 +505,7 @@ def main(config: ChaosConfig, out: Path | None = None, progress: bool = True) ->
     out.mkdir(parents=True, exist_ok=True)
     (out / "report.json").write_text(json.dumps(report, indent=1, default=str), encoding="utf-8")
     print(table(report))
+    print("\n".join(limits_lines("chaos", report.get("aws_limits"))))
     print(f"\nwrote {out / 'report.json'}")
     return report
 

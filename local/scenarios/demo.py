@@ -21,10 +21,12 @@ from pathlib import Path
 from typing import Any
 
 from app import merge_context
+from local.aws_limits import AwsLimits
 from local.emulator.alarms import AlarmWatch
 from local.emulator.processor_hooks import EFFECTS_ENV, FAULTS_ENV
 from local.emulator.replay import ReplayRequest
 from local.emulator.runtime import ROOT, LocalRuntime
+from local.scenarios.limits_report import limits_section
 from local.scenarios.load_client import ClientProcess
 from local.scenarios.noisy_neighbour import DEMO_CONTEXT, Scenario, runtime_options, scenario_context
 from local.scenarios.observations import (
@@ -48,9 +50,14 @@ from local.scenarios.tenants import create_tenants
 
 
 def run_config(
-    name: str, context: dict[str, Any], scenario: Scenario, progress: bool = True
+    name: str,
+    context: dict[str, Any],
+    scenario: Scenario,
+    progress: bool = True,
+    limits: AwsLimits | None = None,
 ) -> dict[str, Any]:
-    """One configuration (``context``) of the scenario, from synthesis to its report (:func:`summarize`)."""
+    """One configuration (``context``) of the scenario, from synthesis to its report (:func:`summarize`);
+    ``limits``: AWS's limits in the embedded AWS (None: moto's own answers)."""
     workdir = ROOT / "out" / "local" / name
     workdir.mkdir(parents=True, exist_ok=True)
     # The processor hooks: the scenario's faults, and a line per message the processor ran.
@@ -60,6 +67,7 @@ def run_config(
     options = replace(
         runtime_options(workdir),
         extra_function_env={FAULTS_ENV: str(faults_path), EFFECTS_ENV: str(effects_path)},
+        limits=limits,
     )
     runtime = LocalRuntime(context=context, options=options)
     began = time.time()
@@ -207,6 +215,7 @@ def run_config(
         report["alarms"] = alarm_report.as_dict()
         effects = read_effects(effects_path)
         report["processed_twice"] = duplicated(effects)
+        report["aws_limits"] = limits_section(runtime)
         if scenario.kind == "outage":
             cut = parked["replay_started_t"] if parked and parked["replay_started_t"] is not None else None
             served = [e for e in live_effects if cut is None or e["at"] / 1000 - obs.started < cut]
@@ -345,7 +354,10 @@ def configuration_context(
 
 
 def main(
-    scenario: Scenario | None = None, out: Path | None = None, progress: bool = True
+    scenario: Scenario | None = None,
+    out: Path | None = None,
+    progress: bool = True,
+    limits: AwsLimits | None = None,
 ) -> list[dict[str, Any]]:
     scenario = scenario or Scenario()
     out = out or ROOT / "out"
@@ -353,7 +365,7 @@ def main(
     for name, extra in CONFIGURATIONS:
         print(f"== {name}: synthesizing, creating the stack in moto, starting the functions ...", flush=True)
         context = configuration_context(scenario, extra)
-        result = run_config(name, context, scenario, progress=progress)
+        result = run_config(name, context, scenario, progress=progress, limits=limits)
         print(
             f"   ready in {result['setup_s']:.0f}s; not created by moto (emulated or reported): "
             f"{', '.join(result['runtime']['moto_skipped'])}"

@@ -20,6 +20,7 @@ from pathlib import Path
 from typing import Any
 
 from local.pricing.cost import ratio
+from local.scenarios.limits_report import limits_lines
 from local.scenarios.plots import headline, number, plot_scenario, quiet_ratio
 
 # In the order the page shows them; the noisy scenario's report is the one at the root of out/.
@@ -215,8 +216,16 @@ def config_block(kind: str, result: dict[str, Any]) -> str:
     return (
         f'<div class="config"><h3>{escape(str(result.get("config", "?")))}</h3>'
         f"{figures_table(kind, result)}{groups_table(kind, result)}"
-        f"{accounting_table(result)}{alarms_table(result)}</div>"
+        f"{accounting_table(result)}{alarms_table(result)}{limits_block(result)}</div>"
     )
+
+
+def limits_block(result: dict[str, Any]) -> str:
+    """AWS's limits in the run and what they refused, as the console prints them."""
+    lines = limits_lines(str(result.get("config", "?")), result.get("aws_limits"))
+    if not lines:
+        return "<p>AWS limits: not recorded in this report</p>"
+    return f'<pre class="limits">{escape(chr(10).join(lines))}</pre>'
 
 
 def fmt(value: Any, unit: str = "") -> str:

@@ -18,6 +18,7 @@ from pathlib import Path
 from typing import Any
 
 from local.pricing.cost import side_by_side
+from local.scenarios.limits_report import limits_lines
 from local.scenarios.noisy_neighbour import Scenario
 from local.scenarios.observations import COUNTER_NAMES, Observations
 
@@ -207,6 +208,11 @@ def table(results: list[dict[str, Any]]) -> str:
                 f"expired {replay.get('expired', 0)}, failed {replay.get('failed', 0)}; "
                 f"job {replay.get('job_seconds', 0):.0f} s on local[2])"
             )
+    limits = [
+        line for result in results for line in limits_lines(str(result["config"]), result.get("aws_limits"))
+    ]
+    if limits:
+        lines.extend(["", *limits])
     costs = cost_table(results)
     if costs:
         lines.extend(["", costs])

@@ -15,6 +15,7 @@ import threading
 import time
 from pathlib import Path
 
+from local.aws_limits import AwsLimits
 from local.emulator.alarms import AlarmWatch
 from local.emulator.runtime import ROOT, LocalRuntime, RuntimeOptions
 from local.scenarios.alarm_feed import WINDOW_PERIODS, AlarmFeed
@@ -23,18 +24,28 @@ from local.scenarios.tenants import create_tenants
 TENANTS = ("acme", "globex", "initech")
 
 
-def runtime_options(schedule_speedup: float) -> RuntimeOptions:
+def runtime_options(schedule_speedup: float, limits: AwsLimits | None = None) -> RuntimeOptions:
     """Light enough to leave running: four containers per function (no more for a function's mappings),
     one of each started before the first request, so the first answer does not wait for a cold start."""
     return RuntimeOptions(
-        max_containers=4, mapping_containers=0, warm_containers=1, schedule_speedup=schedule_speedup
+        max_containers=4,
+        mapping_containers=0,
+        warm_containers=1,
+        schedule_speedup=schedule_speedup,
+        limits=limits,
     )
 
 
-def serve(*, naive: bool, schedule_speedup: float, out: Path = ROOT / "out" / "endpoint.json") -> int:
+def serve(
+    *,
+    naive: bool,
+    schedule_speedup: float,
+    out: Path = ROOT / "out" / "endpoint.json",
+    limits: AwsLimits | None = None,
+) -> int:
     """Start the runtime, add the tenants, write ``out``, print how to call the API; stop on a signal."""
     context = {"breakwater": {"mode": "naive"}} if naive else None
-    runtime = LocalRuntime(context=context, options=runtime_options(schedule_speedup))
+    runtime = LocalRuntime(context=context, options=runtime_options(schedule_speedup, limits))
     print("synthesizing the app and creating the stack in the embedded AWS ...", flush=True)
     runtime.start()
     try:

@@ -257,7 +257,7 @@ def test_post_messages_is_validated_against_the_schema(synth: Synth) -> None:
     assert schema["properties"]["ttl_seconds"]["minimum"] == 1
 
 
-def test_gateway_errors_are_json_bodies_naming_the_problem(synth: Synth) -> None:
+def test_gateway_errors_are_problem_details_naming_the_problem(synth: Synth) -> None:
     responses = {
         r["Properties"]["ResponseType"]: r["Properties"]
         for r in synth.of_type("AWS::ApiGateway::GatewayResponse").values()
@@ -267,14 +267,21 @@ def test_gateway_errors_are_json_bodies_naming_the_problem(synth: Synth) -> None
         "UNAUTHORIZED": "401",
         "ACCESS_DENIED": "403",
         "INVALID_API_KEY": "403",
+        "MISSING_AUTHENTICATION_TOKEN": "403",  # no route has the method and path: API Gateway's status
         "THROTTLED": "429",
         "AUTHORIZER_FAILURE": "503",  # nothing stored, and a retry may pass: never API Gateway's 500
+        "DEFAULT_4XX": "400",
+        "DEFAULT_5XX": "500",
     }
     for response_type, status in expected.items():
         assert responses[response_type]["StatusCode"] == status
+    for properties in responses.values():
+        headers = properties["ResponseParameters"]
+        assert headers["gatewayresponse.header.Content-Type"] == "'application/problem+json'"
+        retry = properties["StatusCode"] in ("429", "503")
+        assert ("gatewayresponse.header.Retry-After" in headers) == retry, properties["ResponseType"]
     for response_type in ("THROTTLED", "AUTHORIZER_FAILURE"):
-        assert responses[response_type]["ResponseParameters"] == {"gatewayresponse.header.Retry-After": "'1'"}
-    assert {"DEFAULT_4XX", "DEFAULT_5XX"} <= set(responses)
+        assert responses[response_type]["ResponseParameters"]["gatewayresponse.header.Retry-After"] == "'1'"
     assert "validationErrorString" in responses["BAD_REQUEST_BODY"]["ResponseTemplates"]["application/json"]
 
 

@@ -3,7 +3,8 @@
 It must be what ``make openapi`` writes now, a valid OpenAPI 3.1 document, and agree with the
 synthesized template: the same methods on the same paths (a route added to the stack and not to
 the document fails here), each body the schema of the method's API Gateway model, and every
-status a gateway response can answer with listed, its body matching the gateway's error schema.
+status a gateway response can answer with listed. Every error answer, a gateway response's and a
+handler's alike, is the document's one problem details schema.
 """
 
 from __future__ import annotations
@@ -15,6 +16,10 @@ import jsonschema
 import pytest
 from openapi_spec_validator import validate
 
+from breakwater.errors import PROBLEM_MEDIA_TYPE, BadRequestError, ThrottledError
+from breakwater.events import StreamEvent
+from breakwater.events_ingest import answer
+from breakwater.ordered_ingest import GroupBacklogFullError
 from breakwater_cdk.openapi import DOCUMENT, build_document, openapi_schema, render
 from tests.infrastructure.conftest import Synth
 
@@ -77,30 +82,63 @@ def test_each_body_is_the_schema_of_its_api_gateway_model(which: str, request: p
         assert document["components"]["schemas"][model["Name"]] == openapi_schema(in_template)
 
 
-def test_every_gateway_response_is_documented_and_matches_the_gateway_error_schema(synth: Synth) -> None:
+def problem_validator(document: dict[str, Any], schema: str) -> jsonschema.Draft4Validator:
+    """A validator of the document's ``schema``, its references resolved within the document."""
+    return jsonschema.Draft4Validator({"$ref": f"#/components/schemas/{schema}", **document})
+
+
+def test_every_gateway_response_is_documented_and_is_a_problem(synth: Synth) -> None:
     document = build_document(synth.config)
-    gateway_error = document["components"]["schemas"]["GatewayError"]
+    problem = problem_validator(document, "Problem")
     for response in synth.of_type("AWS::ApiGateway::GatewayResponse").values():
         properties = response["Properties"]
         # What API Gateway substitutes: $context.error.messageString is a quoted JSON string.
-        body = (
+        body = json.loads(
             properties["ResponseTemplates"]["application/json"]
             .replace("$context.error.messageString", json.dumps("a message"))
             .replace("$context.error.validationErrorString", "[a validation error]")
             .replace("$context.requestId", "a-request-id")
         )
-        jsonschema.validate(json.loads(body), gateway_error)
-        status = properties.get("StatusCode")
-        if status is None or status.startswith("5"):
-            continue  # DEFAULT_4XX and DEFAULT_5XX take the status of what they stand for
+        problem.validate(body)
+        status = properties["StatusCode"]
+        assert body["status"] == int(status) and body["type"].endswith("/" + body["code"]), body
+        headers = properties["ResponseParameters"]
+        assert headers["gatewayresponse.header.Content-Type"] == f"'{PROBLEM_MEDIA_TYPE}'"
+        if status.startswith("5"):
+            continue  # failures: the document's description covers them
         for path, item in document["paths"].items():
             for method, operation in item.items():
                 answer = operation["responses"].get(status)
                 assert answer is not None, (properties["ResponseType"], status, path, method)
                 if "$ref" in answer:
                     answer = document["components"]["responses"][answer["$ref"].rsplit("/", 1)[1]]
-                schema = answer["content"]["application/json"]["schema"]
-                refs = [schema] if "$ref" in schema else schema["oneOf"]
-                assert {"$ref": "#/components/schemas/GatewayError"} in refs, (status, path)
-                if "ResponseParameters" in properties and "Retry-After" in json.dumps(properties):
+                schema = answer["content"][PROBLEM_MEDIA_TYPE]["schema"]
+                refs = [schema] if "$ref" in schema else schema["anyOf"]
+                assert {"$ref": "#/components/schemas/Problem"} in refs, (status, path)
+                if "gatewayresponse.header.Retry-After" in headers:
                     assert "Retry-After" in answer["headers"], (status, path)
+
+
+def test_a_handlers_error_answers_are_the_same_problem_as_the_gateways(synth: Synth) -> None:
+    document = build_document(synth.config)
+    problem = problem_validator(document, "Problem")
+    refusals = [
+        BadRequestError("'type' must be a string, got 1", code="invalid_field"),
+        ThrottledError("over its rate", retry_after=2.0),
+        GroupBacklogFullError("acme:A", 10, 10),
+    ]
+    for error in refusals:
+        body = error.body()
+        problem.validate(body)
+        assert (body["status"], body["code"], body["detail"]) == (error.status, error.code, error.message)
+    one = StreamEvent(id="0" * 26, tenant="acme", type="t", received_at=0)
+    refused = answer([one], FakePut(), refused=1)  # over the tenant's event rate: none written
+    assert refused.status == 429
+    problem_validator(document, "EventsProblem").validate(refused.body)
+    assert refused.body["results"][0]["status"] == "throttled"
+
+
+class FakePut:
+    written: dict[int, Any] = {}
+    failed: dict[int, str] = {}
+    throttled = False

@@ -21,6 +21,10 @@ class FakeLambdaContext:
     memory_limit_in_mb: int = 256
     invoked_function_arn: str = "arn:aws:lambda:us-east-1:123456789012:function:breakwater-test"
     aws_request_id: str = "00000000-0000-0000-0000-000000000000"
+    remaining_ms: int = 10_000  # the front door's timeout: a fresh invocation
+
+    def get_remaining_time_in_millis(self) -> int:
+        return self.remaining_ms
 
 
 @dataclass
@@ -31,11 +35,13 @@ class HttpResponse:
 
     @property
     def error_code(self) -> str | None:
-        return (self.body or {}).get("error", {}).get("code") if isinstance(self.body, dict) else None
+        """The problem's ``code`` (every error answer is a problem details object)."""
+        return self.body.get("code") if isinstance(self.body, dict) else None
 
     @property
     def error_message(self) -> str:
-        return str((self.body or {}).get("error", {}).get("message", ""))
+        """The problem's ``detail``: what was wrong with this request."""
+        return str(self.body.get("detail", "")) if isinstance(self.body, dict) else ""
 
 
 @dataclass
@@ -69,6 +75,7 @@ class ApiGateway:
         method: str = "POST",
         path: str = "/v1/messages",
         headers: dict[str, str] | None = None,
+        remaining_ms: int = FakeLambdaContext.remaining_ms,
     ) -> HttpResponse:
         all_headers = dict(headers or {})
         if key is not None:
@@ -106,7 +113,7 @@ class ApiGateway:
             "body": raw if raw is not None else json.dumps(body),
             "isBase64Encoded": False,
         }
-        response = self.ingest.handler(event, FakeLambdaContext())
+        response = self.ingest.handler(event, FakeLambdaContext(remaining_ms=remaining_ms))
         text = response.get("body")
         # REST API integrations answer with multiValueHeaders; API Gateway joins them into headers.
         multi = {name: ",".join(values) for name, values in (response.get("multiValueHeaders") or {}).items()}

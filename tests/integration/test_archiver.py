@@ -240,3 +240,23 @@ def test_archived_envelopes_leave_their_tenants_backlog_estimates(world: dict[st
     # Only ``archived`` is asserted: the counters item also carries the controller's bookkeeping.
     assert _counters(world["state_table"], "acme")["archived"] == 3
     assert _counters(world["state_table"], "zeta")["archived"] == 1
+
+
+def test_each_batch_is_counted_as_it_is_archived_so_a_run_that_dies_keeps_its_counts(
+    world: dict[str, Any],
+) -> None:
+    envelopes = [
+        Envelope(id=new_envelope_id(T0 + i), tenant="acme", type="t", enqueued_at=T0) for i in range(60)
+    ]
+    _send(world["sqs"], world["backlog"], envelopes)
+    batches = iter(range(2))  # the invocation is killed before its third batch (25 messages each)
+
+    def until_killed() -> bool:
+        if next(batches, None) is None:
+            raise TimeoutError("Task timed out")
+        return True
+
+    with pytest.raises(TimeoutError):
+        world["handler"].archiver.archive(world["backlog"], max_messages=100, keep_going=until_killed)
+
+    assert _counters(world["state_table"], "acme")["archived"] == 50

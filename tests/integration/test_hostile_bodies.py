@@ -254,13 +254,13 @@ HOSTILE = [
 
 
 def error_named(sent: Sent) -> tuple[str, str]:
-    """The body every refusal has: ``{"error": {"code": ..., "message": ...}}``, both non-empty."""
-    assert isinstance(sent.body, dict) and set(sent.body) == {"error"}, sent.body
-    error = sent.body["error"]
-    assert isinstance(error, dict), sent.body
-    code, message = error.get("code"), error.get("message")
-    assert isinstance(code, str) and code and isinstance(message, str) and message, sent.body
-    return code, message
+    """The body every refusal has: a problem details object whose ``code`` and ``detail`` are non-empty."""
+    body = sent.body
+    assert isinstance(body, dict) and set(body) == {"type", "title", "status", "detail", "code"}, body
+    code, detail = body["code"], body["detail"]
+    assert isinstance(code, str) and code and isinstance(detail, str) and detail, body
+    assert body["status"] == sent.status and body["type"].endswith("/" + code), body
+    return code, detail
 
 
 @pytest.mark.parametrize("route", ROUTES)
@@ -272,7 +272,7 @@ def test_a_hostile_body_is_a_4xx_naming_the_problem_and_stores_nothing(
     sent = front_door.post(route, case.raw(route), case.headers)
     assert sent.status == case.status, sent.body
     assert error_named(sent)[0] == case.code
-    assert sent.headers.get("Content-Type") == "application/json"
+    assert sent.headers.get("Content-Type") == "application/problem+json"
     assert front_door.stored(route) == before
 
 

@@ -272,3 +272,13 @@ def test_accepted_and_throttled_counts_are_flushed_in_aggregate(api: ApiGateway,
     globex = counters("globex")
     assert globex["accepted"] == 1 and "throttled" not in globex
     assert globex["dirty_shard"]  # marked for the controller, which reads only changed tenants
+
+
+def test_a_request_with_no_time_left_for_its_calls_gets_503_with_retry_after_and_nothing_is_stored(
+    api: ApiGateway, keys, live_queue_urls
+):
+    answer = api.request(keys["acme"], {"type": "order", "payload": {}}, remaining_ms=1_000)
+
+    assert answer.status == 503 and answer.headers["Retry-After"] == "1"
+    assert "deadline" in json.dumps(answer.body)
+    assert [message for url in live_queue_urls for message in receive_all(url)] == []

@@ -320,10 +320,10 @@ def test_a_group_past_its_bound_is_refused_while_other_groups_are_admitted(
     refused = _post(ingest, "A", LIMIT + 1)
     assert refused["statusCode"] == 429
     assert refused["multiValueHeaders"]["Retry-After"] == ["5"]
-    error = json.loads(refused["body"])["error"]
-    assert error["code"] == "group_backlog_full"
-    assert (error["group"], error["limit"], error["backlog"]) == ("acme:A", LIMIT, LIMIT)
-    assert "acme:A" in error["message"] and str(LIMIT) in error["message"]
+    problem = json.loads(refused["body"])
+    assert problem["code"] == "group_backlog_full" and problem["status"] == 429
+    assert (problem["group"], problem["limit"], problem["backlog"]) == ("acme:A", LIMIT, LIMIT)
+    assert "acme:A" in problem["detail"] and str(LIMIT) in problem["detail"]
     # The same tenant's other groups, and another tenant's group of the same ordering key, go on.
     assert _post(ingest, "B", 1)["statusCode"] == 202
     assert _post(ingest, "A", 1, tenant="globex")["statusCode"] == 202

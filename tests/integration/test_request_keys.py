@@ -122,9 +122,9 @@ def test_a_reused_key_or_two_keys_that_differ_are_refused_naming_the_problem(
         key, {"type": "order", "payload": {}, "dedup_key": "a"}, headers={"Idempotency-Key": "b"}
     )
 
-    assert reused.status == 422 and reused.body["error"]["code"] == "idempotency_key_reused"
-    assert "'order-3'" in reused.body["error"]["message"]
-    assert both.status == 400 and both.body["error"]["code"] == "invalid_idempotency_key"
+    assert reused.status == 422 and reused.body["code"] == "idempotency_key_reused"
+    assert "'order-3'" in reused.body["detail"]
+    assert both.status == 400 and both.body["code"] == "invalid_idempotency_key"
     assert len(stored(live_queue_urls)) == 1
 
 
@@ -152,3 +152,22 @@ def test_two_copies_of_a_keyed_message_are_processed_once(
     assert sorted(calls) == sorted([first.id, other_tenant.id]) or sorted(calls) == sorted(
         [copy.id, other_tenant.id]
     )
+
+
+def test_a_retry_of_an_accepted_request_is_answered_while_the_tenant_is_throttled(
+    keyed_api: ApiGateway, key: str, live_queue_urls: list[str]
+) -> None:
+    body = {"type": "order", "payload": {"n": 1}}
+    first = keyed_api.request(key, body, headers={"Idempotency-Key": "order-9"})
+    for _ in range(1_000):  # spend the tenant's bucket: the clock stands still, nothing refills
+        if keyed_api.request(key, {"type": "order", "payload": {}}).status == 429:
+            break
+    else:
+        pytest.fail("the tenant was never throttled")
+
+    retry = keyed_api.request(key, body, headers={"Idempotency-Key": "order-9"})
+    fresh = keyed_api.request(key, body, headers={"Idempotency-Key": "order-10"})
+
+    assert (first.status, retry.status, fresh.status) == (202, 202, 429)
+    assert retry.body == first.body and retry.headers.get("Idempotent-Replayed") == "true"
+    assert sum('"dedup_key":"order-9"' in message["Body"] for message in stored(live_queue_urls)) == 1

@@ -38,6 +38,6 @@ def test_a_claim_that_cannot_be_written_is_503_with_nothing_stored(
     response = api.request(key, {"type": "order", "payload": {"n": 1}}, headers={"Idempotency-Key": "o-1"})
 
     assert response.status == 503
-    assert response.body["error"]["code"] == "enqueue_failed"
+    assert response.body["code"] == "enqueue_failed"
     assert response.headers["Retry-After"] == "1"
     assert stored(live_queue_urls) == []

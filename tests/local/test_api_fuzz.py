@@ -3,9 +3,10 @@ handlers) fuzzed by Schemathesis from the published OpenAPI document, then sent 
 does not generate, byte for byte.
 
 Whatever arrives, the answer is a complete HTTP response: never a dropped connection, never a 5xx,
-every 4xx a JSON body naming the problem, and (for what the document describes) the status, headers
-and body the document gives. The runtime has the ordered workload on, so all three routes are fuzzed;
-mappings and schedules are off: nothing here needs a message processed.
+every 4xx a problem details object naming the problem (the handlers' and the gateway's alike), and
+(for what the document describes) the status, headers and body the document gives. The runtime has
+the ordered workload on, so all three routes are fuzzed; mappings and schedules are off: nothing
+here needs a message processed.
 """
 
 from __future__ import annotations
@@ -23,6 +24,7 @@ from pathlib import Path
 from typing import Any
 from urllib.parse import urlsplit
 
+import jsonschema
 import pytest
 import schemathesis
 from hypothesis import HealthCheck, settings
@@ -104,17 +106,20 @@ def live(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Live]:
             )
 
 
-def names_the_problem(body: Any) -> str:
-    """The refusal's code, from either error body: the handlers' or the gateway's (both documented)."""
+PROBLEM_SCHEMA = build_document(load_config(cdk_json_context()[CONTEXT_KEY]))["components"]["schemas"][
+    "Problem"
+]
+
+
+def names_the_problem(body: Any, status: int) -> str:
+    """The refusal's code: every error answer, a handler's or the gateway's, is one problem details
+    object (the document's ``Problem``), its ``status`` the answer's and its ``detail`` not empty."""
     assert isinstance(body, dict), body
-    error = body.get("error")
-    if isinstance(error, dict):  # {"error": {"code": ..., "message": ...}}
-        code, message = error.get("code"), error.get("message")
-    else:  # {"error": <code>, "message": ..., "request_id": ...}
-        code, message = error, body.get("message")
-    assert isinstance(code, str) and code, body
-    assert isinstance(message, str) and message.strip("[] "), body
-    return code
+    jsonschema.validate(body, PROBLEM_SCHEMA)
+    assert body["status"] == status, body
+    assert body["type"].endswith("/" + body["code"]), body
+    assert body["detail"].strip("[] "), body
+    return str(body["code"])
 
 
 # -- Schemathesis ----------------------------------------------------------------------------------
@@ -200,7 +205,9 @@ def test_every_generated_request_is_answered_as_the_document_says(case: Any, liv
         ANSWERS[f"{case.operation.path} {response.status_code}"] += 1
     assert response.status_code < 500, (response.status_code, response.text)
     if 400 <= response.status_code < 500:
-        names_the_problem(response.json())
+        content_type = {name.lower(): values for name, values in response.headers.items()}["content-type"]
+        assert content_type == ["application/problem+json"], response.headers
+        names_the_problem(response.json(), response.status_code)
     case.validate_response(response, headers=auth)
 
 
@@ -344,8 +351,8 @@ HOSTILE = [
     hostile(
         "headers over API Gateway's 10 KB", 413, headers=[f"X-Padding-{i}: {'p' * 1000}" for i in range(11)]
     ),
-    hostile("one header line of 70 KB", 431, headers=[f"X-Padding: {'p' * 70_000}"]),
-    hostile("200 headers", 431, headers=[f"X-Header-{i}: {i}" for i in range(200)]),
+    hostile("one header line of 70 KB", 400, headers=[f"X-Padding: {'p' * 70_000}"]),
+    hostile("200 headers", 400, headers=[f"X-Header-{i}: {i}" for i in range(200)]),
     # Framing.
     hostile("Content-Length not a number", 400, length="ten"),
     hostile("Content-Length negative", 400, length="-1"),
@@ -397,8 +404,23 @@ HOSTILE = [
 def test_a_hostile_request_is_answered_with_a_4xx_naming_the_problem(live: Live, case: Hostile) -> None:
     answer = exchange(live, case.request(live), method=case.method, half_close=case.half_close)
     assert answer.status == case.status, (answer.status, answer.body[:300])
-    assert answer.headers.get_content_type() == "application/json"
-    names_the_problem(json.loads(answer.body))
+    assert answer.headers.get_content_type() == "application/problem+json"
+    names_the_problem(json.loads(answer.body), answer.status)
+
+
+def test_a_handler_and_the_gateway_answer_one_problem_shape(live: Live) -> None:
+    # 415: the ingest handler refuses a body not declared JSON; 401: the gateway's UNAUTHORIZED
+    # response, rendered from the stack's template, refuses a request without a key.
+    by_handler = exchange(live, raw_request(live, content_type="text/plain"))
+    by_gateway = exchange(live, raw_request(live, key=None))
+    assert (by_handler.status, by_gateway.status) == (415, 401)
+    problems = [json.loads(by_handler.body), json.loads(by_gateway.body)]
+    for answer, problem in zip((by_handler, by_gateway), problems, strict=True):
+        assert answer.headers.get_content_type() == "application/problem+json"
+        assert names_the_problem(problem, answer.status) == problem["code"]
+    assert [problem["code"] for problem in problems] == ["unsupported_media_type", "unauthorized"]
+    assert "request_id" in problems[1]  # the gateway's own member, beside the shared ones
+    assert {"type", "title", "status", "detail", "code"} <= set(problems[0]) & set(problems[1])
 
 
 def test_head_is_answered_with_headers_only_and_the_connection_stays_usable(live: Live) -> None:

@@ -54,7 +54,9 @@ def test_all_runs_every_scenario_in_turn(monkeypatch: pytest.MonkeyPatch, tmp_pa
     ran: list[tuple[str, str]] = []
     pages: list[object] = []
     monkeypatch.setattr(cli, "ROOT", tmp_path)
-    monkeypatch.setattr(demo_module, "main", lambda scenario, out, progress: ran.append((scenario.kind, out)))
+    monkeypatch.setattr(
+        demo_module, "main", lambda scenario, out, progress, limits: ran.append((scenario.kind, out))
+    )
     monkeypatch.setattr(html_report, "write_html_report", lambda root: pages.append(root) or root)
     assert cli.demo(build_parser().parse_args(["demo", "--scenario", "all", "--quiet"])) == 0
     assert ran == [

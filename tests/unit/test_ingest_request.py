@@ -65,7 +65,7 @@ def test_bad_requests_name_the_problem(body, raw, message):
         parse(body, raw=raw)
     assert message in caught.value.message
     assert caught.value.status == 400
-    assert caught.value.body()["error"]["message"] == caught.value.message
+    assert caught.value.body()["detail"] == caught.value.message
 
 
 def test_too_large_is_413_before_parsing():

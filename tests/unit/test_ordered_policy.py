@@ -293,9 +293,12 @@ def test_ingest_refuses_a_full_group_naming_it_and_its_limit_and_admits_other_gr
         _post(service, "A")
     error = refused.value
     assert error.status == 429 and error.headers["Retry-After"] == "5"
-    assert error.body()["error"] | {"message": ""} == {
+    assert error.body() | {"detail": ""} == {
+        "type": "https://breakwater.dev/problems/group_backlog_full",
+        "title": "Group backlog full",
+        "status": 429,
+        "detail": "",
         "code": "group_backlog_full",
-        "message": "",
         "group": "acme:A",
         "limit": 2,
         "backlog": 2,

@@ -7,7 +7,7 @@ from dataclasses import dataclass, field, replace
 import pytest
 
 from breakwater.errors import BadRequestError, IdempotencyConflictError, IdempotencyKeyReusedError
-from breakwater.request_keys import Claim, ClaimState, RequestKeys, fingerprint, request_key
+from breakwater.request_keys import Claim, ClaimState, Decision, RequestKeys, fingerprint, request_key
 from breakwater.requests import MessageRequest
 
 NOW = 1_700_000_000_000
@@ -37,6 +37,10 @@ class MemoryClaims:
 
     def release(self, tenant: str, key: str, message_id: str) -> None:
         self.claims.pop((tenant, key), None)
+
+    def held(self, tenant: str, key: str, now_s: int) -> Claim | None:
+        held = self.claims.get((tenant, key))
+        return held[0] if held is not None and held[1] >= now_s else None
 
 
 def request(payload: object = None) -> MessageRequest:
@@ -98,3 +102,14 @@ def test_the_header_and_the_body_key_must_agree_and_be_printable() -> None:
 def test_a_fingerprint_is_the_request_not_its_formatting() -> None:
     assert fingerprint(request({"a": 1, "b": 2}), "k") == fingerprint(request({"b": 2, "a": 1}), "k")
     assert fingerprint(request(), "k") != fingerprint(request(), "other")
+
+
+def test_an_accepted_request_has_an_earlier_answer_and_nothing_else_does(keys: RequestKeys) -> None:
+    print_ = fingerprint(request(), "k1")
+    assert keys.earlier_answer("acme", "k1", print_, NOW) is None  # unknown
+    keys.decide("acme", "k1", print_, "id-1", NOW)
+    assert keys.earlier_answer("acme", "k1", print_, NOW) is None  # still pending
+    keys.store.accepted("acme", "k1", "id-1", 2)
+    assert keys.earlier_answer("acme", "k1", print_, NOW + 1_000) == Decision("id-1", replay=True, queue=2)
+    assert keys.earlier_answer("acme", "k1", fingerprint(request({"n": 2}), "k1"), NOW) is None  # reused
+    assert keys.earlier_answer("acme", "k1", print_, NOW + 3_601_000) is None  # its window passed

@@ -11,9 +11,9 @@ from __future__ import annotations
 import time
 from typing import TYPE_CHECKING, Any
 
-import boto3
 from botocore.exceptions import ClientError
 
+from breakwater.aws import clients
 from breakwater.sequencing import Aggregate, sortable_sequence
 
 if TYPE_CHECKING:
@@ -108,4 +108,4 @@ class DynamoAggregateStore:
 
 def build_aggregate_store(settings: StreamConsumerSettings) -> DynamoAggregateStore:
     """The stream consumer's store: the only place its DynamoDB client is made."""
-    return DynamoAggregateStore(boto3.client("dynamodb"), settings.aggregates_table_name)
+    return DynamoAggregateStore(clients.client("dynamodb"), settings.aggregates_table_name)

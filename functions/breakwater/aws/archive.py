@@ -13,8 +13,6 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
-import boto3
-
 from breakwater.archive import (
     ArchivedMessage,
     encode_ndjson_gz,
@@ -22,6 +20,7 @@ from breakwater.archive import (
     group_by_partition,
     object_key,
 )
+from breakwater.aws import clients
 from breakwater.aws.counters import add_counters
 from breakwater.aws.health import waiting_messages
 from breakwater.observability import logger
@@ -58,7 +57,7 @@ class SidelineArchiver:
     wait_for_delayed_seconds: float = 0.0
     clock_ms: Callable[[], int] = field(default=lambda: int(time.time() * 1000))
     new_object_name: Callable[[], str] = field(default=lambda: uuid.uuid4().hex)
-    # ADDs ``archived`` per tenant to the counters (breakwater.aws.counters), once per archive() call
+    # ADDs ``archived`` per tenant to the counters (breakwater.aws.counters), once per batch archived
     count_archived: Callable[[Mapping[str, int]], None] | None = None
 
     def archive(self, queue_url: str, *, max_messages: int, keep_going: Callable[[], bool]) -> ArchiveResult:
@@ -81,18 +80,19 @@ class SidelineArchiver:
                 continue
             empty_since = None
             result.received += len(batch)
-            self._write_then_delete(queue_url, batch, result)
-        self._count(result)
+            self._count(self._write_then_delete(queue_url, batch, result))
         return result
 
-    def _count(self, result: ArchiveResult) -> None:
-        """One ADD per tenant for the run; a failed write loses counts (estimates), never messages."""
-        if self.count_archived is None or not result.counted:
+    def _count(self, counted: Mapping[str, int]) -> None:
+        """One ADD per tenant for each batch as soon as it is archived, so a run that dies later (its
+        timeout, a crash) has counted what it archived; a failed write loses counts (estimates), never
+        messages."""
+        if self.count_archived is None or not counted:
             return
         try:
-            self.count_archived(result.counted)
+            self.count_archived(counted)
         except Exception:
-            logger.exception("archived counts not written", extra={"counted": result.counted})
+            logger.exception("archived counts not written", extra={"counted": dict(counted)})
 
     def _receive_up_to(self, queue_url: str, limit: int) -> list[ArchivedMessage]:
         batch: list[ArchivedMessage] = []
@@ -113,7 +113,11 @@ class SidelineArchiver:
             )
         return batch
 
-    def _write_then_delete(self, queue_url: str, batch: list[ArchivedMessage], result: ArchiveResult) -> None:
+    def _write_then_delete(
+        self, queue_url: str, batch: list[ArchivedMessage], result: ArchiveResult
+    ) -> Counter[str]:
+        """Write the batch's objects, delete what was written; the batch's first archives per tenant."""
+        counted: Counter[str] = Counter()
         for partition, messages in group_by_partition(batch, self.clock_ms()).items():
             key = object_key(partition, self.new_object_name(), self.prefix)
             try:
@@ -131,8 +135,10 @@ class SidelineArchiver:
                 continue
             result.objects.append(key)
             result.archived += len(messages)
-            result.counted = dict(Counter(result.counted) + Counter(first_archives_by_tenant(messages)))
+            counted.update(first_archives_by_tenant(messages))
             result.deleted += self._delete(queue_url, messages)
+        result.counted = dict(Counter(result.counted) + counted)
+        return counted
 
     def _delete(self, queue_url: str, messages: list[ArchivedMessage]) -> int:
         deleted = 0
@@ -151,7 +157,7 @@ class SidelineArchiver:
 
 def build_archiver(settings: ArchiverSettings) -> SidelineArchiver:
     """The archiver of the settings' bucket: the only place its SQS, S3 and DynamoDB clients are made."""
-    dynamodb = boto3.client("dynamodb")
+    dynamodb = clients.client("dynamodb")
 
     def count_archived(per_tenant: Mapping[str, int]) -> None:
         """The archived envelopes leave their tenants' backlog estimates (one ADD per tenant)."""
@@ -159,8 +165,8 @@ def build_archiver(settings: ArchiverSettings) -> SidelineArchiver:
             add_counters(dynamodb, settings.state_table_name, tenant, {"archived": archived})
 
     return SidelineArchiver(
-        sqs=boto3.client("sqs"),
-        s3=boto3.client("s3"),
+        sqs=clients.client("sqs"),
+        s3=clients.client("s3", read_timeout=30.0),
         count_archived=count_archived,
         bucket=settings.archive_bucket_name,
         prefix=settings.archive_prefix,

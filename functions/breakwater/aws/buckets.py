@@ -24,9 +24,9 @@ from dataclasses import dataclass
 from decimal import Decimal
 from typing import TYPE_CHECKING, Any
 
-import boto3
 from botocore.exceptions import BotoCoreError, ClientError
 
+from breakwater.aws import clients
 from breakwater.fairness import (
     QUIET_LEASE_SECONDS,
     BucketLimits,
@@ -110,7 +110,7 @@ class LeasedTokenBucket:
         self.max_fraction = max_fraction
         self.max_attempts = max_attempts
         self._clock = clock
-        self._client: DynamoDBClient = client or boto3.client("dynamodb")
+        self._client: DynamoDBClient = client or clients.client("dynamodb")
         self._leases: dict[str, LocalLease] = {}
         self._known: dict[str, StoredBucket] = {}
         self._demand: dict[str, DemandMeter] = {}

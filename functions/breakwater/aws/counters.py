@@ -18,10 +18,10 @@ import time
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from typing import TYPE_CHECKING, Any
 
-import boto3
 from boto3.dynamodb.types import TypeDeserializer
 from botocore.exceptions import ClientError
 
+from breakwater.aws import clients
 from breakwater.backlog import COUNTER_NAMES, shard_key, shard_of
 
 if TYPE_CHECKING:
@@ -189,7 +189,7 @@ class TenantCounters:
 
     def __init__(self, table_name: str, client: DynamoDBClient | None = None) -> None:
         self._table_name = table_name
-        self._client: DynamoDBClient = client or boto3.client("dynamodb")
+        self._client: DynamoDBClient = client or clients.client("dynamodb")
 
     def add(self, deltas: Mapping[str, Mapping[str, int]]) -> dict[str, dict[str, int]]:
         """One UpdateItem per tenant; returns the deltas of the tenants whose write failed (a write that

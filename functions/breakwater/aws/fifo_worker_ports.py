@@ -4,8 +4,7 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
-import boto3
-
+from breakwater.aws import clients
 from breakwater.aws.group_backlogs import DynamoGroupBacklogs
 from breakwater.aws.write_ahead import DynamoWriteAheadStore
 from breakwater.fifo_consumer import FifoConsumer
@@ -23,7 +22,7 @@ def build_fifo_consumer(
     dynamodb: DynamoDBClient | None = None,
 ) -> FifoConsumer:
     """The write-ahead store and, with the state table and the window set, the group counters."""
-    client: DynamoDBClient = dynamodb or boto3.client("dynamodb")
+    client: DynamoDBClient = dynamodb or clients.client("dynamodb")
     store = DynamoWriteAheadStore(
         client,
         settings.write_ahead_table_name,

@@ -9,9 +9,8 @@ from collections.abc import Callable
 from types import FrameType
 from typing import Any, Protocol
 
-import boto3
-
 from breakwater.auth import Authorizer, TenantCache
+from breakwater.aws import clients
 from breakwater.aws.buckets import LeasedTokenBucket
 from breakwater.aws.counters import TenantCounters
 from breakwater.aws.fifo_queues import FifoQueues
@@ -19,6 +18,7 @@ from breakwater.aws.group_backlogs import DynamoGroupBacklogs
 from breakwater.aws.kinesis import StreamWriter
 from breakwater.aws.queues import EnqueueError, LiveQueues
 from breakwater.aws.request_keys import DynamoClaimStore
+from breakwater.aws.shutdown_signal import register_for_shutdown_signal
 from breakwater.aws.tenants import TenantTable
 from breakwater.events import PartitionKeyMode
 from breakwater.events_ingest import EventsService
@@ -61,7 +61,7 @@ def build_ingest(settings: IngestSettings, clock: Callable[[], float] = time.tim
         counter_flush_seconds=settings.counter_flush_seconds,
         keys=(
             RequestKeys(
-                DynamoClaimStore(boto3.client("dynamodb"), settings.idempotency_table_name),
+                DynamoClaimStore(clients.client("dynamodb"), settings.idempotency_table_name),
                 window_seconds=settings.idempotency_window_seconds,
                 pending_seconds=settings.idempotency_pending_seconds,
             )
@@ -78,8 +78,9 @@ def flush_tallies_in_the_background(
 
     A request only flushes what is due when it arrives; without this, the tallies of a container
     that gets no further request would wait for one (or be lost with the container). Lambda sends
-    SIGTERM before it shuts a container down when an extension is registered; the handler flushes,
-    then runs whatever handler was installed before. Returns the event that stops the thread.
+    SIGTERM before it shuts a container down when an extension is registered, so one is
+    (:func:`register_for_shutdown_signal`); the handler flushes, then runs whatever handler was
+    installed before. Returns the event that stops the thread.
     """
     stop = threading.Event()
     interval = max(service.counter_flush_seconds, 0.1)
@@ -103,6 +104,7 @@ def flush_tallies_in_the_background(
             return None
 
         signal.signal(signal.SIGTERM, on_term)
+        register_for_shutdown_signal()
     return stop
 
 
@@ -118,12 +120,12 @@ def build_ordered(
         else None
     )
     backlogs = (
-        DynamoGroupBacklogs(boto3.client("dynamodb"), settings.state_table_name, bound.window)
+        DynamoGroupBacklogs(clients.client("dynamodb"), settings.state_table_name, bound.window)
         if settings.state_table_name and bound is not None
         else None
     )
     return OrderedIngestService(
-        sender=FifoQueues(boto3.client("sqs"), settings.fifo_queue_urls),
+        sender=FifoQueues(clients.client("sqs"), settings.fifo_queue_urls),
         gate=gate,
         clock=clock,
         limits=RequestLimits(
@@ -138,7 +140,9 @@ def build_events(settings: EventsSettings, clock: Callable[[], float] = time.tim
     """``POST /v1/events``: a bucket of its own per tenant, so events never spend message tokens."""
     gate = _bucket(settings, "events", clock)
     return EventsService(
-        writer=StreamWriter(boto3.client("kinesis"), settings.stream_arn, max_attempts=settings.put_attempts),
+        writer=StreamWriter(
+            clients.client("kinesis"), settings.stream_arn, max_attempts=settings.put_attempts
+        ),
         gate=gate,
         clock=clock,
         limits=RequestLimits(

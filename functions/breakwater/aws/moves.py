@@ -1,4 +1,5 @@
-"""Moving messages between queues: ``SendMessageBatch``, grouped by destination, ten entries per call.
+"""Moving messages between queues: ``SendMessageBatch``, grouped by destination, in batches within
+SQS's bounds (ten entries, and their sizes summed: :mod:`breakwater.sqs_batches`).
 
 The original is acknowledged (left out of the batch item failures) only when its move succeeded,
 so a message is never lost; a failed entry makes the original a batch item failure and SQS
@@ -14,13 +15,12 @@ from collections.abc import Iterable
 from typing import TYPE_CHECKING, Any
 
 from breakwater.sideline import Move
+from breakwater.sqs_batches import batches, message_size
 
 if TYPE_CHECKING:
     from mypy_boto3_sqs import SQSClient
 
-MAX_BATCH_ENTRIES = 10
-
-__all__ = ["MAX_BATCH_ENTRIES", "Move", "send_moves"]
+__all__ = ["Move", "send_moves"]
 
 
 def send_moves(client: SQSClient, moves: Iterable[Move]) -> set[str]:
@@ -30,8 +30,7 @@ def send_moves(client: SQSClient, moves: Iterable[Move]) -> set[str]:
         by_queue[move.queue_url].append(move)
     failed: set[str] = set()
     for queue_url, queued in by_queue.items():
-        for start in range(0, len(queued), MAX_BATCH_ENTRIES):
-            chunk = queued[start : start + MAX_BATCH_ENTRIES]
+        for chunk in batches(queued, _size):
             entries: list[dict[str, Any]] = []
             for index, move in enumerate(chunk):
                 entry: dict[str, Any] = {"Id": str(index), "MessageBody": move.body}
@@ -47,3 +46,7 @@ def send_moves(client: SQSClient, moves: Iterable[Move]) -> set[str]:
                 continue
             failed.update(chunk[int(error["Id"])].key for error in response.get("Failed", []))
     return failed
+
+
+def _size(move: Move) -> int:
+    return message_size(move.body)

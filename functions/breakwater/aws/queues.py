@@ -5,8 +5,9 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any
 
-import boto3
 from botocore.exceptions import BotoCoreError, ClientError
+
+from breakwater.aws import clients
 
 if TYPE_CHECKING:
     from mypy_boto3_sqs import SQSClient
@@ -24,7 +25,7 @@ class LiveQueues:
     ) -> None:
         self.queue_urls = list(queue_urls)
         self.fair_queues = fair_queues
-        self._client: SQSClient = client or boto3.client("sqs")
+        self._client: SQSClient = client or clients.client("sqs")
 
     def __len__(self) -> int:
         return len(self.queue_urls)

@@ -2,7 +2,8 @@
 
 ``StartMessageMoveTask`` first: SQS moves the messages itself, without loss or duplicates. Where
 it is not available (an emulator such as moto, or an old partition) the fallback moves batches of
-ten by receive -> send -> mark -> delete:
+up to ten by receive -> send -> mark -> delete (each send within SQS's batch size,
+:mod:`breakwater.sqs_batches`):
 
 - send before delete, so a crash never loses a message;
 - after a successful send, a dedup marker (``redrive#<dlq name>``/``<dlq message id>`` in the state
@@ -30,11 +31,12 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
-import boto3
 from botocore.exceptions import ClientError
 
+from breakwater.aws import clients
 from breakwater.aws.counters import batch_get
 from breakwater.envelope import REDRIVEN_ATTRIBUTE
+from breakwater.sqs_batches import batches, entry_size
 
 if TYPE_CHECKING:
     from mypy_boto3_dynamodb import DynamoDBClient
@@ -189,8 +191,10 @@ def move_by_hand(
         if fresh:
             now_ms = int(clock() * 1000)
             entries = [_send_entry(i, m, fifo=fifo, redriven_at_ms=now_ms) for i, m in enumerate(fresh)]
-            response = sqs.send_message_batch(QueueUrl=source_url, Entries=entries)  # type: ignore[arg-type]
-            ok = {int(entry["Id"]) for entry in response.get("Successful", [])}
+            ok: set[int] = set()
+            for batch in batches(entries, entry_size):
+                response = sqs.send_message_batch(QueueUrl=source_url, Entries=batch)  # type: ignore[arg-type]
+                ok.update(int(entry["Id"]) for entry in response.get("Successful", []))
             sent = [message for index, message in enumerate(fresh) if index in ok]
             result.failed += len(fresh) - len(sent)
             result.unmarked += sum(not _is_marked(entries[i]) for i in ok)
@@ -273,8 +277,8 @@ class Redrive:
 def build_redrive(settings: RedriveSettings) -> Redrive:
     """The redrive of the settings' pairs: the only place its SQS and DynamoDB clients are made."""
     return Redrive(
-        boto3.client("sqs"),
+        clients.client("sqs"),
         settings.redrive_pairs,
-        dynamodb=boto3.client("dynamodb") if settings.state_table_name else None,
+        dynamodb=clients.client("dynamodb") if settings.state_table_name else None,
         state_table_name=settings.state_table_name,
     )

@@ -125,6 +125,14 @@ class DynamoClaimStore:
             )
         )
 
+    def held(self, tenant: str, key: str, now_s: int) -> Claim | None:
+        item = self.client.get_item(
+            TableName=self.table, Key={ID: {"S": claim_id(tenant, key)}}, ConsistentRead=True
+        ).get("Item")
+        if not item or int(item[EXPIRY]["N"]) < now_s:  # past its window: gone, whether or not TTL ran
+            return None
+        return _claim_of(dict(item))
+
     def release(self, tenant: str, key: str, message_id: str) -> None:
         condition_held(
             lambda: self.client.delete_item(

@@ -10,7 +10,6 @@ from collections.abc import Iterator, Mapping
 from decimal import Decimal
 from typing import TYPE_CHECKING, Any
 
-import boto3
 from boto3.dynamodb.types import TypeDeserializer, TypeSerializer
 
 from breakwater.auth import (
@@ -22,6 +21,7 @@ from breakwater.auth import (
     record_from_item,
     validate_tenant_id,
 )
+from breakwater.aws import clients
 
 if TYPE_CHECKING:
     from mypy_boto3_dynamodb import DynamoDBClient
@@ -51,7 +51,7 @@ class TenantTable:
 
     def __init__(self, table_name: str, *, client: DynamoDBClient | None = None) -> None:
         self.table_name = table_name
-        self._client: DynamoDBClient = client or boto3.client("dynamodb")
+        self._client: DynamoDBClient = client or clients.client("dynamodb")
 
     def get(self, tenant_id: str) -> TenantRecord | None:
         response = self._client.get_item(TableName=self.table_name, Key={"tenant_id": {"S": tenant_id}})

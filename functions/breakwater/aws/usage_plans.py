@@ -19,9 +19,8 @@ from collections.abc import Iterator, Mapping
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
-import boto3
-
 from breakwater.auth import usage_identifier_key, validate_tenant_id
+from breakwater.aws import clients
 from breakwater.aws.tenants import TenantExistsError, TenantTable
 
 if TYPE_CHECKING:
@@ -70,7 +69,7 @@ class UsagePlans:
 
     def __init__(self, plans: EdgePlans, *, client: APIGatewayClient | None = None) -> None:
         self.plans = plans
-        self._client: APIGatewayClient = client or boto3.client("apigateway")
+        self._client: APIGatewayClient = client or clients.client("apigateway")
 
     def key_name(self, tenant_id: str) -> str:
         return f"breakwater-{self.plans.rest_api_id}-{validate_tenant_id(tenant_id)}"

@@ -1,18 +1,12 @@
-"""The SQS worker: the batch orchestration (``batch``), the record it reads (``record``), the ports it
-talks to AWS through (``ports``) and the metrics of a batch (``metrics``).
+"""The SQS worker: the batch orchestration (``batch``), what a batch accumulates (``tally``), its
+options and per-tenant limits (``options``), the record it reads (``record``), the ports it talks to
+AWS through (``ports``) and the metrics of a batch (``metrics``).
 
 ``breakwater.aws.worker_ports`` builds the real ports; tests and benchmarks can build others.
 """
 
 from breakwater.sideline import is_replayed
-from breakwater.worker.batch import (
-    LOG_KEYS,
-    OutOfTimeError,
-    Worker,
-    WorkerOptions,
-    concurrency_limits,
-    consumer_bucket_limits,
-)
+from breakwater.worker.batch import LOG_KEYS, OutOfTimeError, Worker
 from breakwater.worker.metrics import (
     FIRST_ATTEMPT_PROPERTY,
     REDRIVE,
@@ -22,6 +16,7 @@ from breakwater.worker.metrics import (
     MetricsSink,
     metric_role,
 )
+from breakwater.worker.options import WorkerOptions, concurrency_limits, consumer_bucket_limits
 from breakwater.worker.ports import LeaseGate, RateGate, WorkerPorts
 from breakwater.worker.record import (
     EnvelopeSqsRecord,

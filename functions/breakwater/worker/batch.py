@@ -17,35 +17,31 @@ counted ``dead_lettered``: SQS moves it to the dead-letter queue without telling
 tenant's backlog estimate must let it go; when the redrive brings it back, its first receive counts
 ``redriven``, which gives it back.
 
-This module talks to AWS only through :class:`WorkerPorts`.
+This module talks to AWS only through :class:`WorkerPorts`; what a batch accumulates is in
+``breakwater.worker.tally``, the options and per-tenant limits in ``breakwater.worker.options``.
 """
 
 from __future__ import annotations
 
 import math
-from collections import Counter, defaultdict
+from collections import Counter
 from collections.abc import Mapping
-from dataclasses import dataclass, field, replace
+from dataclasses import replace
 from typing import Any
 
 from aws_lambda_powertools.utilities.batch import BatchProcessor, EventType, process_partial_response
 from aws_lambda_powertools.utilities.typing import LambdaContext
 
-from breakwater.backlog import will_dead_letter
 from breakwater.breaker import CircuitBreaker
-from breakwater.concurrency import ConcurrencyLimits, Grant
-from breakwater.envelope import Envelope, Origin
-from breakwater.fairness import BucketLimits
+from breakwater.concurrency import Grant
+from breakwater.envelope import Envelope
 from breakwater.heartbeat import Heartbeat, HeartbeatMonitor, HeartbeatPlan
 from breakwater.observability import logger
 from breakwater.observability import metrics as powertools_metrics
 from breakwater.processor import DependencyUnavailableError, WorkCancelledError, WorkContext
-from breakwater.settings import TierLimits, WorkerSettings
 from breakwater.sideline import (
     Decision,
-    DecisionConfig,
     Move,
-    QueueRole,
     SidelineDecision,
     TenantState,
     decide,
@@ -57,133 +53,23 @@ from breakwater.worker.metrics import (
     DEPENDENCY_UNAVAILABLE,
     FAILED,
     OUTCOME_METRIC,
-    BatchMetrics,
     MetricRole,
     MetricsSink,
     metric_role,
 )
+from breakwater.worker.options import WorkerOptions, concurrency_limits, consumer_bucket_limits
 from breakwater.worker.ports import HeldElsewhereError, WorkerPorts
 from breakwater.worker.record import EnvelopeSqsRecord, queue_url_from_arn
+from breakwater.worker.tally import COUNTER, Admitted, BatchTally, log_tenant_batches
 
 LOG_KEYS = ("tenant", "envelope_id", "request_id", "trace_id")
-
-# counter name (the tenant's counters item) per outcome
-_COUNTER = {
-    SidelineDecision.PROCESS: "processed",
-    SidelineDecision.DROP: "dropped",
-    SidelineDecision.SIDELINE: "sidelined",
-    SidelineDecision.SPILL: "spilled",
-    SidelineDecision.DEFER: "deferred",
-}
 
 
 class OutOfTimeError(RuntimeError):
     """Too little Lambda time left to start this record; it is failed fast and redelivered."""
 
 
-@dataclass(frozen=True)
-class WorkerOptions:
-    decision: DecisionConfig
-    queue_urls: Mapping[Origin, str]  # destination role -> queue url
-    visibility_timeout_s: int
-    heartbeat_s: int
-    simulated_work_ms: int = 0
-    fair_queues: bool = True
-    safety_margin_s: float = 2.0
-    max_receive_count: int | None = None  # the queues' redrive policy; None: dead letters are not counted
-    # The circuit breaker on the processor's dependency (``breakwater.breaker``): its first open window
-    # and the longest; None: no breaker, an outage fails the message like any other error.
-    outage_backoff_s: float | None = None
-    outage_backoff_max_s: float | None = None
-
-    @classmethod
-    def from_settings(cls, settings: WorkerSettings) -> WorkerOptions:
-        return cls(
-            decision=DecisionConfig(
-                mode=settings.worker_mode,
-                sidelining_enabled=settings.sidelining_enabled,
-                sideline_age_ms=settings.sideline_age_seconds * 1000,
-                defer_base_seconds=settings.defer_base_seconds,
-                max_defer_seconds=settings.max_defer_seconds,
-            ),
-            queue_urls={
-                Origin.SPILLOVER: settings.spillover_queue_url,
-                Origin.BACKLOG: settings.backlog_queue_url,
-                Origin.SURGE: settings.surge_queue_url,
-            },
-            visibility_timeout_s=settings.visibility_timeout_seconds,
-            heartbeat_s=settings.heartbeat_seconds,
-            simulated_work_ms=settings.simulated_work_ms,
-            fair_queues=settings.fair_queues,
-            max_receive_count=settings.max_receive_count,
-            outage_backoff_s=settings.outage_backoff_seconds if settings.sidelining_enabled else None,
-            outage_backoff_max_s=settings.outage_backoff_max_seconds,
-        )
-
-
 MAX_VISIBILITY_S = 43_200  # SQS's longest visibility timeout
-
-
-@dataclass(frozen=True)
-class _Admitted:
-    """A message the rules let through, waiting for the gates and then the processor."""
-
-    record: EnvelopeSqsRecord
-    envelope: Envelope
-    role: MetricRole  # what its outcome is counted under
-    now: int
-    state: TenantState
-
-
-@dataclass
-class _Batch:
-    """What one invocation accumulates; flushed once at the end."""
-
-    context: LambdaContext
-    admitted: list[_Admitted] = field(default_factory=list)
-    moves: list[Move] = field(default_factory=list)
-    moved: dict[str, tuple[str, MetricRole, SidelineDecision]] = field(default_factory=dict)
-    grants: dict[str, Grant] = field(default_factory=dict)
-    counters: dict[str, Counter[str]] = field(default_factory=lambda: defaultdict(Counter))
-    metrics: BatchMetrics = field(default_factory=BatchMetrics)
-    oldest: dict[QueueRole, int] = field(default_factory=dict)
-    # message id -> (tenant, receive count) of every record read as an envelope
-    received: dict[str, tuple[str, int]] = field(default_factory=dict)
-    # the message ids that may be acknowledged: finished, or their copy sent elsewhere
-    settled: set[str] = field(default_factory=set)
-
-    def count(self, tenant: str, role: MetricRole, counter: str, metric: str) -> None:
-        self.counters[tenant][counter] += 1
-        self.metrics.outcome(role, metric)
-
-    def finished(self, key: str, envelope: Envelope, role: MetricRole, counter: str, metric: str) -> None:
-        """Count a message that leaves the system (processed or dropped); ``key`` is its message id.
-
-        A replayed one (``replay_run`` set) also counts ``replayed``: the archiver counted it
-        ``archived`` when it parked it, and the backlog estimate must not take it off twice.
-        """
-        self.count(envelope.tenant, role, counter, metric)
-        self.settled.add(key)
-        if envelope.replay_run is not None:
-            self.counters[envelope.tenant]["replayed"] += 1
-
-    def dead_letters(self, max_receive_count: int | None) -> list[str]:
-        """Count ``dead_lettered`` for every message SQS will move to the dead-letter queue; their ids.
-
-        A message not settled goes back to its queue (a batch item failure, or the whole batch when
-        the invocation fails); on its last receive that means the dead-letter queue. One settled is
-        acknowledged, or its copy elsewhere is already counted in the estimate.
-        """
-        if max_receive_count is None:
-            return []
-        leaving = [
-            key
-            for key, (_, receive_count) in self.received.items()
-            if key not in self.settled and will_dead_letter(receive_count, max_receive_count)
-        ]
-        for key in leaving:
-            self.counters[self.received[key][0]]["dead_lettered"] += 1
-        return leaving
 
 
 class Worker:
@@ -194,7 +80,7 @@ class Worker:
         self.ports = ports
         self.metrics: MetricsSink = metrics if metrics is not None else powertools_metrics
         self.monitor = HeartbeatMonitor(ports.monotonic)
-        self._batch: _Batch | None = None
+        self._batch: BatchTally | None = None
         # Counters a failed write left behind: added to the next batch's, so the backlog estimates
         # lose them only with the container.
         self._unsettled: dict[str, dict[str, int]] = {}
@@ -208,7 +94,7 @@ class Worker:
     # -- the invocation ------------------------------------------------------------------------------
     def handle(self, event: dict[str, Any], context: LambdaContext) -> dict[str, Any]:
         self.ports.register_context(context)
-        batch = self._batch = _Batch(context=context)
+        batch = self._batch = BatchTally(context=context)
         # An all-failed batch is reported item by item like any other, not raised as a function error.
         processor = BatchProcessor(
             event_type=EventType.SQS,
@@ -271,12 +157,12 @@ class Worker:
         elif decision.action is SidelineDecision.DROP:
             logger.info("dropped", extra={"reason": decision.reason.value})
             batch.finished(
-                record.messageId, envelope, role, _COUNTER[decision.action], OUTCOME_METRIC[decision.action]
+                record.messageId, envelope, role, COUNTER[decision.action], OUTCOME_METRIC[decision.action]
             )
         else:
-            batch.admitted.append(_Admitted(record, envelope, role, now, state))
+            batch.admitted.append(Admitted(record, envelope, role, now, state))
 
-    def _check_time(self, batch: _Batch, envelope: Envelope, role: MetricRole) -> None:
+    def _check_time(self, batch: BatchTally, envelope: Envelope, role: MetricRole) -> None:
         if batch.context.get_remaining_time_in_millis() < self.config.safety_margin_s * 1000:
             batch.count(envelope.tenant, role, "failed", FAILED)
             raise OutOfTimeError("too little time left to start this message")
@@ -291,7 +177,7 @@ class Worker:
         )
 
     # -- the admitted messages -------------------------------------------------------------------------
-    def _process_admitted(self, batch: _Batch) -> set[str]:
+    def _process_admitted(self, batch: BatchTally) -> set[str]:
         """Gates for the batch, the idempotency locks, then each message; returns the failed ids.
 
         While the breaker is open nothing is gated, locked or processed: every admitted message is
@@ -353,13 +239,13 @@ class Worker:
         except Exception as exc:  # it comes back at the queue's visibility timeout instead
             logger.warning("visibility change failed", extra={"error": str(exc)})
 
-    def _hold(self, breaker: CircuitBreaker, each: _Admitted, batch: _Batch) -> None:
+    def _hold(self, breaker: CircuitBreaker, each: Admitted, batch: BatchTally) -> None:
         """Move a message the open breaker keeps from the processor, until about its next probe."""
         retry_in_s = breaker.retry_in_s(self.ports.monotonic())
         decision = hold_for_outage(each.envelope, retry_in_s, self.config.decision)
         self._buffer_move(each.record, each.envelope, each.role, decision, batch)
 
-    def _trip(self, breaker: CircuitBreaker, exc: Exception, batch: _Batch, role: MetricRole) -> None:
+    def _trip(self, breaker: CircuitBreaker, exc: Exception, batch: BatchTally, role: MetricRole) -> None:
         """Open the breaker on an outage and say so where the controller reads it (its drainers wait)."""
         now = self.ports.monotonic()
         window_ms = int((breaker.record_outage(now) - now) * 1000)
@@ -378,10 +264,10 @@ class Worker:
         except Exception as exc:  # a lock expires with the invocation that took it
             logger.warning("idempotency unlock failed", extra={"error": str(exc)})
 
-    def _gate(self, batch: _Batch) -> list[_Admitted]:
+    def _gate(self, batch: BatchTally) -> list[Admitted]:
         """The consumer rate (one ask per tenant, its first messages in record order get the tokens),
         then the concurrency of all tenants at once."""
-        within: list[_Admitted] = []
+        within: list[Admitted] = []
         tokens: dict[str, int] = {}
         if self.ports.rate is not None:  # each tenant's tokens in one ask: its first messages get them
             for tenant, count in Counter(each.envelope.tenant for each in batch.admitted).items():
@@ -403,7 +289,7 @@ class Worker:
             {tenant: concurrency_limits(self.ports.tenant_limits(tenant)) for tenant in tenants},
             expires_at,
         )
-        admitted: list[_Admitted] = []
+        admitted: list[Admitted] = []
         for each in within:
             if batch.grants.get(each.envelope.tenant) is Grant.REFUSED:
                 self._redecide(each, replace(each.state, holds_concurrency_slot=False), batch)
@@ -411,7 +297,7 @@ class Worker:
                 admitted.append(each)
         return admitted
 
-    def _redecide(self, each: _Admitted, state: TenantState, batch: _Batch) -> None:
+    def _redecide(self, each: Admitted, state: TenantState, batch: BatchTally) -> None:
         """Decide again for ``each`` with the gate's answer in ``state``, and buffer the move."""
         decision = decide(
             each.envelope, each.now, state, self.config.decision, retried=each.record.receive_count > 1
@@ -424,7 +310,7 @@ class Worker:
         envelope: Envelope,
         role: MetricRole,
         decision: Decision,
-        batch: _Batch,
+        batch: BatchTally,
     ) -> None:
         assert decision.destination is not None
         attempt = envelope.attempt + 1 if decision.action is SidelineDecision.DEFER else envelope.attempt
@@ -477,7 +363,7 @@ class Worker:
                 logger.info("heartbeat", extra={"extensions": beat.extensions})
 
     # -- after the records --------------------------------------------------------------------------------
-    def _flush_moves(self, batch: _Batch) -> set[str]:
+    def _flush_moves(self, batch: BatchTally) -> set[str]:
         if not batch.moves:
             return set()
         failed = self.ports.send_moves(batch.moves)
@@ -485,20 +371,20 @@ class Worker:
             if key in failed:
                 batch.count(tenant, role, "failed", FAILED)
             else:
-                batch.count(tenant, role, _COUNTER[action], OUTCOME_METRIC[action])
+                batch.count(tenant, role, COUNTER[action], OUTCOME_METRIC[action])
                 batch.settled.add(key)
         if failed:
             logger.error("moves failed; originals stay unacknowledged", extra={"message_ids": sorted(failed)})
         return failed
 
-    def _count_dead_letters(self, batch: _Batch) -> None:
+    def _count_dead_letters(self, batch: BatchTally) -> None:
         leaving = batch.dead_letters(self.config.max_receive_count)
         if leaving:
             logger.warning(
                 "failed on the last receive: bound for the dead-letter queue", extra={"message_ids": leaving}
             )
 
-    def _settle(self, batch: _Batch) -> None:
+    def _settle(self, batch: BatchTally) -> None:
         """Give back the batch's leases and write its counters with those an earlier write left behind."""
         grants = {tenant: grant for tenant, grant in batch.grants.items() if grant is not Grant.REFUSED}
         counters = {tenant: Counter(deltas) for tenant, deltas in self._unsettled.items()}
@@ -523,7 +409,7 @@ class Worker:
         except Exception as exc:  # the records only guard against duplicates; the work is done
             logger.error("idempotency flush failed", extra={"error": str(exc)})
 
-    def _flush_aggregates(self, batch: _Batch) -> None:
+    def _flush_aggregates(self, batch: BatchTally) -> None:
         now = self.ports.clock_ms()
         log_tenant_batches(batch)
         self._settle(batch)
@@ -533,43 +419,3 @@ class Worker:
             except Exception as exc:
                 logger.warning("health flush failed", extra={"role": role, "error": str(exc)})
         batch.metrics.emit(self.metrics)
-
-
-def log_tenant_batches(batch: _Batch) -> None:
-    """One ``tenant batch`` line per tenant of the batch, every field a scalar, for the per-tenant views
-    (Contributor Insights rules and Logs Insights queries, stacks/insights.py): the EMF blob's
-    ``AgeOfFirstAttemptByTenant`` is a dict, which Contributor Insights cannot aggregate.
-
-    Cheap on purpose: one line per tenant per batch, never one per message, built from what the batch
-    already counted; a batch of one tenant's messages is one line. ``first_attempts`` and
-    ``first_attempt_age_ms_max`` are about its live messages only (``QueueRole`` live, what the
-    ``AgeOfFirstAttemptP99`` alarm reads), 0 when it had none; ``set_aside`` is what was sidelined,
-    spilled or deferred instead of processed.
-    """
-    counted = ("processed", "dropped", "sidelined", "spilled", "deferred", "failed", "dead_lettered")
-    live_ages = batch.metrics.first_by_tenant.get("live", {})
-    for tenant in sorted(set(batch.counters) | set(live_ages)):
-        counts = batch.counters.get(tenant, Counter())
-        ages = live_ages.get(tenant, [])
-        logger.info(
-            "tenant batch",
-            extra={
-                "tenant": tenant,
-                "first_attempts": len(ages),
-                "first_attempt_age_ms_max": max(ages, default=0),
-                **{name: counts[name] for name in counted},
-                "set_aside": counts["sidelined"] + counts["spilled"] + counts["deferred"],
-            },
-        )
-
-
-def concurrency_limits(limits: TierLimits) -> ConcurrencyLimits:
-    """The tenant's floor and ceiling (a floor above the ceiling is capped to it)."""
-    return ConcurrencyLimits(
-        floor=min(limits.concurrency_floor, limits.concurrency), ceiling=limits.concurrency
-    )
-
-
-def consumer_bucket_limits(limits: TierLimits) -> BucketLimits:
-    """The consumer-side bucket: refill ``consumer_rate`` per second, burst one second of it."""
-    return BucketLimits(rate=limits.consumer_rate, burst=max(1.0, limits.consumer_rate))

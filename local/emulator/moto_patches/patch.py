@@ -14,6 +14,8 @@ class Kind(StrEnum):
     # moto's answers are kept; a cost that grows where AWS's does not (with a queue's depth, a table's
     # size, each request) is removed
     SPEED = "speed"
+    # AWS's limits (throughput, conflicts, sizes): installed only by ``moto_patches.limits.enforce``
+    LIMITS = "limits"
 
 
 class _Absent:

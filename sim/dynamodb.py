@@ -1,0 +1,265 @@
+"""The DynamoDB items the simulated policies read and write: metered per virtual second, throttled.
+
+Every DynamoDB call the simulator counts for billing (:class:`sim.billing.Meter`) is also made here
+against its item, keyed as the real adapters in ``breakwater.aws`` key it (the state table's ``pk``
+and ``sk``, or the dirty-tenant index's partition), in the capacity units AWS bills for it
+(``local.pricing.usage``: a write unit per KB, twice in a transaction; a strongly consistent read
+unit per 4 KB) at the simulation's virtual time. :class:`local.aws_limits.ItemThroughput` refuses a
+call past a partition's limits (:class:`local.aws_limits.AwsLimits`, AWS's own figures unless a run
+divides them), as DynamoDB throttles it, and the caller takes the path the real code takes on that
+error (``sim.worker``, ``sim.system``, ``sim.control``).
+
+What an item weighs is not modelled byte for byte: :class:`ItemSizes` states an estimate per kind,
+and the two items that grow with what they hold (a tenant's counters item with its leases, the
+burst pool with its places) are sized from what the simulation holds in them at the time.
+
+botocore retries a throttled call before the caller sees the error (:class:`Retries`): the worker's
+clients with standard retries (3 attempts, a random wait of up to 1 s, then 2 s), ingest's with the
+legacy ones (10 attempts for DynamoDB, waiting 50 ms and doubling). A retry is made later in virtual
+time, so it meets a refilled budget; the waits are time the caller spends.
+"""
+
+from __future__ import annotations
+
+import random
+from collections.abc import Callable, Hashable, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+from botocore.exceptions import ClientError
+
+from breakwater.aws.concurrency import POOL_PK, POOL_SK
+from breakwater.aws.controller_ports import CONTROLLER_PK, INGEST_BUCKET_SK, LEDGER_SK, SCALE_SK, ledger_pk
+from breakwater.aws.counters import COUNTERS_SK, tenant_pk
+from breakwater.aws.health import DEPENDENCY_PK, HEALTH_SK, queue_pk
+from breakwater.backlog import DIRTY_SHARDS, shard_key
+from local.aws_limits import AwsLimits, ItemThroughput, item_kind
+from local.pricing.usage import read_units, write_units
+
+STATE = "state"  # the state table
+DIRTY_INDEX = "state.dirty_shard"  # its sparse index of changed tenants, partitioned by dirty_shard
+CONSUMER_BUCKET_SK = "bucket#consumer"
+
+
+def _kind(pk: str, sk: str) -> str:
+    return item_kind("State", {"pk": pk, "sk": sk})
+
+
+# The items' kinds as local.aws_limits.item_kind names them, so that the simulator's figures compare
+# with the embedded AWS's.
+COUNTERS = _kind(tenant_pk("t"), COUNTERS_SK)
+BURST_POOL = _kind(POOL_PK, POOL_SK)
+INGEST_BUCKET = _kind(tenant_pk("t"), INGEST_BUCKET_SK)
+CONSUMER_BUCKET = _kind(tenant_pk("t"), CONSUMER_BUCKET_SK)
+DIRTY_SHARD = item_kind("State", {"dirty_shard": shard_key(0)})
+QUEUE_HEALTH = _kind(queue_pk("live"), HEALTH_SK)
+DEPENDENCY_HEALTH = _kind(DEPENDENCY_PK, HEALTH_SK)
+LEDGER = _kind(ledger_pk(0), LEDGER_SK)
+CONTROLLER_SCALE = _kind(CONTROLLER_PK, SCALE_SK)
+
+Item = tuple[str, ...]  # (table, partition key, sort key), or (index, partition key)
+
+
+@dataclass(frozen=True)
+class ItemSizes:
+    """Stated sizes (bytes) of the items, by kind: what AWS bills a call to them by."""
+
+    counters: int = 600  # a dozen counters, the dirty mark, the controller's fields, keys
+    lease: int = 64  # one lease in a counters item's map: a container id, its expiry, burst or not
+    pool: int = 60  # the burst pool item without its places
+    pool_place: int = 60  # one place: "tenant#container" and its expiry
+    bucket: int = 200  # a token bucket: tokens, times, version, multiplier
+    health: int = 120
+    ledger: int = 1024  # a shard's ledger with a page's intent (its tenants' deltas)
+    controller: int = 120  # the run state
+    index_entry: int = 100  # a tenant's entry in the dirty index (keys projected)
+
+
+@dataclass(frozen=True)
+class Retries:
+    """botocore's retries of a throttled call: ``attempts`` in all, waits from :meth:`wait`."""
+
+    attempts: int
+    legacy: bool  # legacy: base x 2^(n-1); standard: random x min(20, 2^(n-1))
+    base_s: float = 0.05
+
+    def wait(self, attempt: int, rng: random.Random | None) -> float:
+        """The wait after failed attempt ``attempt`` (1: the first)."""
+        if self.legacy or rng is None:
+            return self.base_s * 2 ** (attempt - 1)
+        return rng.random() * min(20.0, 2.0 ** (attempt - 1))
+
+
+STANDARD = Retries(attempts=3, legacy=False)  # the worker's clients (worker_ports.client_config)
+LEGACY_DYNAMODB = Retries(attempts=10, legacy=True)  # ingest's (clients built without a Config)
+
+
+def throttled_error(operation: str) -> ClientError:
+    """The error a client sees once botocore stops retrying a throttled call."""
+    return ClientError(
+        {
+            "Error": {
+                "Code": "ProvisionedThroughputExceededException",
+                "Message": "The level of configured provisioned throughput for the table was exceeded.",
+            },
+            "ResponseMetadata": {
+                "HTTPStatusCode": 400,
+                "RequestId": "",
+                "HostId": "",
+                "HTTPHeaders": {},
+                "RetryAttempts": STANDARD.attempts - 1,
+            },
+        },
+        operation,
+    )
+
+
+class StateTable:
+    """The items of one simulated configuration, each metered against its partition's limits."""
+
+    def __init__(
+        self,
+        names: Sequence[str],
+        limits: AwsLimits | None = None,
+        *,
+        sizes: ItemSizes | None = None,
+        seed: int = 1,
+    ) -> None:
+        self.limits = limits if limits is not None else AwsLimits()
+        self.sizes = sizes or ItemSizes()
+        self.meter = ItemThroughput.for_dynamodb(self.limits)
+        self._consume = self.meter.consume
+        self._within = self.meter.within
+        self._rng = random.Random(seed)
+        # every tenant's items, by tenant index (looked up on every call: a list costs least)
+        pks = [tenant_pk(name) for name in names]
+        self.counters_items: list[Item] = [(STATE, pk, COUNTERS_SK) for pk in pks]
+        self.ingest_items: list[Item] = [(STATE, pk, INGEST_BUCKET_SK) for pk in pks]
+        self.consumer_items: list[Item] = [(STATE, pk, CONSUMER_BUCKET_SK) for pk in pks]
+        self._units: dict[tuple[str, int], float] = {}  # (what, count held) -> units
+        self.pool: Item = (STATE, POOL_PK, POOL_SK)
+        self.dependency: Item = (STATE, DEPENDENCY_PK, HEALTH_SK)
+        self.run_state: Item = (STATE, CONTROLLER_PK, SCALE_SK)
+        self.ledgers: list[Item] = [(STATE, ledger_pk(shard), LEDGER_SK) for shard in range(DIRTY_SHARDS)]
+        self.dirty: list[Item] = [(DIRTY_INDEX, shard_key(shard)) for shard in range(DIRTY_SHARDS)]
+        self._health: dict[str, Item] = {}
+        # the units of the fixed-size kinds, computed once
+        sizes = self.sizes
+        self.bucket_wcu = write_units(sizes.bucket)
+        self.health_wcu = write_units(sizes.health)
+        self.health_rcu = read_units(sizes.health, consistent=True)
+        self.ledger_wcu = write_units(sizes.ledger)
+        self.ledger_rcu = read_units(sizes.ledger, consistent=True)
+        self.controller_wcu = write_units(sizes.controller)
+        self.controller_rcu = read_units(sizes.controller, consistent=True)
+        self.index_wcu = write_units(sizes.index_entry)
+
+    # -- the items, keyed as the real adapters key them ------------------------------------------------
+    def counters(self, tenant: int) -> Item:
+        return self.counters_items[tenant]
+
+    def ingest_bucket(self, tenant: int) -> Item:
+        return self.ingest_items[tenant]
+
+    def consumer_bucket(self, tenant: int) -> Item:
+        return self.consumer_items[tenant]
+
+    def health(self, role: str) -> Item:
+        item = self._health.get(role)
+        if item is None:
+            item = self._health[role] = (STATE, queue_pk(role), HEALTH_SK)
+        return item
+
+    # -- sizes that grow with what the item holds ------------------------------------------------------
+    def counters_units(self, leases: int, *, transactional: bool = False) -> float:
+        key = ("counters-tx" if transactional else "counters", leases)
+        units = self._units.get(key)
+        if units is None:
+            sizes = self.sizes
+            size = sizes.counters + sizes.lease * leases
+            units = self._units[key] = write_units(size, transactional=transactional)
+        return units
+
+    def counters_read_units(self, leases: int) -> float:
+        key = ("counters-read", leases)
+        units = self._units.get(key)
+        if units is None:
+            sizes = self.sizes
+            units = self._units[key] = read_units(sizes.counters + sizes.lease * leases, consistent=True)
+        return units
+
+    def pool_units(self, places: int, *, transactional: bool = False) -> float:
+        key = ("pool-tx" if transactional else "pool", places)
+        units = self._units.get(key)
+        if units is None:
+            sizes = self.sizes
+            size = sizes.pool + sizes.pool_place * places
+            units = self._units[key] = write_units(size, transactional=transactional)
+        return units
+
+    def pool_read_units(self, places: int) -> float:
+        key = ("pool-read", places)
+        units = self._units.get(key)
+        if units is None:
+            sizes = self.sizes
+            units = self._units[key] = read_units(sizes.pool + sizes.pool_place * places, consistent=True)
+        return units
+
+    # -- calls ---------------------------------------------------------------------------------------
+    def write(self, item: Hashable, kind: str, now_s: float, units: float) -> bool:
+        """One write (PutItem, UpdateItem, a BatchWriteItem's item); False: throttled, nothing written."""
+        return self._consume(item, now_s, write_units=units, kind=kind)
+
+    def read(self, item: Hashable, kind: str, now_s: float, units: float) -> bool:
+        return self._consume(item, now_s, read_units=units, kind=kind)
+
+    def transact(self, items: Sequence[tuple[Hashable, str, float]], now_s: float) -> bool:
+        """A TransactWriteItems of ``(item, kind, units)`` (units already doubled): all or nothing.
+
+        A transaction one of whose items' partitions is past its limit is cancelled whole (reason
+        ThrottlingError for that item) and takes no capacity from any of them.
+        """
+        within = self._within
+        for item, kind, units in items:
+            if not within(item, now_s, write_units=units):
+                self._consume(item, now_s, write_units=units, kind=kind)  # refused: counted as throttled
+                return False
+        consume = self._consume
+        for item, kind, units in items:
+            consume(item, now_s, write_units=units, kind=kind)
+        return True
+
+    def retried(self, call: Callable[[float], bool], now_s: float, retries: Retries) -> tuple[bool, float]:
+        """``call`` at ``now_s`` and, while throttled, again after botocore's waits: whether one
+        attempt passed, and the time spent waiting."""
+        if call(now_s):
+            return True, 0.0
+        spent = 0.0
+        for attempt in range(1, retries.attempts):
+            spent += retries.wait(attempt, self._rng)
+            if call(now_s + spent):
+                return True, spent
+        return False, spent
+
+    def retried_write(
+        self, item: Hashable, kind: str, now_s: float, units: float, retries: Retries = STANDARD
+    ) -> tuple[bool, float]:
+        """:meth:`write` with botocore's retries (the fast path, admitted at once, takes no closure)."""
+        if self._consume(item, now_s, write_units=units, kind=kind):
+            return True, 0.0
+        return self.retried(lambda at: self._consume(item, at, write_units=units, kind=kind), now_s, retries)
+
+    # -- the report ----------------------------------------------------------------------------------
+    def report(self, count: int = 10) -> dict[str, Any]:
+        """``hottest_items`` (highest peak WCU/s first), ``dynamodb_throttles`` by kind, the limits."""
+        hottest = self.meter.hottest(count)
+        limit = self.limits.write_units_per_s
+        for entry in hottest:
+            entry["share_of_write_limit"] = round(entry["peak_wcu_per_s"] / limit, 4) if limit else None
+        return {
+            "limits": self.limits.describe(),
+            "limits_scale": self.limits.scale,
+            "hottest_items": hottest,
+            "dynamodb_throttles": self.meter.throttles_by_kind(),
+            "metered_items": len(self.meter.stats),
+        }

@@ -1,0 +1,297 @@
+"""The simulator meters the DynamoDB items the policies use and takes the real code's path on a throttle.
+
+Small runs in virtual time, with AWS's per-partition rates divided (``AwsLimits(scale=...)``) so that a
+handful of calls passes them: what is asserted is where the messages go and what is counted, never
+how long a run takes.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+import simpy
+
+import sim  # noqa: F401
+from breakwater.concurrency import ConcurrencyLimits, Grant
+from breakwater.settings import TierLimits
+from local.aws_limits import AwsLimits
+from sim.__main__ import main
+from sim.config import ConfigName, blueprint, load_context, setups
+from sim.control import ControllerState
+from sim.dynamodb import (
+    BURST_POOL,
+    CONSUMER_BUCKET,
+    COUNTERS,
+    LEGACY_DYNAMODB,
+    STANDARD,
+    StateTable,
+    throttled_error,
+)
+from sim.messages import Message
+from sim.report import summarize
+from sim.scale import scale_scenario, sizing
+from sim.sqs import SqsQueue
+from sim.system import System
+from sim.worker import ConsumerBuckets, Costs, LeaseTable, WorkerModel, WorkerSetup
+from tests.sim.test_worker_model import LIMITS, Sink, decision_config
+
+NAMES = ["t0", "t1", "t2"]
+NAIVE_AND_BREAKWATER: tuple[ConfigName, ...] = ("naive", "breakwater")
+NOW_S = 1_000.0
+LIMIT = AwsLimits(scale=1000)  # a partition: 1 write unit and 3 read units per second
+
+
+def exhaust(table: StateTable, item: tuple[str, ...], kind: str, at_s: float) -> None:
+    """Take the item's whole budget at ``at_s`` (a second's write units and its burst)."""
+    while table.write(item, kind, at_s, 1):
+        pass
+
+
+# -- the table --------------------------------------------------------------------------------------------
+
+
+def test_items_are_keyed_as_the_real_adapters_key_them() -> None:
+    table = StateTable(NAMES)
+    assert table.counters(1) == ("state", "tenant#t1", "counters")
+    assert table.ingest_bucket(0) == ("state", "tenant#t0", "bucket#ingest")
+    assert table.consumer_bucket(2) == ("state", "tenant#t2", "bucket#consumer")
+    assert table.pool == ("state", "pool#concurrency", "burst")
+    assert table.health("live") == ("state", "queue#live", "health")
+    assert table.ledgers[3] == ("state", "controller#shard#03", "ledger")
+
+
+def test_a_write_past_the_partition_limit_is_throttled_and_passes_again_a_second_later() -> None:
+    table = StateTable(NAMES, LIMIT)
+    item = table.counters(0)
+    exhaust(table, item, COUNTERS, NOW_S)
+    assert not table.write(item, COUNTERS, NOW_S, 1)
+    assert table.write(item, COUNTERS, NOW_S + 1.0, 1)
+    report = table.report()
+    assert report["dynamodb_throttles"] == {COUNTERS: 2}  # exhaust's last try and the one above
+    assert report["hottest_items"][0]["item"] == "state/tenant#t0/counters"
+    assert report["limits"] == LIMIT.describe()
+
+
+def test_units_grow_with_the_leases_a_counters_item_holds_and_double_in_a_transaction() -> None:
+    table = StateTable(NAMES)
+    assert table.counters_units(0) == 1
+    assert table.counters_units(32) == 3  # 600 + 32 x 64 bytes: three 1 KB write units
+    assert table.counters_units(32, transactional=True) == 6
+    assert table.pool_units(1000) > table.pool_units(10)
+
+
+def test_a_transaction_with_one_throttled_item_takes_nothing_from_the_others() -> None:
+    table = StateTable(NAMES, LIMIT)
+    exhaust(table, table.pool, BURST_POOL, NOW_S)
+    counters = table.counters(0)
+    assert not table.transact([(counters, COUNTERS, 2), (table.pool, BURST_POOL, 2)], NOW_S)
+    assert table.write(counters, COUNTERS, NOW_S, 1)  # its budget is whole
+
+
+def test_botocore_retries_wait_and_pass_once_the_budget_refills() -> None:
+    table = StateTable(NAMES, LIMIT)
+    item = table.consumer_bucket(0)
+    exhaust(table, item, CONSUMER_BUCKET, NOW_S)
+    written, waited = table.retried_write(item, CONSUMER_BUCKET, NOW_S, 1, LEGACY_DYNAMODB)
+    assert written
+    assert 0.5 < waited < 2.0  # 50 ms doubling: the first wait past the refill of one unit
+    assert [LEGACY_DYNAMODB.wait(attempt, None) for attempt in (1, 2, 3)] == [0.05, 0.1, 0.2]
+    assert STANDARD.attempts == 3
+
+
+def test_the_error_a_throttled_call_raises_is_the_one_aws_returns() -> None:
+    error = throttled_error("UpdateItem")
+    assert error.response["Error"]["Code"] == "ProvisionedThroughputExceededException"
+    assert error.response["ResponseMetadata"]["HTTPStatusCode"] == 400
+
+
+# -- the worker's gates -------------------------------------------------------------------------------------
+
+
+def worker(table: StateTable) -> tuple[WorkerModel, Sink, SqsQueue, list[Message]]:
+    env = simpy.Environment(initial_time=NOW_S)
+    queue = SqsQueue(env, "live-0", visibility_timeout_s=360, max_receive_count=5)
+    for index, tenant in enumerate([0, 1, 0, 1]):
+        queue.send(Message(tenant, int(NOW_S * 1000) - index, None, None, 0.0, False))
+    batch = queue.receive(10)
+    sink = Sink()
+    setup = WorkerSetup(decision_config("live"), True, (5, 60), 5, 60, Costs(0, 0, 0, 0, 0, 0))
+    model = WorkerModel(
+        "worker",
+        setup,
+        sink,
+        lambda _t: LIMITS,
+        ConsumerBuckets(lambda _t: LIMITS, table),
+        LeaseTable(10, table),
+    )
+    return model, sink, queue, batch
+
+
+def test_a_lease_write_throttled_through_its_retries_fails_the_whole_batch() -> None:
+    table = StateTable(NAMES, LIMIT)
+    for tenant in (0, 1):  # every retry within botocore's waits finds the counters items spent
+        for second in range(6):
+            exhaust(table, table.counters(tenant), COUNTERS, NOW_S + second)
+    model, sink, queue, batch = worker(table)
+    model.handle(batch, queue, 1, NOW_S).finish()
+    assert model.batch_failures == 1
+    assert model.batch_failure_messages == 4
+    assert sink.processed == []
+    assert queue.depth == 4 and queue.receive(10) == []  # none was deleted, none moved
+    queue.env.run(until=NOW_S + 361)
+    assert len(queue.receive(10)) == 4  # all four back after the visibility timeout
+
+
+def test_a_consumer_bucket_throttled_through_its_retries_fails_open() -> None:
+    table = StateTable(NAMES, LIMIT)
+    for second in range(6):
+        exhaust(table, table.consumer_bucket(0), CONSUMER_BUCKET, NOW_S + second)
+    model, sink, queue, batch = worker(table)
+    model.handle(batch, queue, 1, NOW_S).finish()
+    assert model.rate is not None and model.rate.failed_open == 1
+    assert len(sink.processed) == 4  # within the tenants' rates and leases: processed all the same
+    assert model.batch_failures == 0
+
+
+def test_a_release_throttled_through_its_retries_leaves_the_lease_to_expire() -> None:
+    table = StateTable(NAMES, LIMIT)
+    leases = LeaseTable(10, table)
+    limits = ConcurrencyLimits(floor=1, ceiling=2)
+    assert leases.acquire_many({0: limits}, "c1", int(NOW_S * 1000) + 60_000, int(NOW_S * 1000)) == {
+        0: Grant.FLOOR
+    }
+    leases.release("c1", [0], NOW_S, unwritten=frozenset({0}))
+    assert leases.held(0, int(NOW_S * 1000)) == 1
+    assert leases.held(0, int(NOW_S * 1000) + 61_000) == 0
+    leases.release("c1", [0], NOW_S)
+    assert leases.held(0, int(NOW_S * 1000)) == 0
+
+
+def test_a_throttled_burst_transaction_is_taken_for_a_lost_race_and_refused() -> None:
+    table = StateTable(NAMES, AwsLimits(scale=100))  # 10 write units and 30 read units a second
+    leases = LeaseTable(10, table)
+    limits = ConcurrencyLimits(floor=1, ceiling=3)
+    now_ms = int(NOW_S * 1000)
+    assert leases.acquire_many({0: limits}, "c1", now_ms + 60_000, now_ms) == {0: Grant.FLOOR}
+    # the pool's second nearly spent: its reads (a thirtieth each) pass, a transaction's 2 units do not
+    assert table.write(table.pool, BURST_POOL, NOW_S, 8.5)
+    assert leases.acquire_many({0: limits}, "c2", now_ms + 60_000, now_ms) == {0: Grant.REFUSED}
+    assert leases.conflicts == 1
+    assert leases.held(0, now_ms) == 1
+
+
+# -- the controller and the front door ----------------------------------------------------------------------
+
+
+def test_a_throttled_read_of_the_run_state_fails_the_controller_call() -> None:
+    table = StateTable(NAMES, LIMIT)
+    for second in range(6):
+        while table.read(table.run_state, "controller_scale", NOW_S + second, 1):
+            pass
+    state = ControllerState(NAMES, lambda _t: LIMITS, table=table, clock_s=lambda: NOW_S)
+    ports = state.ports(
+        live=[],
+        every=[],
+        sideline={},
+        set_sideline_enabled=lambda _e, _h: [],
+        start_archiver=None,
+        clock_ms=lambda: int(NOW_S * 1000),
+    )
+    try:
+        ports.read_run_state()
+    except Exception as error:  # the ClientError the real port's client raises
+        assert "ProvisionedThroughputExceededException" in str(error)
+    else:
+        raise AssertionError("a throttled read must raise")
+
+
+def small_scale(limits: AwsLimits) -> dict[str, dict[str, Any]]:
+    config = blueprint(load_context(), [sizing(total_rate=400, work_ms=50)])
+    scenario = scale_scenario(
+        config, tenants=200, total_rate=400, work_ms=50, baseline_s=20, event_s=40, after_s=20
+    )
+    made = setups(config, same_fleet=True)
+    return {
+        name: summarize(System(scenario, made[name], Costs(), limits=limits).run(), scenario)
+        for name in NAIVE_AND_BREAKWATER
+    }
+
+
+def test_within_the_limits_nothing_is_throttled_and_the_items_are_reported() -> None:
+    results = small_scale(AwsLimits())
+    breakwater = results["breakwater"]
+    assert breakwater["dynamodb_throttles"] == {}
+    kinds = {entry["kind"] for entry in breakwater["hottest_items"]}
+    assert COUNTERS in kinds
+    assert results["naive"]["hottest_items"] == []  # naive writes no item
+    assert not any(breakwater["throttle_effects"].values())
+
+
+def test_past_the_limits_throttles_are_counted_by_kind_with_what_they_did() -> None:
+    breakwater = small_scale(AwsLimits(scale=200))["breakwater"]
+    throttles = breakwater["dynamodb_throttles"]
+    assert isinstance(throttles, dict) and sum(throttles.values()) > 0
+    effects = breakwater["throttle_effects"]
+    assert isinstance(effects, dict) and any(effects.values())
+    hottest = breakwater["hottest_items"]
+    assert isinstance(hottest, list) and len(hottest) == 10
+    assert hottest[0]["peak_wcu_per_s"] >= hottest[-1]["peak_wcu_per_s"]
+    assert {"item", "kind", "peak_wcu_per_s", "peak_rcu_per_s", "throttled"} <= set(hottest[0])
+
+
+def test_the_scale_scenario_writes_its_report_in_the_scenarios_shape(tmp_path: Path) -> None:
+    code = main(
+        [
+            "--scenario",
+            "scale",
+            "--tenants",
+            "300",
+            "--total-rate",
+            "600",
+            "--baseline-minutes",
+            "0.25",
+            "--event-minutes",
+            "0.5",
+            "--after-hours",
+            "0.005",
+            "--limit-scale",
+            "50",
+            "--jobs",
+            "1",
+            "--no-plot",
+            "--out",
+            str(tmp_path),
+        ]
+    )
+    assert code == 0
+    document = json.loads((tmp_path / "scale.json").read_text())
+    assert document["limits"] == AwsLimits(scale=50).describe()
+    assert document["scenario"]["tenants"] == 300
+    assert document["scenario"]["tenant_tiers"] == {"tenant-00001": "premium"}
+    assert set(document["configurations"]) == {"naive", "fair", "breakwater"}
+    for result in document["configurations"].values():
+        for key in (
+            "offered",
+            "hottest_items",
+            "dynamodb_throttles",
+            "quiet_p99_ratio",
+            "quiet_p99_max_ratio",
+            "simulated_messages",
+            "wall_s",
+        ):
+            assert key in result
+        assert result["offered"] > 0.9 * 600 * 30  # the full load's half minute at least
+    assert document["configurations"]["breakwater"]["hottest_items"]
+
+
+def test_a_tenant_of_another_tier_gets_that_tiers_limits() -> None:
+    config = blueprint(load_context(), [sizing(total_rate=20_000)])
+    scenario = scale_scenario(config, tenants=100, total_rate=20_000)
+    system = System(scenario, setups(config, same_fleet=True)["breakwater"], Costs())
+    premium = config.tiers["premium"]
+    assert system.limits(0) == TierLimits(**premium.model_dump())
+    assert system.limits(1) == TierLimits(**config.tiers[config.default_tier].model_dump())
+    assert scenario.rates[0] == premium.rate * config.backpressure.max_multiplier
+    assert abs(sum(scenario.rates) - 20_000) < 1e-6
