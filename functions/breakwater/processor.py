@@ -55,11 +55,10 @@ class TooManyEffectsError(ValueError):
 
 @dataclass
 class WorkContext:
-    """What the processor may look at while it works: the cancel signal and its configured duration,
+    """What the processor may look at while it works: the cancel signal (:meth:`check`, :meth:`pause`)
     and the transactional effects it hands back (:meth:`add_effect`)."""
 
     cancel: threading.Event = field(default_factory=threading.Event)
-    simulated_work_ms: int = 0
     reason: str = ""
     effects: list[dict[str, Any]] = field(default_factory=list)
 

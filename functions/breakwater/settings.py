@@ -121,7 +121,6 @@ class WorkerSettings(TierSettings):
     lease_seconds: float = Field(gt=0)
     lease_max_fraction: float = Field(gt=0, le=1)
     processor_handler: str | None = Field(default=None, description="the processor, module.function")
-    simulated_work_ms: int = Field(default=0, ge=0)
     sidelining_enabled: bool = True
     tenants_table_name: str | None = Field(
         default=None, description="per-tenant limit overrides; tiers only if unset"
@@ -255,7 +254,6 @@ class FifoWorkerSettings(_EnvModel):
     write_ahead_lease_seconds: int = Field(ge=1)
     write_ahead_retention_seconds: int = Field(ge=1)
     processor_handler: str | None = Field(default=None, description="the processor, module.function")
-    simulated_work_ms: int = Field(default=0, ge=0)
     state_table_name: str | None = Field(default=None, description="the group backlog counters")
     group_backlog_window_seconds: int | None = Field(default=None, ge=1)
 

@@ -40,7 +40,7 @@ _OUTCOME_METRIC = {
 def run_user_processor(envelope: Envelope) -> list[dict[str, Any]]:
     """The side effect: the user's processor (the same one the standard workers call); the writes it
     handed to ``work.add_effect``, for the consumer to make with the message's completion."""
-    work = user_processor.WorkContext(simulated_work_ms=SETTINGS.simulated_work_ms)
+    work = user_processor.WorkContext()
     user_processor.process(envelope, work)
     return work.effects
 
