@@ -31,8 +31,14 @@ STACK_OUTPUT = "TenantsTableName"
 
 def stack_output(stack: str, key: str) -> str | None:
     import boto3
+    from botocore.exceptions import ClientError
 
-    stacks = boto3.client("cloudformation").describe_stacks(StackName=stack)["Stacks"]
+    try:
+        stacks = boto3.client("cloudformation").describe_stacks(StackName=stack)["Stacks"]
+    except ClientError as error:
+        if error.response.get("Error", {}).get("Code") != "ValidationError":
+            raise
+        raise SystemExit(f"no stack {stack} here: deploy that stage, or pass --stage or --stack") from None
     for output in stacks[0].get("Outputs", []):
         if output["OutputKey"] == key:
             return str(output["OutputValue"])
