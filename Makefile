@@ -66,7 +66,8 @@ cfn-lint: synth  ## cfn-lint on every stage's synthesized template
 
 package: $(VENV)/.stamp-installed  ## build the wheel (breakwater_cdk, the runtime library, handlers) into dist/
 	rm -rf build dist
-	$(PY) -m pip wheel --quiet --no-deps --wheel-dir dist .
+	$(PY) -m pip wheel --quiet --no-deps --wheel-dir dist .  # the build backend comes from PyPI
+	rm -rf build
 	@ls dist/*.whl
 
 openapi: $(VENV)/.stamp-installed  ## write docs/openapi.json, the API's OpenAPI 3.0 document (routes, models, answers)
