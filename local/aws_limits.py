@@ -25,6 +25,8 @@ from dataclasses import dataclass, field, fields, replace
 from typing import Any
 
 SCALE_ENV = "BREAKWATER_LOCAL_LIMIT_SCALE"  # the scale factor; unset or "off" (see from_env)
+# a transaction's hold in seconds, where a run asks for another than AWS's (an experiment: 0 holds nothing)
+HOLD_ENV = "BREAKWATER_LOCAL_TRANSACTION_HOLD_S"
 KiB = 1024
 MiB = 1024 * KiB
 
@@ -98,10 +100,22 @@ class AwsLimits:
             scale = float(value)
         except ValueError:
             raise ValueError(f"{SCALE_ENV}={value!r}: expected a number >= 1 or 'off'") from None
-        return cls(scale=scale)
+        hold = (os.environ if environ is None else environ).get(HOLD_ENV, "").strip()
+        if not hold:
+            return cls(scale=scale)
+        try:
+            hold_s = float(hold)
+        except ValueError:
+            raise ValueError(f"{HOLD_ENV}={hold!r}: expected seconds >= 0") from None
+        if not (math.isfinite(hold_s) and hold_s >= 0):
+            raise ValueError(f"{HOLD_ENV}={hold!r}: expected seconds >= 0")
+        return cls(scale=scale, transaction_hold_s=hold_s)
 
     def to_env(self) -> dict[str, str]:
-        return {SCALE_ENV: f"{self.scale:g}"}
+        env = {SCALE_ENV: f"{self.scale:g}"}
+        if self.transaction_hold_s != AwsLimits.transaction_hold_s:
+            env[HOLD_ENV] = f"{self.transaction_hold_s:g}"
+        return env
 
 
 @dataclass

@@ -50,7 +50,8 @@ _CONTROLLER_RETRIES = STANDARD  # the controller's clients: standard retries, 3 
 # A run is one instant of virtual time, and its calls are metered then; but the deployed run clears the
 # tenants' dirty marks over its seconds (a write per tenant, a few threads at once), and the index's
 # partitions would otherwise take every clear of a run, and the re-marks that follow, in one second.
-# So each clear is metered this long after the one before.
+# So, when metered, each clear lands this long after the one before (and, as the real one, only if
+# nothing wrote the tenant since the run read it).
 CLEAR_S = 0.01 / 8  # a call's round trip over breakwater.aws.controller_ports.WRITE_THREADS threads
 
 
@@ -73,6 +74,7 @@ class ControllerState:
         self._defer = defer  # (delay_s, call): a call to make later in virtual time
         self._run_at = -1.0  # the virtual time of the run under way, and its clears so far
         self._clears = 0
+        self._writes: dict[int, int] = {}  # writes to each tenant's counters item (its ``writes``)
         self._mark_bytes = (billing or Billing()).mark_bytes
         self.names = list(names)
         self._index = {name: index for index, name in enumerate(self.names)}
@@ -95,6 +97,7 @@ class ControllerState:
         if item is None:
             item = self.counters[tenant] = {}
         item[counter] = item.get(counter, 0) + amount
+        self._writes[tenant] = self._writes.get(tenant, 0) + 1
         marked = self.dirty[self._shard[tenant]]
         if tenant not in marked:
             marked.add(tenant)
@@ -199,17 +202,24 @@ class ControllerState:
         if not table.retried_write(item, kind, self._clock_s(), units, _CONTROLLER_RETRIES)[0]:
             raise throttled_error(operation)
 
-    def _clear_mark(self, table: StateTable, shard: int) -> None:
-        """The index's delete of a cleared mark, metered when the deployed run would make it."""
+    def _clear_mark(self, table: StateTable, shard: int, tenant: int) -> None:
+        """Clear the tenant's mark as the deployed run does, over its seconds: the tenant's write (on
+        condition that nobody wrote the item since it was read) lands a round trip after the run's
+        previous one, and then its entry leaves the index. A tenant written meanwhile stays marked."""
         now = self._clock_s()
         if now != self._run_at:
             self._run_at, self._clears = now, 0
         self._clears += 1
-        item, units = table.dirty[shard], table.index_wcu
-        if self._defer is None:
-            table.write(item, DIRTY_SHARD, now, units)
-            return
-        self._defer(self._clears * CLEAR_S, lambda: table.write(item, DIRTY_SHARD, self._clock_s(), units))
+        assert self._defer is not None
+        seen = self._writes.get(tenant, 0)
+
+        def clear() -> None:
+            marked = self.dirty[shard]
+            if self._writes.get(tenant, 0) == seen and tenant in marked:
+                marked.discard(tenant)
+                table.write(table.dirty[shard], DIRTY_SHARD, self._clock_s(), table.index_wcu)
+
+        self._defer(self._clears * CLEAR_S, clear)
 
     def _write_run_state(self, state: RunState) -> None:
         self.meter.dynamodb_writes += 1
@@ -281,10 +291,11 @@ class ControllerState:
             )
             self.multipliers[tenant] = write.multiplier
             if not write.keep_dirty:
-                # A virtual-time run is atomic: nothing wrote to the tenant since it was read.
-                self.dirty[state.shard].discard(tenant)
-                if table is not None:  # the item leaves the index: a delete in the shard's partition
-                    self._clear_mark(table, state.shard)
+                if table is not None and self._defer is not None:
+                    self._clear_mark(table, state.shard, tenant)
+                else:
+                    # A virtual-time run is atomic: nothing wrote to the tenant since it was read.
+                    self.dirty[state.shard].discard(tenant)
         ledger = Ledger(state.ledger.total + sum(write.ledger_delta for write in writes), state.ledger.mark)
         self.ledgers[state.shard] = ledger
         self.versions[state.shard] = state.version + 1

@@ -93,7 +93,9 @@ def run_scenario(
     first = sorted(names, key=lambda name: not made[name].practices)
     peaks: dict[int, float] = {}
     done: dict[str, dict[str, Any]] = {}
-    with ProcessPoolExecutor(max_workers=workers) as pool:
+    # A process per configuration, ended when it is done: what it held (its recording, its queues' last
+    # messages) goes back to the system, so the processes' memory adds up to at most ``workers`` runs.
+    with ProcessPoolExecutor(max_workers=workers, max_tasks_per_child=1) as pool:
         futures = {
             name: pool.submit(_run_in_worker, scenario, made[name], costs, function_concurrency, limits)
             for name in first

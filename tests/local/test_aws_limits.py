@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from local.aws_limits import SCALE_ENV, AwsLimits, ItemThroughput, item_kind
+from local.aws_limits import HOLD_ENV, SCALE_ENV, AwsLimits, ItemThroughput, item_kind
 
 
 def test_defaults_are_aws_figures_and_only_rates_scale() -> None:
@@ -31,6 +31,11 @@ def test_from_env() -> None:
     assert AwsLimits.from_env(limits.to_env()) == limits
     with pytest.raises(ValueError, match=SCALE_ENV):
         AwsLimits.from_env({SCALE_ENV: "lots"})
+    held = AwsLimits.from_env({SCALE_ENV: "1", HOLD_ENV: "0"})
+    assert held is not None and held.transaction_hold_s == 0
+    assert AwsLimits.from_env(held.to_env()) == held
+    with pytest.raises(ValueError, match=HOLD_ENV):
+        AwsLimits.from_env({SCALE_ENV: "1", HOLD_ENV: "-1"})
 
 
 def test_an_item_past_its_write_limit_is_throttled_and_recovers_when_the_rate_falls() -> None:

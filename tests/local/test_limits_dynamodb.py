@@ -269,7 +269,7 @@ def test_items_up_to_400_kb_are_accepted_and_larger_refused(ddb: Any) -> None:
     )
 
 
-def test_a_transaction_over_4_mb_is_refused(ddb: Any, enforced: Enforcement) -> None:
+def test_a_transaction_over_4_mb_or_100_items_is_refused(ddb: Any, enforced: Enforcement) -> None:
     entries = [
         {"Put": {"TableName": TABLE, "Item": {**key(f"tenant#{i}"), "v": {"S": "x" * (390 * 1024)}}}}
         for i in range(11)
@@ -277,6 +277,10 @@ def test_a_transaction_over_4_mb_is_refused(ddb: Any, enforced: Enforcement) -> 
     response = error_of(lambda: ddb.transact_write_items(TransactItems=entries))
     assert response["Error"]["Code"] == "ValidationException"
     assert "4 MB" in response["Error"]["Message"]
+    many = [{"Put": {"TableName": TABLE, "Item": key(f"tenant#{i}")}} for i in range(101)]
+    response = error_of(lambda: ddb.transact_write_items(TransactItems=many))
+    assert response["Error"]["Code"] == "ValidationException"
+    assert "less than or equal to 100" in response["Error"]["Message"]
 
 
 def test_a_transaction_holds_its_items_for_its_duration(clock: Clock) -> None:
@@ -324,3 +328,25 @@ def test_a_transaction_holds_its_items_for_its_duration(clock: Clock) -> None:
         assert done, "the transaction returned after its hold"
         add(ddb, "pool#concurrency", "burst")  # the hold ended: served again
         assert enforcement.report()["transaction_conflicts"] == {"burst_pool": 2}
+
+
+def test_a_stored_item_is_sized_as_its_wire_form(ddb: Any) -> None:
+    from moto.dynamodb.models import dynamodb_backends
+    from moto.dynamodb.models.dynamo_type import DynamoType
+
+    from local.emulator.moto_patches.dynamodb_metering import stored_item_size
+    from local.pricing.usage import item_size
+
+    item = {
+        **key("tenant#sized"),
+        "leases": {"M": {"h1": {"M": {"exp": {"N": "1700000000123"}, "burst": {"BOOL": True}}}}},
+        "names": {"L": [{"S": "é"}, {"N": "-12.50"}, {"NULL": True}]},
+        "tags": {"SS": ["a", "bc"]},
+        "blob": {"B": b"\x00\x01\x02"},
+    }
+    ddb.put_item(TableName=TABLE, Item=item)
+    table = dynamodb_backends["123456789012"]["us-east-1"].get_table(TABLE)
+    stored = table.get_item(DynamoType({"S": "tenant#sized"}), DynamoType({"S": "counters"}))
+    assert stored_item_size(stored) == item_size(
+        ddb.get_item(TableName=TABLE, Key=key("tenant#sized"))["Item"]
+    )

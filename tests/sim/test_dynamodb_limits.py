@@ -8,13 +8,16 @@ how long a run takes.
 from __future__ import annotations
 
 import json
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
 import simpy
 
 import sim  # noqa: F401
+from breakwater.backlog import Ledger, StoredEstimate, shard_of
 from breakwater.concurrency import ConcurrencyLimits, Grant
+from breakwater.controller import ShardState, TenantWrite
 from breakwater.settings import TierLimits
 from local.aws_limits import AwsLimits
 from sim.__main__ import main
@@ -295,3 +298,41 @@ def test_a_tenant_of_another_tier_gets_that_tiers_limits() -> None:
     assert system.limits(1) == TierLimits(**config.tiers[config.default_tier].model_dump())
     assert scenario.rates[0] == premium.rate * config.backpressure.max_multiplier
     assert abs(sum(scenario.rates) - 20_000) < 1e-6
+
+
+def test_a_cleared_mark_leaves_the_index_later_and_only_if_nothing_wrote_the_tenant_meanwhile() -> None:
+    clock = [NOW_S]
+    later: list[tuple[float, Callable[[], object]]] = []
+    table = StateTable(NAMES)
+    state = ControllerState(
+        NAMES,
+        lambda _t: LIMITS,
+        table=table,
+        clock_s=lambda: clock[0],
+        defer=lambda delay, call: later.append((delay, call)),
+    )
+    for tenant in (0, 1):
+        state.add(tenant, "accepted", 1)
+    ports = state.ports(
+        live=[],
+        every=[],
+        sideline={},
+        set_sideline_enabled=lambda _e, _h: [],
+        start_archiver=None,
+        clock_ms=lambda: int(clock[0] * 1000),
+    )
+
+    def write(name: str) -> TenantWrite:
+        seen = {"accepted": 1.0, "throttled": 0.0, "at": NOW_S}
+        return TenantWrite(name, seen, StoredEstimate(0.0, 0.0, 0.0), 1.0, False, None, False, 0.0)
+
+    for name in ("t0", "t1"):
+        shard = shard_of(name)
+        ports.commit(ShardState(shard, Ledger(), 0), [write(name)])
+    assert all(tenant in state.dirty[shard_of(NAMES[tenant])] for tenant in (0, 1))  # not yet cleared
+    state.add(1, "processed", 1)  # t1 written after the run read it: its clear's condition fails
+    assert len(later) == 2 and all(delay > 0 for delay, _ in later)  # a round trip after the run
+    for _, call in later:
+        call()
+    assert 0 not in state.dirty[shard_of("t0")]
+    assert 1 in state.dirty[shard_of("t1")]

@@ -54,6 +54,7 @@ from local.emulator.moto_patches.dynamodb_metering import (
     index_writes,
     plain,
     stored_after,
+    stored_item_size,
     target_of,
     throttle_write,
     update_size,
@@ -75,29 +76,39 @@ def _single_write(operation: str) -> Callable[[Any], Any]:
             if enforcement is None:
                 return original(self)
             body = self.body
+            # The check and the meter under the lock that serializes the item operations; moto's own
+            # handler outside it (its backend calls take the lock themselves), so parsing and answering
+            # other requests go on meanwhile. A write checked a moment before a transaction takes its
+            # item is not refused: the emulator's window, far shorter than a transaction's hold.
             with _dynamodb_lock:
                 target = target_of(
                     self.dynamodb_backend,
                     body.get("TableName", ""),
                     body.get("Key") or body.get("Item") or {},
                 )
-                if target is None:
-                    return original(self)
-                if target.item in enforcement.held:
-                    with enforcement.lock:
-                        enforcement.conflicts[target.kind] += 1
-                    raise TransactionConflictError()
-                target.units = write_units(written_size(operation, body, target))
-                if not consume(enforcement, target, reads=False):
-                    raise throttle_write(target)
-                result = original(self)
-                after = stored_after(target)
-                if operation == "Update" and after is not None:
-                    extra = write_units(item_size(after.to_json()["Attributes"])) - target.units
-                    if extra > 0:
-                        charge(enforcement, target.item, target.kind, write_units_=extra)
-                index_writes(enforcement, target, after)
+                if target is not None:
+                    if target.item in enforcement.held:
+                        with enforcement.lock:
+                            enforcement.conflicts[target.kind] += 1
+                        raise TransactionConflictError()
+                    target.units = write_units(written_size(operation, body, target))
+                    if not consume(enforcement, target, reads=False):
+                        raise throttle_write(target)
+            result = original(self)
+            if target is None:
                 return result
+            # what the write left: an update's growth, and the index keys it may have changed
+            indexed = bool(getattr(target.table, "global_indexes", ()))
+            if operation == "Update" or indexed:
+                with _dynamodb_lock:
+                    after = stored_after(target)
+                    if operation == "Update" and after is not None:
+                        extra = write_units(stored_item_size(after)) - target.units
+                        if extra > 0:
+                            charge(enforcement, target.item, target.kind, write_units_=extra)
+                    if indexed:
+                        index_writes(enforcement, target, after)
+            return result
 
         return handler
 
@@ -111,14 +122,13 @@ def _get_item(original: Any) -> Any:
         if enforcement is None:
             return original(self)
         body = self.body
-        with _dynamodb_lock:
+        with _dynamodb_lock:  # the meter only: moto's answer outside the lock, as for writes
             target = target_of(self.dynamodb_backend, body.get("TableName", ""), body.get("Key") or {})
-            if target is None:
-                return original(self)
-            target.units = read_units(target.stored_size, consistent=bool(body.get("ConsistentRead")))
-            if not consume(enforcement, target, reads=True):
-                raise ThroughputExceededError(target.table.table_arn, reads=True)
-            return original(self)
+            if target is not None:
+                target.units = read_units(target.stored_size, consistent=bool(body.get("ConsistentRead")))
+                if not consume(enforcement, target, reads=True):
+                    raise ThroughputExceededError(target.table.table_arn, reads=True)
+        return original(self)
 
     return get_item
 

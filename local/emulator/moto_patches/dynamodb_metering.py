@@ -61,7 +61,7 @@ class Target:
 
     @property
     def stored_size(self) -> int:
-        return item_size(self.stored.to_json()["Attributes"]) if self.stored is not None else 0
+        return stored_item_size(self.stored)
 
 
 def plain(value: Any) -> str:
@@ -158,3 +158,24 @@ def stored_after(target: Target) -> Any:
         )
     except Exception:  # only sizes depend on it
         return None
+
+
+def stored_item_size(item: Any) -> int:
+    """A stored item's size by :func:`local.pricing.usage.item_size`'s rules, read from moto's values
+    directly (converting the item to its wire form first cost more than the call it meters)."""
+    if item is None:
+        return 0
+    return sum(len(name.encode("utf-8")) + _stored_value_size(value) for name, value in item.attrs.items())
+
+
+def _stored_value_size(value: Any) -> int:
+    if not isinstance(value, DynamoType):
+        return value_size(value) if isinstance(value, dict) else 0
+    kind, inner = value.type, value.value
+    if kind == "M" and isinstance(inner, dict):
+        return 3 + sum(len(k.encode("utf-8")) + 1 + _stored_value_size(v) for k, v in inner.items())
+    if kind == "L" and isinstance(inner, list):
+        return 3 + sum(1 + _stored_value_size(v) for v in inner)
+    if kind == "S" and isinstance(inner, str):
+        return len(inner.encode("utf-8"))
+    return value_size({kind: inner})
