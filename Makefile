@@ -12,12 +12,14 @@ VENV := .venv
 PY := $(VENV)/bin/python
 CDK := node_modules/.bin/cdk
 CDK_OUTDIR ?= cdk.out
+STAGE ?= dev
+STAGES := $(shell $(PYTHON) -c 'import json; print(" ".join(json.load(open("cdk.json"))["context"].get("breakwater_stages", {"dev": {}})))')
 export JSII_SILENCE_WARNING_END_OF_LIFE_NODE_VERSION := 20
 export JSII_SILENCE_WARNING_UNTESTED_NODE_VERSION := 1
 export SPARK_LOCAL_IP := 127.0.0.1
 export PYTHONDONTWRITEBYTECODE := 1
 
-.PHONY: help install chromium test lint types unit integration infrastructure spark local synth openapi nag cfn-lint deploy bootstrap demo scenarios chaos serve bench bench-demo bench-scenarios bench-cost bench-fuzz simulate simulate-scale clean
+.PHONY: help install chromium test lint types unit integration infrastructure spark local synth openapi nag cfn-lint package deploy bootstrap demo scenarios chaos serve bench bench-demo bench-scenarios bench-cost bench-fuzz simulate simulate-scale clean
 
 help:  ## list the targets
 	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  make %-15s %s\n", $$1, $$2}'
@@ -52,18 +54,24 @@ lint: $(VENV)/.stamp-installed  ## ruff: lint and format check
 	$(VENV)/bin/ruff check .
 	$(VENV)/bin/ruff format --check .
 
-types: $(VENV)/.stamp-installed  ## mypy over the stacks, the runtime library, the handlers and local/
-	$(VENV)/bin/mypy app.py stacks functions local bin bench glue_jobs sim
+types: $(VENV)/.stamp-installed  ## mypy over the construct library, the runtime library, the handlers and local/
+	$(VENV)/bin/mypy app.py breakwater_cdk processor examples/orders functions local bin bench glue_jobs sim
 
-synth: install  ## synthesize the CloudFormation template into cdk.out/ (runs cdk-nag)
+synth: install  ## synthesize every stage's stack (cdk.json breakwater_stages) into cdk.out/ (runs cdk-nag)
 	$(CDK) synth --quiet --output $(CDK_OUTDIR) > /dev/null
-	@echo "template: $(CDK_OUTDIR)/Breakwater.template.json"
+	@echo "templates: $(foreach stage,$(STAGES),$(CDK_OUTDIR)/Breakwater-$(stage).template.json)"
 
-cfn-lint: synth  ## cfn-lint on the synthesized template
-	$(VENV)/bin/cfn-lint $(CDK_OUTDIR)/Breakwater.template.json
+cfn-lint: synth  ## cfn-lint on every stage's synthesized template
+	$(VENV)/bin/cfn-lint $(foreach stage,$(STAGES),$(CDK_OUTDIR)/Breakwater-$(stage).template.json)
+
+package: $(VENV)/.stamp-installed  ## build the wheel (breakwater_cdk, the runtime library, handlers) into dist/
+	rm -rf build dist
+	$(PY) -m pip wheel --quiet --no-deps --wheel-dir dist .  # the build backend comes from PyPI
+	rm -rf build
+	@ls dist/*.whl
 
 openapi: $(VENV)/.stamp-installed  ## write docs/openapi.json, the API's OpenAPI 3.0 document (routes, models, answers)
-	PYTHONPATH=functions:. $(PY) -m stacks.openapi --out docs/openapi.json
+	PYTHONPATH=functions:. $(PY) -m breakwater_cdk.openapi --out docs/openapi.json
 
 test: install  ## ruff + mypy + every test tier + cdk-nag + cfn-lint on the synthesized template
 	$(MAKE) lint
@@ -89,8 +97,8 @@ local: install  ## only tests/local (the emulator: moto's patched servers, mappi
 bootstrap: install  ## one-time per account/region: cdk bootstrap (uses your usual AWS credentials)
 	$(CDK) bootstrap
 
-deploy: install  ## deploy the stack to the account/region of your AWS credentials
-	$(CDK) deploy --require-approval broadening
+deploy: install  ## deploy one stage (STAGE=dev by default, or prod...) to the account/region of your AWS credentials
+	$(CDK) deploy --context stage=$(STAGE) --require-approval broadening Breakwater-$(STAGE)
 
 demo: install  ## run the main job on the embedded AWS (moto): a noisy neighbour against quiet tenants
 	$(PY) -m local demo
@@ -132,4 +140,4 @@ bench-cost: install  ## $ per million delivered messages by service, Breakwater 
 	$(PY) bench/cost.py
 
 clean:  ## remove build output (keeps .venv and node_modules)
-	rm -rf $(CDK_OUTDIR) out .pytest_cache .mypy_cache .ruff_cache
+	rm -rf $(CDK_OUTDIR) out build dist .pytest_cache .mypy_cache .ruff_cache

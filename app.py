@@ -1,29 +1,37 @@
 #!/usr/bin/env python3
-"""CDK entry point: load the blueprint's config from context, build the Breakwater stack, run cdk-nag.
+"""The example app: one stack per stage of cdk.json, each holding one ``Breakwater`` construct.
 
-``python app.py`` (or ``cdk synth``) synthesizes into ``CDK_OUTDIR`` (a temporary directory when it is
-not set). Tests and the embedded runtime call :func:`build_app` to synthesize in-process with
-context overrides; an invalid config raises :class:`stacks.config.ConfigError` naming key and value.
+cdk.json's ``breakwater`` object holds the settings every stage shares; ``breakwater_stages`` lists
+the stages (``dev``, ``prod``, or any list), each with the settings it changes on top of them.
+``python app.py`` (or ``cdk synth``) synthesizes every stage into ``CDK_OUTDIR``; ``-c stage=prod``
+only that one. Tests and the embedded runtime call :func:`build_app` in-process with context
+overrides and the stages they want; an invalid config raises
+:class:`breakwater_cdk.config.ConfigError` naming key and value.
 """
 
 from __future__ import annotations
 
 import json
 import sys
+from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
 import aws_cdk as cdk
 
-# The stack reads the runtime library's request models to generate the API's body schemas.
-sys.path.insert(0, str(Path(__file__).resolve().parent / "functions"))
-
-from stacks.breakwater_stack import BreakwaterStack
-from stacks.config import CONTEXT_KEY, ConfigError, load_config
-from stacks.nag import acknowledge_findings, apply_nag_packs
+from breakwater_cdk import Breakwater, Processor
+from breakwater_cdk.config import CONTEXT_KEY, ConfigError, load_config
+from breakwater_cdk.nag import apply_nag_packs
 
 ROOT = Path(__file__).resolve().parent
-STACK_ID = "Breakwater"
+STAGES_KEY = "breakwater_stages"
+DEFAULT_STAGE = "dev"  # what the embedded AWS deploys and the tests synthesize
+# The example's processor: its own directory, outside the construct library (processor/sample.py).
+PROCESSOR = Processor(directory=ROOT / "processor", handler="sample.process")
+
+
+def stack_id(stage: str) -> str:
+    return f"Breakwater-{stage}"
 
 
 def cdk_json_context() -> dict[str, Any]:
@@ -45,38 +53,40 @@ def merge_context(base: dict[str, Any], overrides: dict[str, Any]) -> dict[str, 
     return merged
 
 
-def build_app(context: dict[str, Any] | None = None, outdir: str | None = None) -> cdk.App:
-    """The app with the Breakwater stack.
+def stage_settings(app: cdk.App) -> dict[str, dict[str, Any]]:
+    """Each stage's settings: its own ``breakwater_stages`` entry merged over the shared ``breakwater``."""
+    shared = app.node.try_get_context(CONTEXT_KEY) or {}
+    stages = app.node.try_get_context(STAGES_KEY) or {DEFAULT_STAGE: {}}
+    if not isinstance(stages, dict) or not all(isinstance(value, dict) for value in stages.values()):
+        raise ConfigError(f"{STAGES_KEY} must map each stage's name to its settings, not {stages!r}")
+    return {stage: merge_context(shared, overrides) for stage, overrides in stages.items()}
+
+
+def build_app(
+    context: dict[str, Any] | None = None, outdir: str | None = None, stages: Sequence[str] | None = None
+) -> cdk.App:
+    """The app with one stack per stage: ``stages``, else the context's ``stage``, else every stage.
 
     ``context`` is merged over cdk.json's context, e.g. ``{"breakwater": {"mode": "naive"}}``.
     """
     app = cdk.App(context=merge_context(cdk_json_context(), context or {}), outdir=outdir)
-    config = load_config(app.node.try_get_context(CONTEXT_KEY))
-    stack = BreakwaterStack(
-        app,
-        STACK_ID,
-        config=config,
-        description="Breakwater: multitenant async ingest that never builds insurmountable queue backlogs",
-    )
-    check_resource_count(stack)
-    apply_nag_packs(app)
-    acknowledge_findings(stack)
-    return app
-
-
-MAX_STACK_RESOURCES = 500  # CloudFormation's limit per stack
-
-
-def check_resource_count(stack: BreakwaterStack) -> None:
-    """A stack CloudFormation would refuse is a config error naming the keys that size it."""
-    count = sum(1 for node in stack.node.find_all() if isinstance(node, cdk.CfnResource))
-    if count > MAX_STACK_RESOURCES:
-        config = stack.config
-        raise ConfigError(
-            f"the stack would have {count} resources; CloudFormation allows {MAX_STACK_RESOURCES} per stack. "
-            f"Lower breakwater.queue_set.size ({config.queue_set.size}, each live queue adds about 8) "
-            f"or breakwater.ordered.queue_count ({config.ordered.queue_count})"
+    settings = stage_settings(app)
+    chosen = app.node.try_get_context("stage")
+    wanted = list(stages) if stages is not None else [chosen] if chosen else list(settings)
+    for stage in wanted:
+        if stage not in settings:
+            raise ConfigError(f"stage {stage!r} is not in cdk.json's {STAGES_KEY} ({', '.join(settings)})")
+        stack = cdk.Stack(
+            app,
+            stack_id(stage),
+            description=f"Breakwater ({stage}): multitenant async ingest that never builds insurmountable "
+            "queue backlogs",
         )
+        Breakwater(
+            stack, "Breakwater", config=load_config(settings[stage]), processor=PROCESSOR, output_prefix=""
+        )
+    apply_nag_packs(app)
+    return app
 
 
 def main() -> int:

@@ -59,7 +59,7 @@ from breakwater.controller import (  # noqa: E402
 from breakwater.observability import logger  # noqa: E402
 from breakwater.settings import TierLimits  # noqa: E402
 
-TIMEOUT_S = 50  # stacks/control.py CONTROLLER_TIMEOUT_SECONDS
+TIMEOUT_S = 50  # breakwater_cdk/control.py CONTROLLER_TIMEOUT_SECONDS
 HANDLER_MARGIN_S = 5  # functions/controller/handler.py SAFETY_MARGIN_MS
 LATENCY_MS = {
     "Query": 15.0,
@@ -70,7 +70,7 @@ LATENCY_MS = {
     "UpdateEventSourceMapping": 50.0,
     "Invoke": 100.0,  # a synchronous invocation's own overhead (warm), on top of its run
 }
-MEMORY_MB = 1769  # stacks/control.py CONTROLLER_MEMORY_MB
+MEMORY_MB = 1769  # breakwater_cdk/control.py CONTROLLER_MEMORY_MB
 # Lambda gives a function CPU in proportion to its memory, one vCPU at 1,769 MB: Python time measured
 # here on a whole core is stretched by this much (an upper bound: this machine's core may be slower).
 CPU_FACTOR = 1769 / MEMORY_MB

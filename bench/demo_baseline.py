@@ -9,7 +9,7 @@ worker's included, which the demo gives more; all started before the load; the s
 times as often), creates the 20 tenants and sends only the baseline load (every tenant at ``--rate``
 messages/s, no burst). Per batch of a live-worker mapping it records: the age of the oldest message
 when the mapping received it (enqueue -> receive), the wait for a container (receive -> start),
-the handler's duration, the records admitted and processed (each costs ``simulated_work_ms`` of
+the handler's duration, the records admitted and processed (each costs ``breakwater_local.work_ms`` of
 sequential work) and the AWS requests the handler made. Prints one summary per mapping and for
 all, then the consumer capacity the configuration implies.
 """
@@ -179,7 +179,7 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__)
     parser.add_argument("--seconds", type=float, default=15.0)
     parser.add_argument("--naive", action="store_true")
-    parser.add_argument("--work-ms", type=int, default=None, help="override worker.simulated_work_ms")
+    parser.add_argument("--work-ms", type=int, default=None, help="override breakwater_local.work_ms")
     parser.add_argument("--containers", type=int, default=6)
     parser.add_argument("--rate", type=float, default=1.0, help="msg/s per tenant")
     parser.add_argument("--window", type=float, default=None, help="override worker.batching_window_seconds")
@@ -192,7 +192,7 @@ def main() -> None:
     patch()
     context = merge_context({}, DEMO_CONTEXT)
     if args.work_ms is not None:
-        context = merge_context(context, {"breakwater": {"worker": {"simulated_work_ms": args.work_ms}}})
+        context = merge_context(context, {"breakwater_local": {"work_ms": args.work_ms}})
     if args.window is not None:
         context = merge_context(context, {"breakwater": {"worker": {"batching_window_seconds": args.window}}})
     if args.naive:

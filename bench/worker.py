@@ -29,6 +29,7 @@ from typing import Any
 
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT / "functions"))
+sys.path.insert(1, str(ROOT))  # the example app's processor (processor/sample.py)
 
 ENV = {
     "AWS_ACCESS_KEY_ID": "bench",
@@ -63,7 +64,6 @@ ENV = {
     "VISIBILITY_TIMEOUT_SECONDS": "360",
     "LEASE_SECONDS": "1",
     "LEASE_MAX_FRACTION": "0.25",
-    "SIMULATED_WORK_MS": "0",
     "MAX_RECEIVE_COUNT": "5",
 }
 os.environ.update(ENV)
@@ -166,17 +166,17 @@ def _stubbed_handler(
     kind: str, recorded: list[tuple[Any, str, dict[str, Any]]] | None = None
 ) -> tuple[Any, list[CannedStubber]]:
     """The worker's decorated handler over stubbed clients (the worker's own client config)."""
-    from breakwater import processor
     from breakwater.aws.worker_ports import build_worker_ports
     from breakwater.observability import logger, metrics
     from breakwater.settings import WorkerSettings
     from breakwater.worker import Worker, WorkerOptions
+    from processor.sample import process
 
     settings = WorkerSettings.from_env()
     ddb, sqs, stubs = _stubbed_clients(recorded)
     worker = Worker(
         WorkerOptions.from_settings(settings),
-        build_worker_ports(settings, processor.process, dynamodb=ddb, sqs=sqs),
+        build_worker_ports(settings, process, dynamodb=ddb, sqs=sqs),
     )
     return logger.inject_lambda_context(metrics.log_metrics(worker.handle)), stubs
 

@@ -7,7 +7,8 @@
   bin/tenants set-limits <tenant> rate=20 burst=40     override tier limits ("rate=" clears one)
   bin/tenants list                                     tenants, tiers, status, overrides
 
-The table is --table NAME, or the TenantsTableName output of the --stack (default Breakwater).
+The table is --table NAME, or the TenantsTableName output of the stage's stack (--stage dev, the
+stack Breakwater-dev; --stack NAME for another).
 Each tenant also has an API Gateway API key in its tier's usage plan (the edge throttle, named by
 the stack's EdgeUsagePlans output): `add` and `set-limits` keep it there; `enroll` repairs an
 interrupted enrolment and enrols tenants created before the stack had usage plans. A tenant whose key
@@ -30,20 +31,32 @@ STACK_OUTPUT = "TenantsTableName"
 
 def stack_output(stack: str, key: str) -> str | None:
     import boto3
+    from botocore.exceptions import ClientError
 
-    stacks = boto3.client("cloudformation").describe_stacks(StackName=stack)["Stacks"]
+    try:
+        stacks = boto3.client("cloudformation").describe_stacks(StackName=stack)["Stacks"]
+    except ClientError as error:
+        if error.response.get("Error", {}).get("Code") != "ValidationError":
+            raise
+        raise SystemExit(f"no stack {stack} here: deploy that stage, or pass --stage or --stack") from None
     for output in stacks[0].get("Outputs", []):
         if output["OutputKey"] == key:
             return str(output["OutputValue"])
     return None
 
 
+def stack_name(args: argparse.Namespace) -> str:
+    """``--stack``, else the example app's stack of ``--stage`` (app.py's ``stack_id``)."""
+    return str(args.stack) if args.stack else f"Breakwater-{args.stage}"
+
+
 def table_name(args: argparse.Namespace) -> str:
     if args.table:
         return str(args.table)
-    name = stack_output(args.stack, STACK_OUTPUT)
+    stack = stack_name(args)
+    name = stack_output(stack, STACK_OUTPUT)
     if name is None:
-        raise SystemExit(f"stack {args.stack} has no {STACK_OUTPUT} output; pass --table")
+        raise SystemExit(f"stack {stack} has no {STACK_OUTPUT} output; pass --table")
     return name
 
 
@@ -52,9 +65,9 @@ def usage_plans(args: argparse.Namespace) -> Any:
     from breakwater.aws.usage_plans import STACK_OUTPUT as PLANS_OUTPUT
     from breakwater.aws.usage_plans import EdgePlans, UsagePlans
 
-    text = args.edge_plans or stack_output(args.stack, PLANS_OUTPUT)
+    text = args.edge_plans or stack_output(stack_name(args), PLANS_OUTPUT)
     if text is None:
-        raise SystemExit(f"stack {args.stack} has no {PLANS_OUTPUT} output; deploy this version of the stack")
+        raise SystemExit(f"stack {stack_name(args)} has no {PLANS_OUTPUT} output; deploy this version of it")
     return UsagePlans(EdgePlans.from_output(text))
 
 
@@ -101,7 +114,8 @@ def main(argv: list[str] | None = None) -> int:
 
     parser = argparse.ArgumentParser(prog="bin/tenants", description=(__doc__ or "").split("\n\n")[0])
     parser.add_argument("--table", help="tenants table name (default: the stack's TenantsTableName output)")
-    parser.add_argument("--stack", default="Breakwater", help="stack to read the table name from")
+    parser.add_argument("--stage", default="dev", help="the stage (cdk.json breakwater_stages) to manage")
+    parser.add_argument("--stack", help="stack to read the outputs from (default: Breakwater-<stage>)")
     parser.add_argument(
         "--edge-plans", help="the stack's EdgeUsagePlans output, as JSON (default: read from the --stack)"
     )
@@ -132,6 +146,7 @@ def main(argv: list[str] | None = None) -> int:
     ):
         sub.add_argument("--table", default=argparse.SUPPRESS, help=argparse.SUPPRESS)
         sub.add_argument("--stack", default=argparse.SUPPRESS, help=argparse.SUPPRESS)
+        sub.add_argument("--stage", default=argparse.SUPPRESS, help=argparse.SUPPRESS)
         sub.add_argument("--edge-plans", default=argparse.SUPPRESS, help=argparse.SUPPRESS)
     args = parser.parse_args(argv)
 

@@ -22,6 +22,7 @@ from pathlib import Path
 from typing import Any
 
 import sim  # noqa: F401  (puts the runtime library on the path)
+from breakwater_cdk.config import ConfigError
 from local.aws_limits import AwsLimits
 from sim.config import CDK_JSON, CONFIGURATIONS, REPO, ConfigName, blueprint, load_context, parse_assignment
 from sim.report import hottest_table, plot, table, write_json
@@ -30,7 +31,6 @@ from sim.scale import TENANTS, TOTAL_RATE, WORK_MS, scale_scenario, sizing
 from sim.scenarios import KINDS, Kind, seed_scale
 from sim.validation import REFERENCE, compare, run_validation
 from sim.worker import Costs
-from stacks.config import ConfigError
 
 
 def _arguments(argv: list[str] | None) -> argparse.Namespace:

@@ -17,12 +17,12 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass, field
 
+from breakwater_cdk.config import BlueprintConfig
 from local.pricing.cost import lambda_duration_unit
 from local.pricing.usage import gb_seconds, read_units, sqs_chunks, write_units
-from stacks.config import BlueprintConfig
 
 RECEIVE_MAX = 10  # messages one SQS request carries at most (ReceiveMessage, SendMessageBatch)
-# The controller's memory is the stack's constant (stacks.control), not a setting; importing that
+# The controller's memory is the stack's constant (breakwater_cdk.control), not a setting; importing that
 # module would load the CDK into every simulation, so the figure is repeated here and a test keeps
 # the two equal.
 CONTROLLER_MEMORY_MB = 1769

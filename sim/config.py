@@ -1,6 +1,6 @@
 """The configuration a simulation runs: cdk.json's ``breakwater`` object, overrides, and the three setups.
 
-The blueprint's own configuration is read and validated by ``stacks.config.load_config``, as at
+The blueprint's own configuration is read and validated by ``breakwater_cdk.config.load_config``, as at
 synth, so a fork simulates its own settings and a bad value is refused with the same message. The
 three configurations compared are derived from it:
 
@@ -21,7 +21,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Literal
 
-from stacks.config import BlueprintConfig, load_config
+from breakwater_cdk.config import BlueprintConfig, load_config
 
 CONTEXT_KEY = "breakwater"
 REPO = Path(__file__).resolve().parents[1]

@@ -16,13 +16,13 @@ from concurrent.futures import ProcessPoolExecutor
 from dataclasses import dataclass, field
 from typing import Any
 
+from breakwater_cdk.config import BlueprintConfig
 from local.aws_limits import AwsLimits
 from sim.config import ConfigName, Setup, setups
 from sim.report import summarize
 from sim.scenarios import Scenario
 from sim.system import System
 from sim.worker import Costs
-from stacks.config import BlueprintConfig
 
 
 def default_jobs() -> int:

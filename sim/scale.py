@@ -17,7 +17,7 @@ messages a second over 10,000 tenants: about 2,040), the draw's otherwise.
   baseline.
 
 The fleet is sized as a platform team would for the offered peak (:func:`sizing`), within what
-``stacks.config`` accepts: enough live queues and concurrency that the peak keeps half of it busy,
+``breakwater_cdk.config`` accepts: enough live queues and concurrency that the peak keeps half of it busy,
 and a stage throttle above the peak (the account's API Gateway quota raised to match).
 """
 
@@ -28,9 +28,9 @@ from typing import Any
 
 import numpy as np
 
+from breakwater_cdk.config import BlueprintConfig
 from sim.scenarios import DEFAULT_COSTS, Scenario, fleet_capacity, zipf_rates
 from sim.worker import Costs
-from stacks.config import BlueprintConfig
 
 TENANTS = 10_000
 TOTAL_RATE = 20_000.0  # messages per second offered at full load

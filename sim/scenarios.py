@@ -15,8 +15,8 @@ from typing import Any, Literal
 
 import numpy as np
 
+from breakwater_cdk.config import BlueprintConfig
 from sim.worker import Costs
-from stacks.config import BlueprintConfig
 
 DEFAULT_COSTS = Costs()
 
@@ -174,14 +174,15 @@ def seed_scale(
     )
 
 
-def embedded(reference: Mapping[str, Any], config: BlueprintConfig) -> Scenario:
-    """The embedded default's noisy run as its report describes it, at the rates its clients achieved."""
+def embedded(reference: Mapping[str, Any], work_ms: float) -> Scenario:
+    """The embedded default's noisy run as its report describes it, at the rates its clients achieved,
+    each message costing ``work_ms`` (the emulator's simulated work)."""
     scenario = reference["scenario"]
     count = int(scenario["tenants"])
     names = tuple(f"tenant-{index:02d}" for index in range(1, count + 1))
     rates = [float(scenario["quiet_rate"])] * count
     rates[0] = float(scenario["noisy_rate"])
-    work = float(config.worker.simulated_work_ms)
+    work = work_ms
     return Scenario(
         kind="noisy",
         tenants=names,

@@ -38,6 +38,7 @@ from breakwater.observability import logger, metrics
 from breakwater.routing import QueueDepths, choose_queue, shard_for
 from breakwater.settings import TierLimits
 from breakwater.sideline import DecisionConfig
+from breakwater_cdk.config import TierConfig
 from local.aws_limits import AwsLimits
 from sim.billing import RECEIVE_MAX, Billing, Meter, usage
 from sim.config import Setup
@@ -48,7 +49,6 @@ from sim.messages import Message
 from sim.scenarios import Load, Scenario
 from sim.sqs import SqsQueue
 from sim.worker import ConsumerBuckets, Costs, LeaseTable, Outcome, WorkerModel, WorkerSetup
-from stacks.config import TierConfig
 
 ARCHIVER_START_S = 1.0  # an asynchronous invoke, then the archiver reads and parks what waits
 
@@ -156,7 +156,8 @@ class System:
         rate = ConsumerBuckets(self.limits, table) if practices else None
         concurrency = worker.mapping_concurrency
         burst = worker.burst_share
-        # the burst pools as stacks/environment.py sizes them: a share of what the worker's mappings allow
+        # the burst pools as breakwater_cdk/environment.py sizes them: a share of what the worker's
+        # mappings allow
         live_slots = max(1, int(burst * (setup.queue_count + 1) * concurrency)) if burst is not None else None
         sideline_slots = max(1, int(burst * 2 * concurrency)) if burst is not None else None
         self.live_worker = WorkerModel(

@@ -46,8 +46,21 @@ def load_reference(path: Path = REFERENCE) -> dict[str, Any]:
 
 
 def validation_scenario(reference: dict[str, Any]) -> tuple[Scenario, Any]:
-    config = blueprint(load_context(), [reference["context"]])
-    return embedded(reference, config), config
+    context, work_ms = emulator_work(reference["context"])
+    config = blueprint(load_context(), [context])
+    return embedded(reference, work_ms), config
+
+
+def emulator_work(context: dict[str, Any]) -> tuple[dict[str, Any], float]:
+    """The run's context without the emulator's simulated work per message, and that work (ms).
+
+    The emulator's own key (``breakwater_local.work_ms``) is no setting of the stack; a reference
+    recorded before it was one names it as ``breakwater.worker.simulated_work_ms``.
+    """
+    context = json.loads(json.dumps(context))
+    work = context.pop("breakwater_local", {}).get("work_ms")
+    legacy = context.get("breakwater", {}).get("worker", {}).pop("simulated_work_ms", None)
+    return context, float(work if work is not None else legacy if legacy is not None else 20)
 
 
 def run_validation(reference: dict[str, Any] | None = None) -> dict[str, Any]:

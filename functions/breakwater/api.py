@@ -101,7 +101,8 @@ def error_response(error: ApiError) -> Response[str]:
     """The problem details and headers; counted as ``Throttled`` or ``Rejected``, logged with its code.
 
     A refusal's line carries ``status`` and ``code`` as fields beside the ``tenant`` key
-    :func:`tenant_of` appended: the per-tenant refusal views (stacks/insights.py) rank tenants by them.
+    :func:`tenant_of` appended: the per-tenant refusal views (breakwater_cdk/insights.py) rank
+    tenants by them.
     """
     if error.status == 429:
         metrics.add_metric(name="Throttled", unit=MetricUnit.Count, value=1)

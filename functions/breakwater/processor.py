@@ -1,6 +1,9 @@
-"""The user's processor: the one function a fork replaces.
+"""The processor contract: what Breakwater's workers promise the user's processor, and ask of it.
 
-Breakwater calls :func:`process` once per admitted message, under a heartbeat and behind
+The processor is the user's own function ``process(envelope, work) -> dict`` in their own directory
+(``breakwater_cdk.Processor(directory=..., handler="module.function")``); the live, sideline and FIFO
+workers load it at cold start (:func:`deploy`) and call it through :func:`process`. Breakwater calls
+it once per admitted message, under a heartbeat and behind
 idempotency (an envelope id that was processed successfully is never processed again). The
 contract for a replacement:
 
@@ -15,8 +18,8 @@ contract for a replacement:
 - hand a side effect that is a DynamoDB write to ``work.add_effect`` (a TransactWriteItems entry)
   instead of making it: the worker writes it in one transaction with the message's idempotency
   record (the inbox pattern), so it happens exactly once, even when a worker dies mid-batch or two
-  copies of the message run at once, and never for a message that fails. The worker's role needs
-  write access to the table it names (``workers.effect_tables`` in cdk.json);
+  copies of the message run at once, and never for a message that fails. The workers' role needs
+  write access to the table it names (the processor's ``grants``);
 - write any other side effect idempotently, keyed by ``envelope.id`` (or the client's ``dedup_key``,
   :func:`breakwater.envelope.processing_id`): a worker that dies mid-batch, after this function
   returned but before the batch recorded it, runs the message again once its lock expires.
@@ -24,9 +27,11 @@ contract for a replacement:
 
 from __future__ import annotations
 
+import importlib
 import threading
+from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, cast
 
 from breakwater.envelope import Envelope
 
@@ -50,11 +55,10 @@ class TooManyEffectsError(ValueError):
 
 @dataclass
 class WorkContext:
-    """What the processor may look at while it works: the cancel signal and its configured duration,
+    """What the processor may look at while it works: the cancel signal (:meth:`check`, :meth:`pause`)
     and the transactional effects it hands back (:meth:`add_effect`)."""
 
     cancel: threading.Event = field(default_factory=threading.Event)
-    simulated_work_ms: int = 0
     reason: str = ""
     effects: list[dict[str, Any]] = field(default_factory=list)
 
@@ -87,32 +91,33 @@ class WorkContext:
             self.check()
 
 
-# ---------------------------------------------------------------------------------------------------
-# FORK HERE: replace the body of ``process`` with your workload. Keep the signature.
-# ---------------------------------------------------------------------------------------------------
+ProcessFunction = Callable[[Envelope, WorkContext], dict[str, Any]]
+_deployed: ProcessFunction | None = None
+
+
+def load_processor(handler: str) -> ProcessFunction:
+    """The function ``handler`` names as ``module.function`` (``PROCESSOR_HANDLER``): the user's processor."""
+    module, _, name = handler.rpartition(".")
+    if not module or not name:
+        raise ValueError(f"PROCESSOR_HANDLER {handler!r} is not 'module.function'")
+    function = getattr(importlib.import_module(module), name, None)
+    if not callable(function):
+        raise ValueError(f"PROCESSOR_HANDLER {handler!r}: module {module!r} has no function {name!r}")
+    return cast(ProcessFunction, function)
+
+
+def deploy(handler: str) -> None:
+    """Make the function ``handler`` names the one :func:`process` runs (the workers, at cold start)."""
+    global _deployed
+    _deployed = load_processor(handler)
+
+
 def process(envelope: Envelope, work: WorkContext) -> dict[str, Any]:
-    """Sample workload: simulates ``simulated_work_ms`` of work, cooperatively cancellable.
+    """Run the deployed processor on one message.
 
-    A payload ``{"work_factor": n}`` (1 to 100) makes the message ``n`` times as expensive: it stands
-    for a downstream that got slower for this message's tenant (the demo's ``slow`` scenario).
+    The workers look this function up at call time, so the local tools' hooks (and tests) may wrap
+    or replace it around whichever processor is deployed.
     """
-    remaining = work.simulated_work_ms * work_factor(envelope.payload) / 1000
-    step = 0.05
-    while remaining > 0:
-        work.pause(min(step, remaining))
-        remaining -= step
-    work.check()
-    return {"id": envelope.id, "tenant": envelope.tenant, "type": envelope.type}
-
-
-MAX_WORK_FACTOR = 100.0
-
-
-def work_factor(payload: Any) -> float:
-    """The sample workload's cost multiplier named by the payload (1 when it names none or a bad one)."""
-    if not isinstance(payload, dict):
-        return 1.0
-    value = payload.get("work_factor")
-    if isinstance(value, bool) or not isinstance(value, int | float):
-        return 1.0
-    return min(max(float(value), 1.0), MAX_WORK_FACTOR)
+    if _deployed is None:
+        raise RuntimeError("no processor deployed: the worker's PROCESSOR_HANDLER is not set")
+    return _deployed(envelope, work)

@@ -1,7 +1,7 @@
 """Handler settings: the environment CDK sets, validated once at cold start.
 
 Policy code never reads ``os.environ``; handlers build one of these models and pass plain values
-down. The names here are the contract between ``stacks/`` (which sets them) and the handlers.
+down. The names here are the contract between ``breakwater_cdk/`` (which sets them) and the handlers.
 """
 
 from __future__ import annotations
@@ -19,7 +19,7 @@ class SettingsError(RuntimeError):
 
 
 class TierLimits(BaseModel):
-    """Per-tenant limits of a tier (mirrors ``stacks.config.TierConfig``; a test keeps them equal)."""
+    """Per-tenant limits of a tier (mirrors ``breakwater_cdk.config.TierConfig``; a test keeps them equal)."""
 
     model_config = ConfigDict(extra="forbid", frozen=True)
 
@@ -120,7 +120,7 @@ class WorkerSettings(TierSettings):
     visibility_timeout_seconds: int = Field(ge=1)
     lease_seconds: float = Field(gt=0)
     lease_max_fraction: float = Field(gt=0, le=1)
-    simulated_work_ms: int = Field(ge=0)
+    processor_handler: str | None = Field(default=None, description="the processor, module.function")
     sidelining_enabled: bool = True
     tenants_table_name: str | None = Field(
         default=None, description="per-tenant limit overrides; tiers only if unset"
@@ -253,7 +253,7 @@ class FifoWorkerSettings(_EnvModel):
     write_ahead_table_name: str
     write_ahead_lease_seconds: int = Field(ge=1)
     write_ahead_retention_seconds: int = Field(ge=1)
-    simulated_work_ms: int = Field(default=0, ge=0)
+    processor_handler: str | None = Field(default=None, description="the processor, module.function")
     state_table_name: str | None = Field(default=None, description="the group backlog counters")
     group_backlog_window_seconds: int | None = Field(default=None, ge=1)
 

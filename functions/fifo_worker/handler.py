@@ -27,6 +27,8 @@ from breakwater.ordered import Outcome, SideEffect
 from breakwater.settings import FifoWorkerSettings
 
 SETTINGS = FifoWorkerSettings.from_env()
+if SETTINGS.processor_handler:  # the user's processor, bundled beside this handler
+    user_processor.deploy(SETTINGS.processor_handler)
 processor = SqsFifoPartialProcessor(skip_group_on_error=True)
 _OUTCOME_METRIC = {
     Outcome.PROCESSED: "Processed",
@@ -36,14 +38,14 @@ _OUTCOME_METRIC = {
 
 
 def run_user_processor(envelope: Envelope) -> list[dict[str, Any]]:
-    """The side effect: the fork's processor (the same one the standard workers call); the writes it
+    """The side effect: the user's processor (the same one the standard workers call); the writes it
     handed to ``work.add_effect``, for the consumer to make with the message's completion."""
-    work = user_processor.WorkContext(simulated_work_ms=SETTINGS.simulated_work_ms)
+    work = user_processor.WorkContext()
     user_processor.process(envelope, work)
     return work.effects
 
 
-# Tests and forks may swap the side effect; it receives envelopes of one group in order, and may
+# Tests may swap the side effect; it receives envelopes of one group in order, and may
 # return DynamoDB transaction entries to be written with the message's completion.
 SIDE_EFFECT: SideEffect = run_user_processor
 # Looked up at call time, so a SIDE_EFFECT replaced after import is the one that runs.

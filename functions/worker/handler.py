@@ -20,9 +20,12 @@ from breakwater.settings import WorkerSettings
 from breakwater.worker import Worker, WorkerOptions
 
 settings = WorkerSettings.from_env()
+if settings.processor_handler:  # the user's processor, bundled beside this handler
+    processor.deploy(settings.processor_handler)
 worker = Worker(
     WorkerOptions.from_settings(settings),
-    # Looked up at call time, so a fork (or a test) that replaces breakwater.processor.process is honoured.
+    # Looked up at call time, so the local tools' hooks (or a test) that wrap breakwater.processor.process
+    # are honoured.
     build_worker_ports(settings, lambda envelope, work: processor.process(envelope, work)),
 )
 

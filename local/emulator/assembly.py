@@ -8,8 +8,6 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-STACK_NAME = "Breakwater"
-
 
 @dataclass(frozen=True)
 class CloudAssembly:
@@ -36,14 +34,16 @@ class CloudAssembly:
         }
 
 
-def synthesize(outdir: Path, context: dict[str, Any] | None = None) -> CloudAssembly:
-    """``app.build_app(context)`` synthesized into ``outdir``; ``context`` is deep-merged over cdk.json's."""
+def synthesize(outdir: Path, context: dict[str, Any] | None = None, stage: str = "dev") -> CloudAssembly:
+    """``app.build_app(context)``'s stack of ``stage`` synthesized into ``outdir``; ``context`` is
+    deep-merged over cdk.json's (the stage's own settings then apply on top)."""
     os.environ.setdefault("JSII_SILENCE_WARNING_END_OF_LIFE_NODE_VERSION", "20")
     os.environ.setdefault("JSII_SILENCE_WARNING_UNTESTED_NODE_VERSION", "1")
     import app as cdk_app  # the CDK entry point; imported late, it loads jsii (a node process)
 
     outdir.mkdir(parents=True, exist_ok=True)
-    built = cdk_app.build_app(context=context, outdir=str(outdir))
+    built = cdk_app.build_app(context=context, outdir=str(outdir), stages=[stage])
     built.synth()
-    template = json.loads((outdir / f"{cdk_app.STACK_ID}.template.json").read_text(encoding="utf-8"))
-    return CloudAssembly(directory=outdir, stack_name=cdk_app.STACK_ID, template=template)
+    stack_name = cdk_app.stack_id(stage)
+    template = json.loads((outdir / f"{stack_name}.template.json").read_text(encoding="utf-8"))
+    return CloudAssembly(directory=outdir, stack_name=stack_name, template=template)

@@ -268,6 +268,8 @@ def main() -> None:
     sys.path[0] = (
         code_dir  # in place of this script's directory: the function's code comes first, as in Lambda
     )
+    layers = os.environ.pop("BREAKWATER_LOCAL_LAYERS", "")
+    sys.path[1:1] = [path for path in layers.split(os.pathsep) if path]  # then its layers, as /opt/python
     os.chdir(code_dir)
     requests_in = os.fdopen(request_fd, "r", encoding="utf-8")
     answers = os.fdopen(answer_fd, "w", encoding="utf-8")

@@ -104,26 +104,38 @@ def _function_refs(value: Any, functions: set[str]) -> list[str]:
     return found
 
 
+def _extracted(s3: Any, code: dict[str, Any], code_root: Path) -> Path:
+    """The zip an asset's ``S3Bucket``/``S3Key`` names, extracted once under ``code_root``."""
+    bucket = _substitute(
+        code["S3Bucket"]["Fn::Sub"] if isinstance(code["S3Bucket"], dict) else code["S3Bucket"]
+    )
+    key = code["S3Key"]
+    code_dir = code_root / Path(key).stem
+    if not code_dir.exists():
+        body = s3.get_object(Bucket=bucket, Key=key)["Body"].read()
+        staging = code_dir.with_name(code_dir.name + ".partial")
+        with zipfile.ZipFile(io.BytesIO(body)) as archive:
+            archive.extractall(staging)
+        staging.rename(code_dir)
+    return code_dir
+
+
 def functions(
     aws: EmbeddedAws, assembly: CloudAssembly, deployment: Deployment, code_root: Path
 ) -> dict[str, FunctionSpec]:
+    """Each function's resolved configuration, its code and the stack's own layers it uses, extracted.
+
+    A layer from outside the stack (Powertools') is a stand-in (``deploy.publish_layer_stand_ins``):
+    what it holds comes from the virtualenv.
+    """
     lam, s3 = aws.client("lambda"), aws.client("s3")
+    layers = assembly.resources("AWS::Lambda::LayerVersion")
     specs: dict[str, FunctionSpec] = {}
     for logical_id, resource in assembly.resources("AWS::Lambda::Function").items():
         name = deployment.physical_ids[logical_id]
         config = lam.get_function_configuration(FunctionName=name)
-        code = resource["Properties"]["Code"]
-        bucket = _substitute(
-            code["S3Bucket"]["Fn::Sub"] if isinstance(code["S3Bucket"], dict) else code["S3Bucket"]
-        )
-        key = code["S3Key"]
-        code_dir = code_root / Path(key).stem
-        if not code_dir.exists():
-            body = s3.get_object(Bucket=bucket, Key=key)["Body"].read()
-            staging = code_dir.with_name(code_dir.name + ".partial")
-            with zipfile.ZipFile(io.BytesIO(body)) as archive:
-                archive.extractall(staging)
-            staging.rename(code_dir)
+        properties = resource["Properties"]
+        own_layers = [_ref(layer) for layer in properties.get("Layers", [])]
         specs[logical_id] = FunctionSpec(
             logical_id=logical_id,
             name=name,
@@ -132,7 +144,12 @@ def functions(
             timeout_s=int(config.get("Timeout", 3)),
             memory_mb=int(config.get("MemorySize", 128)),
             environment=dict(config.get("Environment", {}).get("Variables", {})),
-            code_dir=code_dir,
+            code_dir=_extracted(s3, properties["Code"], code_root),
+            layer_dirs=tuple(
+                _extracted(s3, layers[layer]["Properties"]["Content"], code_root)
+                for layer in own_layers
+                if layer in layers
+            ),
         )
     return specs
 

@@ -46,6 +46,9 @@ class FunctionSpec:
     memory_mb: int
     environment: dict[str, str]
     code_dir: Path
+    # The function's layers, extracted: each one's ``python/`` goes on the path after the code, as
+    # Lambda mounts layers under /opt (the runtime library's layer among them).
+    layer_dirs: tuple[Path, ...] = ()
 
 
 @dataclass
@@ -96,6 +99,7 @@ class _Container:
             **spec.environment,
             "BREAKWATER_LOCAL_FDS": f"{request_read},{answer_write}",
             "BREAKWATER_LOCAL_FUNCTION_ARN": spec.arn,
+            "BREAKWATER_LOCAL_LAYERS": os.pathsep.join(str(layer / "python") for layer in spec.layer_dirs),
         }
         self.process = subprocess.Popen(  # noqa: S603 - this interpreter, our container script
             [sys.executable, "-u", str(CONTAINER_SCRIPT), str(spec.code_dir), spec.handler],

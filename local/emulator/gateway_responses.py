@@ -1,7 +1,7 @@
 """The gateway's own answers: the response types API Gateway refuses a request with, their default
 status and message, and the rendering of the template's gateway responses for them.
 
-The stack's gateway responses (``stacks/ingress.py``) answer every type with a problem details object
+The stack's gateway responses (``breakwater_cdk/ingress.py``) answer every type with a problem details object
 and a fixed status; the emulator substitutes the template's ``$context`` variables as API Gateway does
 and sends the headers the response maps. A type with no response of its own takes its family's
 (``DEFAULT_4XX``, ``DEFAULT_5XX``); a template without any is answered as API Gateway's default.

@@ -1,6 +1,13 @@
 """Local-only hooks around the user's processor, installed by ``container.py`` in a worker's container.
 
-Environment variables switch them on (the scenarios and the chaos run set them; nothing in the stack does):
+Environment variables switch them on (the emulator, the scenarios and the chaos run set them; nothing in
+the stack does):
+
+- ``BREAKWATER_LOCAL_WORK_MS``: the demo's stand-in for a processor's own work, paused (cancellably,
+  as ``work.pause`` does) before the deployed processor runs: this many milliseconds per message,
+  times the payload's ``work_factor`` (1 to 100; the ``slow`` scenario's slower downstream). The
+  runtime sets it from the context's ``breakwater_local.work_ms`` (:data:`DEFAULT_WORK_MS` unless it
+  says otherwise; 0 runs the processor alone).
 
 - ``BREAKWATER_LOCAL_FAULTS``: a JSON file of switches the scenario flips while it runs, read at most
   every :data:`REREAD_S`: ``dependency_down`` makes every call raise the processor contract's
@@ -44,7 +51,30 @@ EFFECTS_ENV = "BREAKWATER_LOCAL_EFFECTS"
 EFFECTS_TABLE_ENV = "BREAKWATER_LOCAL_EFFECTS_TABLE"
 FAULT_LOG_ENV = "BREAKWATER_LOCAL_FAULT_LOG"
 REQUEST_ID_ENV = "BREAKWATER_LOCAL_REQUEST_ID"  # the invocation in progress (set by container.py)
+WORK_MS_ENV = "BREAKWATER_LOCAL_WORK_MS"
+DEFAULT_WORK_MS = 20
 REREAD_S = 0.1
+MAX_WORK_FACTOR = 100.0
+WORK_STEP_S = 0.05  # how often the simulated work looks at the cancel signal
+
+
+def work_factor(payload: Any) -> float:
+    """The simulated work's multiplier a payload names (1 when it names none or a bad one)."""
+    if not isinstance(payload, dict):
+        return 1.0
+    value = payload.get("work_factor")
+    if isinstance(value, bool) or not isinstance(value, int | float):
+        return 1.0
+    return min(max(float(value), 1.0), MAX_WORK_FACTOR)
+
+
+def simulate_work(work: Any, seconds: float) -> None:
+    """Pause ``seconds`` in steps, raising as soon as the work is cancelled (deadline, Lambda's time)."""
+    remaining = seconds
+    while remaining > 0:
+        work.pause(min(WORK_STEP_S, remaining))
+        remaining -= WORK_STEP_S
+    work.check()
 
 
 class _Switches:
@@ -184,7 +214,8 @@ def install() -> bool:
     """Wrap ``breakwater.processor.process`` if any variable is set; False if there is nothing to do."""
     faults_path, effects_path = os.environ.get(FAULTS_ENV), os.environ.get(EFFECTS_ENV)
     table_name = os.environ.get(EFFECTS_TABLE_ENV)
-    if not faults_path and not effects_path and not table_name:
+    work_s = float(os.environ.get(WORK_MS_ENV) or 0) / 1000
+    if not faults_path and not effects_path and not table_name and not work_s:
         return False
     from breakwater import processor
 
@@ -218,6 +249,8 @@ def install() -> bool:
         chaos = ChaosFaults.of(faults)
         if chaos is not None:
             chaos_faults(chaos, envelope, work)
+        if work_s:
+            simulate_work(work, work_s * work_factor(envelope.payload))
         result = original(envelope, work)
         if table is not None:
             run = "|".join(

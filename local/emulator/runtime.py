@@ -16,7 +16,7 @@ import threading
 import time
 from collections.abc import Callable
 from concurrent.futures import Future, ThreadPoolExecutor, wait
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
@@ -31,6 +31,7 @@ from local.emulator.functions import FunctionPool, FunctionSpec, Invocation
 from local.emulator.kinesis_mapping import KinesisMapping
 from local.emulator.mappings import MappingConfigs, SqsMapping
 from local.emulator.moto_process import freeze_heap
+from local.emulator.processor_hooks import DEFAULT_WORK_MS, WORK_MS_ENV
 from local.emulator.replay import LocalRun, ReplayRequest, discover_target, run_local
 
 log = logging.getLogger("breakwater.local")
@@ -117,6 +118,38 @@ class RuntimeOptions:
     limits: AwsLimits | None = None
 
 
+PROCESSOR_HANDLER = "PROCESSOR_HANDLER"  # set on the functions that run the user's processor
+LOCAL_KEY = "breakwater_local"  # the context's settings for the emulator alone: never synthesized
+
+
+def local_settings(context: dict[str, Any]) -> dict[str, Any]:
+    """The context's ``breakwater_local`` object: ``work_ms`` (the demo's simulated work per message,
+    ``processor_hooks``) and ``processor_environment`` (see :func:`with_local_processor_environment`)."""
+    settings = context.get(LOCAL_KEY) or {}
+    if not isinstance(settings, dict):
+        raise ValueError(f"context {LOCAL_KEY} must be an object, not {settings!r}")
+    return settings
+
+
+def with_local_processor_environment(
+    functions: dict[str, FunctionSpec], context: dict[str, Any]
+) -> dict[str, FunctionSpec]:
+    """The functions that run the processor, with ``breakwater_local.processor_environment`` over their
+    variables: the hook that points a user's processor at a local stub of its downstream (its URL on
+    127.0.0.1) instead of the real one the stack was synthesized with."""
+    overrides = {
+        str(k): str(v) for k, v in (local_settings(context).get("processor_environment") or {}).items()
+    }
+    if not overrides:
+        return functions
+    return {
+        logical_id: replace(spec, environment={**spec.environment, **overrides})
+        if PROCESSOR_HANDLER in spec.environment
+        else spec
+        for logical_id, spec in functions.items()
+    }
+
+
 def container_cap(options: RuntimeOptions, mapping_concurrency: int) -> int:
     """A function's execution environments: ``max_containers``, or more for its mappings' concurrency.
 
@@ -173,11 +206,14 @@ class LocalRuntime:
         self.deployment = create_stack(self.aws, self.assembly)
         code_root = workdir / "code"
         shutil.rmtree(code_root, ignore_errors=True)
-        self.functions = discovery.functions(self.aws, self.assembly, self.deployment, code_root)
+        self.functions = with_local_processor_environment(
+            discovery.functions(self.aws, self.assembly, self.deployment, code_root), self.context
+        )
         self.logs.open(workdir / "functions.log")
         runtime_env = {
             **self.aws.environment(),
             "POWERTOOLS_TRACE_DISABLED": "true",  # no X-Ray daemon here
+            WORK_MS_ENV: str(local_settings(self.context).get("work_ms", DEFAULT_WORK_MS)),
             **self.options.extra_function_env,
         }
         concurrency = discovery.mapping_concurrency(self.assembly)

@@ -81,6 +81,7 @@ CRASHED = frozenset({"Runtime.ExitError", "Sandbox.Timedout"})
 CHAOS_CONTEXT: dict[str, Any] = merge_context(
     DEMO_CONTEXT,
     {
+        "breakwater_local": {"work_ms": 20},
         "breakwater": {
             "tiers": {
                 "standard": {
@@ -97,9 +98,8 @@ CHAOS_CONTEXT: dict[str, Any] = merge_context(
                 "timeout_seconds": 8,
                 "visibility_timeout_multiplier": 1,
                 "heartbeat_seconds": 1,
-                "simulated_work_ms": 20,
             },
-        }
+        },
     },
 )
 

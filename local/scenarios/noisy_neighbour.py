@@ -21,6 +21,8 @@ from local.emulator.runtime import RuntimeOptions
 
 # Applied to both runs; the naive run adds {"mode": "naive"}. Every key is one a fork can set in cdk.json.
 DEMO_CONTEXT: dict[str, Any] = {
+    # The emulator's stand-in for the processor's work (local/emulator/processor_hooks.py): 100 ms a message.
+    "breakwater_local": {"work_ms": 100},
     "breakwater": {
         "tiers": {
             "standard": {
@@ -49,13 +51,12 @@ DEMO_CONTEXT: dict[str, Any] = {
             "timeout_seconds": 10,
             "visibility_timeout_multiplier": 3,
             "heartbeat_seconds": 5,
-            "simulated_work_ms": 100,
             # The breaker on the processor's dependency, compressed like the rest: it probes again after a
             # second, and never waits more than two while an outage lasts.
             "outage_backoff_seconds": 1,
             "outage_backoff_max_seconds": 2,
         },
-    }
+    },
 }
 
 

@@ -11,14 +11,15 @@ import pytest
 from aws_cdk import Stack
 from aws_cdk.assertions import Template
 
-from app import STACK_ID, build_app
-from stacks.breakwater_stack import BreakwaterStack
-from stacks.config import BlueprintConfig
+from app import DEFAULT_STAGE, build_app, stack_id
+from breakwater_cdk.config import BlueprintConfig
+from breakwater_cdk.construct import Breakwater
 
 
 @dataclass(frozen=True)
 class Synth:
-    stack: BreakwaterStack
+    stack: Stack
+    breakwater: Breakwater
     config: BlueprintConfig
     template: Template
     report: dict[str, Any]
@@ -37,12 +38,20 @@ class Synth:
 
 
 def synthesize(outdir: Path, context: dict[str, Any] | None = None) -> Synth:
-    app = build_app(context, outdir=str(outdir))
+    app = build_app(context, outdir=str(outdir), stages=[DEFAULT_STAGE])
     assembly = app.synth()
-    stack = app.node.find_child(STACK_ID)
-    assert isinstance(stack, BreakwaterStack)
+    stack = app.node.find_child(stack_id(DEFAULT_STAGE))
+    assert isinstance(stack, Stack)
+    breakwater = stack.node.find_child("Breakwater")
+    assert isinstance(breakwater, Breakwater)
     report = json.loads((Path(assembly.directory) / "validation-report.json").read_text())
-    return Synth(stack=stack, config=stack.config, template=Template.from_stack(stack), report=report)
+    return Synth(
+        stack=stack,
+        breakwater=breakwater,
+        config=breakwater.config,
+        template=Template.from_stack(stack),
+        report=report,
+    )
 
 
 @pytest.fixture(scope="session")

@@ -10,10 +10,10 @@ import aws_cdk as cdk
 import pytest
 from aws_cdk.assertions import Match, Template
 
-from app import STACK_ID, cdk_json_context, merge_context
-from stacks.breakwater_stack import BreakwaterStack
-from stacks.config import load_config
-from stacks.nag import acknowledge_findings, apply_nag_packs
+from app import PROCESSOR, cdk_json_context, merge_context
+from breakwater_cdk.config import load_config
+from breakwater_cdk.construct import Breakwater
+from breakwater_cdk.nag import apply_nag_packs
 
 pytestmark = pytest.mark.slow
 
@@ -26,11 +26,13 @@ def synth(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Any]:
     }
     app = cdk.App(context=merge_context(cdk_json_context(), overrides), outdir=str(outdir))
     config = load_config(app.node.try_get_context("breakwater"))
-    stack = BreakwaterStack(app, STACK_ID, config=config)  # composes ArchiveAndReplay as 'Archive'
+    stack = cdk.Stack(app, "Archive")
+    breakwater = Breakwater(
+        stack, "Breakwater", config=config, processor=PROCESSOR
+    )  # composes ArchiveAndReplay as 'Archive'
     apply_nag_packs(app)
-    acknowledge_findings(stack)
     assembly = app.synth()  # raises on any unacknowledged cdk-nag error
-    return {"template": Template.from_stack(stack), "outdir": Path(assembly.directory), "stack": stack}
+    return {"template": Template.from_stack(stack), "outdir": Path(assembly.directory), "stack": breakwater}
 
 
 def _one(template: Template, resource_type: str) -> dict[str, Any]:
@@ -130,15 +132,16 @@ def test_archiver_environment_and_least_privilege(synth: dict[str, Any]) -> None
 def test_controller_may_start_the_archiver_and_knows_its_budget(synth: dict[str, Any]) -> None:
     template: Template = synth["template"]
     stack: Any = synth["stack"]
-    controller_id = stack.get_logical_id(stack.control.controller.function.node.default_child)
-    archiver_id = stack.get_logical_id(stack.archive.archiver.function.node.default_child)
+    of = cdk.Stack.of(stack)
+    controller_id = of.resolve(of.get_logical_id(stack.control.controller.function.node.default_child))
+    archiver_id = of.resolve(of.get_logical_id(stack.archive.archiver.function.node.default_child))
     variables = template.to_json()["Resources"][controller_id]["Properties"]["Environment"]["Variables"]
     assert variables["ARCHIVER_FUNCTION_NAME"] == {"Ref": archiver_id}
     assert variables["SIDELINE_QUEUE_ROLES"] == "spillover,backlog"
     config = stack.config.sideline
     assert variables["ARCHIVE_AGE_SECONDS"] == str(config.archive_age_seconds)
     assert variables["ARCHIVE_DEPTH"] == str(config.archive_depth)
-    role_id = stack.get_logical_id(stack.control.controller.role.node.default_child)
+    role_id = of.resolve(of.get_logical_id(stack.control.controller.role.node.default_child))
     invokers = []
     for policy in template.find_resources("AWS::IAM::Policy").values():
         for statement in policy["Properties"]["PolicyDocument"]["Statement"]:

@@ -7,11 +7,14 @@ import os
 import subprocess
 import sys
 from pathlib import Path
+from typing import Any
 
 import pytest
 
 from app import build_app, cdk_json_context, merge_context
-from stacks.config import ConfigError
+from breakwater_cdk.config import ConfigError
+from breakwater_cdk.functions import processor_environment
+from breakwater_cdk.processor import Processor
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -72,8 +75,9 @@ ROOT = Path(__file__).resolve().parents[2]
             ["breakwater.processing.guarantee = 'twice'", "exactly_once", "at_least_once"],
         ),
         (
-            {"processing": {"effect_tables": ["orders", "no spaces"]}},
-            ["breakwater.processing.effect_tables", "'no spaces' is not a DynamoDB table name"],
+            # What the processor may touch is its own grants now (breakwater_cdk.Processor).
+            {"processing": {"effect_tables": ["orders"]}},
+            ["breakwater.processing.effect_tables", "['orders']", "Processor(grants="],
         ),
         (
             {"ordered": {"max_concurrency": 5, "provisioned_pollers": {}}},
@@ -100,6 +104,7 @@ def test_the_cli_entry_point_prints_the_error_and_exits_non_zero(tmp_path: Path)
     context = cdk_json_context()
     context["breakwater"] = merge_context(context["breakwater"], {"queue_set": {"shard_size": 99}})
     env = {**os.environ, "CDK_CONTEXT_JSON": json.dumps(context), "CDK_OUTDIR": str(tmp_path)}
+    env["PYTHONPATH"] = os.pathsep.join([str(ROOT / "functions"), str(ROOT)])  # as pyproject's pytest paths
     result = subprocess.run(  # noqa: S603 - the CLI runs the app exactly like this
         [sys.executable, "app.py"],
         cwd=ROOT,
@@ -118,3 +123,31 @@ def test_a_large_batch_with_a_batching_window_synthesizes() -> None:
     """Every limit CDK enforces on the SQS mapping is in the config model: what passes it synthesizes."""
     app = build_app({"breakwater": {"worker": {"batch_size": 100, "batching_window_seconds": 1}}})
     app.synth()
+
+
+@pytest.mark.parametrize(
+    ("arguments", "expected"),
+    [
+        ({"directory": "no-such-dir"}, ["processor.directory = 'no-such-dir'", "is not a directory"]),
+        ({"handler": "process"}, ["processor.handler = 'process'", "'module.function'"]),
+        ({"handler": "orders.process"}, ["processor.handler = 'orders.process'", "no module 'orders'"]),
+        ({"environment": {"AWS_REGION": "x"}}, ["processor.environment 'AWS_REGION'", "AWS_"]),
+        ({"environment": {"bad name": "x"}}, ["processor.environment 'bad name'"]),
+    ],
+)
+def test_an_invalid_processor_names_its_argument_and_value(
+    arguments: dict[str, Any], expected: list[str]
+) -> None:
+    defaults: dict[str, Any] = {"directory": ROOT / "processor", "handler": "sample.process"}
+    with pytest.raises(ConfigError) as error:
+        Processor(**(defaults | arguments))
+    for fragment in expected:
+        assert fragment in str(error.value)
+
+
+def test_a_processor_variable_may_not_replace_a_workers_setting() -> None:
+    processor = Processor(
+        directory=ROOT / "processor", handler="sample.process", environment={"STATE_TABLE_NAME": "x"}
+    )
+    with pytest.raises(ConfigError, match=r"\['STATE_TABLE_NAME'\] would replace the workers' own settings"):
+        processor_environment(processor, {"STATE_TABLE_NAME": "breakwater-state"})

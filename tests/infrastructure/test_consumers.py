@@ -37,7 +37,7 @@ def _statements_of(synth: Synth, role: Any) -> list[dict[str, Any]]:
 
 
 def test_every_queue_has_its_own_dlq(synth: Synth) -> None:
-    queues = synth.stack.queues
+    queues = synth.breakwater.queues
     roles = [pair.role for pair in queues.all]
     assert roles[-3:] == ["spillover", "backlog", "surge"]
     own = {synth.logical_id(q) for pair in queues.all for q in (pair.queue, pair.dlq)}
@@ -51,8 +51,8 @@ def test_every_queue_has_its_own_dlq(synth: Synth) -> None:
 
 def test_live_worker_drains_every_live_queue_and_surge_with_batch_item_failures(synth: Synth) -> None:
     worker = synth.config.worker
-    mappings = _mappings(synth, synth.stack.consumers.live_worker)
-    queues = synth.stack.queues
+    mappings = _mappings(synth, synth.breakwater.consumers.live_worker)
+    queues = synth.breakwater.queues
     assert set(mappings) == {synth.logical_id(p.queue) for p in [*queues.live, queues.surge]}
     for props in mappings.values():
         assert props["FunctionResponseTypes"] == ["ReportBatchItemFailures"]
@@ -62,8 +62,8 @@ def test_live_worker_drains_every_live_queue_and_surge_with_batch_item_failures(
 
 
 def test_sideline_worker_mappings_start_disabled_for_the_controller_to_enable(synth: Synth) -> None:
-    mappings = _mappings(synth, synth.stack.consumers.sideline_worker)
-    assert set(mappings) == {synth.logical_id(p.queue) for p in synth.stack.queues.sideline}
+    mappings = _mappings(synth, synth.breakwater.consumers.sideline_worker)
+    assert set(mappings) == {synth.logical_id(p.queue) for p in synth.breakwater.queues.sideline}
     for props in mappings.values():
         assert props["FunctionResponseTypes"] == ["ReportBatchItemFailures"]
         assert props["Enabled"] is False
@@ -81,7 +81,7 @@ def test_sideline_worker_mappings_start_disabled_for_the_controller_to_enable(sy
 def test_function_environment_matches_its_settings_model(
     synth: Synth, attribute: str, settings_model: Any
 ) -> None:
-    function: Any = synth.stack
+    function: Any = synth.breakwater
     for part in attribute.split("."):
         function = getattr(function, part)
     env = _env(synth, function)
@@ -92,8 +92,8 @@ def test_function_environment_matches_its_settings_model(
 
 def test_workers_run_in_their_mode_with_the_worker_timeout(synth: Synth) -> None:
     for worker, mode in (
-        (synth.stack.consumers.live_worker, "live"),
-        (synth.stack.consumers.sideline_worker, "sideline"),
+        (synth.breakwater.consumers.live_worker, "live"),
+        (synth.breakwater.consumers.sideline_worker, "sideline"),
     ):
         props = synth.resources[synth.logical_id(worker.function)]["Properties"]
         assert props["Handler"] == "worker/handler.handler"
@@ -106,13 +106,13 @@ def test_workers_run_in_their_mode_with_the_worker_timeout(synth: Synth) -> None
 
 
 def test_controller_runs_every_minute_and_knows_the_sideline_mappings(synth: Synth) -> None:
-    controller_id = synth.logical_id(synth.stack.control.controller.function)
+    controller_id = synth.logical_id(synth.breakwater.control.controller.function)
     (rule,) = synth.of_type("AWS::Events::Rule").values()
     assert rule["Properties"]["ScheduleExpression"] == "rate(1 minute)"
     (target,) = rule["Properties"]["Targets"]
     assert target["Arn"] == {"Fn::GetAtt": [controller_id, "Arn"]}
-    env = _env(synth, synth.stack.control.controller)
-    sideline_function = {"Ref": synth.logical_id(synth.stack.consumers.sideline_worker.function)}
+    env = _env(synth, synth.breakwater.control.controller)
+    sideline_function = {"Ref": synth.logical_id(synth.breakwater.consumers.sideline_worker.function)}
     mapping_ids = [
         key
         for key, m in synth.of_type("AWS::Lambda::EventSourceMapping").items()
@@ -123,8 +123,8 @@ def test_controller_runs_every_minute_and_knows_the_sideline_mappings(synth: Syn
 
 
 def test_only_the_controller_updates_mappings_and_only_the_sideline_ones(synth: Synth) -> None:
-    controller = synth.stack.control.controller
-    for function in synth.stack.functions.built:
+    controller = synth.breakwater.control.controller
+    for function in synth.breakwater.functions.built:
         actions = _role_actions(synth, function.role)
         if function is controller:
             assert "lambda:UpdateEventSourceMapping" in actions
@@ -135,28 +135,28 @@ def test_only_the_controller_updates_mappings_and_only_the_sideline_ones(synth: 
         for s in _statements_of(synth, controller.role)
         if "lambda:UpdateEventSourceMapping" in _as_list(s["Action"])
     ]
-    assert len(_as_list(statement["Resource"])) == len(synth.stack.consumers.sideline_mappings)
+    assert len(_as_list(statement["Resource"])) == len(synth.breakwater.consumers.sideline_mappings)
     assert "*" not in json.dumps(statement["Resource"])
     controller_actions = _role_actions(synth, controller.role)
     assert not {"sqs:ReceiveMessage", "sqs:DeleteMessage", "sqs:SendMessage"} & controller_actions
 
 
 def test_workers_cannot_touch_what_they_do_not_drain(synth: Synth) -> None:
-    sideline = synth.stack.consumers.sideline_worker
-    live_arns = [{"Fn::GetAtt": [synth.logical_id(p.queue), "Arn"]} for p in synth.stack.queues.live]
+    sideline = synth.breakwater.consumers.sideline_worker
+    live_arns = [{"Fn::GetAtt": [synth.logical_id(p.queue), "Arn"]} for p in synth.breakwater.queues.live]
     for statement in _statements_of(synth, sideline.role):
         if "sqs:ReceiveMessage" in _as_list(statement["Action"]):
             assert not [arn for arn in _as_list(statement["Resource"]) if arn in live_arns]
-    for worker in (synth.stack.consumers.live_worker, sideline):
+    for worker in (synth.breakwater.consumers.live_worker, sideline):
         actions = _role_actions(synth, worker.role)
         assert {"sqs:SendMessage", "sqs:ChangeMessageVisibility", "sqs:DeleteMessage"} <= actions
         assert "dynamodb:PutItem" in actions  # idempotency records and leases
 
 
 def test_redrive_moves_each_dlq_back_to_its_own_source(synth: Synth) -> None:
-    redrive = synth.stack.control.redrive
+    redrive = synth.breakwater.control.redrive
     pairs = json.dumps(_env(synth, redrive)["REDRIVE_PAIRS"])
-    for pair in synth.stack.queues.all:
+    for pair in synth.breakwater.queues.all:
         expected = json.dumps(
             [{"Ref": synth.logical_id(pair.dlq)}, '":"', {"Ref": synth.logical_id(pair.queue)}]
         )
@@ -166,7 +166,9 @@ def test_redrive_moves_each_dlq_back_to_its_own_source(synth: Synth) -> None:
     ]
     assert moves
     moved = {json.dumps(arn) for statement in moves for arn in _as_list(statement["Resource"])}
-    dlq_arns = {json.dumps({"Fn::GetAtt": [synth.logical_id(p.dlq), "Arn"]}) for p in synth.stack.queues.all}
+    dlq_arns = {
+        json.dumps({"Fn::GetAtt": [synth.logical_id(p.dlq), "Arn"]}) for p in synth.breakwater.queues.all
+    }
     assert moved == dlq_arns  # the move task starts on DLQs only
     for statement in moves:
         assert "sqs:ListMessageMoveTasks" in _as_list(statement["Action"])
@@ -183,12 +185,12 @@ def test_oldest_age_alarms_cover_the_sideline_queues(synth: Synth) -> None:
         for props in _alarm_props(synth)
         if props.get("MetricName") == "ApproximateAgeOfOldestMessage"
     }
-    for pair in synth.stack.queues.sideline:
+    for pair in synth.breakwater.queues.sideline:
         assert (
             thresholds[synth.logical_id(pair.queue)]
             == synth.config.alarms.sideline_oldest_message_age_seconds
         )
-    assert synth.logical_id(synth.stack.queues.surge.queue) in thresholds
+    assert synth.logical_id(synth.breakwater.queues.surge.queue) in thresholds
 
 
 def test_p99_age_of_first_attempt_alarms_above_the_slo(synth: Synth) -> None:
@@ -206,7 +208,7 @@ def test_empty_receive_ratio_alarms_when_polling_headroom_is_gone(synth: Synth) 
         for p in _alarm_props(synth)
         if any("Expression" in m and "empty" in m["Expression"] for m in p.get("Metrics", []))
     ]
-    assert len(ratio_alarms) == len(synth.stack.queues.live)
+    assert len(ratio_alarms) == len(synth.breakwater.queues.live)
     for props in ratio_alarms:
         assert props["ComparisonOperator"] == "LessThanThreshold"
         assert props["Threshold"] == synth.config.alarms.empty_receive_ratio_min
@@ -237,15 +239,18 @@ def test_one_dashboard_shows_the_alarms(synth: Synth) -> None:
 
 
 def test_naive_workers_do_not_sideline(naive_synth: Synth) -> None:
-    for worker in (naive_synth.stack.consumers.live_worker, naive_synth.stack.consumers.sideline_worker):
+    for worker in (
+        naive_synth.breakwater.consumers.live_worker,
+        naive_synth.breakwater.consumers.sideline_worker,
+    ):
         assert _env(naive_synth, worker)["SIDELINING_ENABLED"] == "false"
-    live = _mappings(naive_synth, naive_synth.stack.consumers.live_worker)
+    live = _mappings(naive_synth, naive_synth.breakwater.consumers.live_worker)
     assert len(live) == 2  # the single live queue and surge
 
 
 def test_controller_reads_only_the_changed_tenants_index_and_every_queue_depth(synth: Synth) -> None:
-    controller = synth.stack.control.controller
-    state_id = synth.logical_id(synth.stack.tables.state)
+    controller = synth.breakwater.control.controller
+    state_id = synth.logical_id(synth.breakwater.tables.state)
     (table,) = [t for key, t in synth.of_type("AWS::DynamoDB::Table").items() if key == state_id]
     (index,) = table["Properties"]["GlobalSecondaryIndexes"]
     assert index["IndexName"] == _env(synth, controller)["DIRTY_INDEX_NAME"] == "dirty"
@@ -256,7 +261,7 @@ def test_controller_reads_only_the_changed_tenants_index_and_every_queue_depth(s
     assert "/index/dirty" in resources and "/index/*" not in resources
     # The surge queue holds deferred messages: its depth is part of what the estimates must add up to.
     assert _env(synth, controller)["SURGE_QUEUE_URL"] == {
-        "Ref": synth.logical_id(synth.stack.queues.surge.queue)
+        "Ref": synth.logical_id(synth.breakwater.queues.surge.queue)
     }
     depth_readers = json.dumps(
         [
@@ -265,7 +270,7 @@ def test_controller_reads_only_the_changed_tenants_index_and_every_queue_depth(s
             if "sqs:GetQueueAttributes" in _as_list(s["Action"])
         ]
     )
-    assert synth.logical_id(synth.stack.queues.surge.queue) in depth_readers
+    assert synth.logical_id(synth.breakwater.queues.surge.queue) in depth_readers
     # One invocation by default: no right to invoke itself (only the archiver).
     invokes = json.dumps(
         [
@@ -282,7 +287,7 @@ def test_a_split_controller_may_invoke_itself_and_nothing_else_more(tmp_path: An
 
     base = json.loads((Path(__file__).resolve().parents[2] / "cdk.json").read_text())["context"]["breakwater"]
     split = synthesize(tmp_path, {"breakwater": base | {"backpressure": {"controller_invocations": 8}}})
-    controller = split.stack.control.controller
+    controller = split.breakwater.control.controller
     assert _env(split, controller)["CONTROLLER_INVOCATIONS"] == "8"
     invokes = json.dumps(
         [
@@ -336,7 +341,7 @@ def test_mappings_scale_on_demand_up_to_max_concurrency_by_default(synth: Synth,
 def test_provisioned_mode_replaces_the_scaling_config_on_every_worker_mapping(
     provisioned_synth: Synth,
 ) -> None:
-    consumers = provisioned_synth.stack.consumers
+    consumers = provisioned_synth.breakwater.consumers
     expected = {"MinimumPollers": 200, "MaximumPollers": 2000}
     for worker in (consumers.live_worker, consumers.sideline_worker):
         mappings = _mappings(provisioned_synth, worker)
@@ -348,7 +353,7 @@ def test_provisioned_mode_replaces_the_scaling_config_on_every_worker_mapping(
 
 
 def test_provisioned_mode_on_the_fifo_worker(provisioned_synth: Synth) -> None:
-    ordered = provisioned_synth.stack.ordered
+    ordered = provisioned_synth.breakwater.ordered
     assert ordered is not None
     mappings = _mappings(provisioned_synth, ordered.worker)
     assert set(mappings) == {provisioned_synth.logical_id(pair.queue) for pair in ordered.queues}
@@ -360,7 +365,7 @@ def test_provisioned_mode_on_the_fifo_worker(provisioned_synth: Synth) -> None:
 def test_the_burst_pool_follows_what_the_maximum_pollers_run(provisioned_synth: Synth) -> None:
     worker = provisioned_synth.config.worker
     assert worker.burst_share is not None
-    live = _env(provisioned_synth, provisioned_synth.stack.consumers.live_worker)
+    live = _env(provisioned_synth, provisioned_synth.breakwater.consumers.live_worker)
     mapped = provisioned_synth.config.queue_set.size + 1
     per_mapping = PROVISIONED_WORKER["maximum_pollers"] * 10  # Lambda: up to 10 invocations per poller
     assert int(live["CONCURRENCY_BURST_SLOTS"]) == int(worker.burst_share * mapped * per_mapping)

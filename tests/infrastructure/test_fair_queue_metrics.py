@@ -11,7 +11,7 @@ from typing import Any
 import pytest
 
 from app import build_app
-from stacks.config import ConfigError
+from breakwater_cdk.config import ConfigError
 from tests.infrastructure.conftest import Synth, synthesize
 from tests.infrastructure.test_tenant_views import dashboard, rule_bodies
 
@@ -29,7 +29,7 @@ def quiet_age_alarms(synth: Synth) -> list[dict[str, Any]]:
 
 def assert_one_quiet_age_alarm_per_live_queue(synth: Synth) -> None:
     alarms = quiet_age_alarms(synth)
-    live = {synth.logical_id(pair.queue) for pair in synth.stack.queues.live}
+    live = {synth.logical_id(pair.queue) for pair in synth.breakwater.queues.live}
     (topic_id,) = synth.of_type("AWS::SNS::Topic")
     alarmed = []
     for props in alarms:
@@ -56,8 +56,8 @@ def test_each_live_queue_alarms_on_its_quiet_groups_oldest_age(synth: Synth) -> 
 
 
 def test_naive_mode_alarms_on_its_one_queue_whose_messages_carry_the_tenant_group(naive_synth: Synth) -> None:
-    (live,) = naive_synth.stack.queues.live
-    ingest = naive_synth.resources[naive_synth.logical_id(naive_synth.stack.ingest.function)]
+    (live,) = naive_synth.breakwater.queues.live
+    ingest = naive_synth.resources[naive_synth.logical_id(naive_synth.breakwater.ingest.function)]
     # The naive baseline still sends MessageGroupId = tenant: SQS publishes its fair-queue metrics too.
     assert ingest["Properties"]["Environment"]["Variables"]["FAIR_QUEUES"] == "true"
     (alarm,) = quiet_age_alarms(naive_synth)
@@ -90,7 +90,7 @@ def test_without_fair_queues_there_is_no_quiet_groups_alarm_or_graph(tmp_path: P
 
 
 def test_the_dashboard_graphs_quiet_age_and_noisy_groups_per_live_queue(synth: Synth) -> None:
-    live = sorted(synth.logical_id(pair.queue) for pair in synth.stack.queues.live)
+    live = sorted(synth.logical_id(pair.queue) for pair in synth.breakwater.queues.live)
     graphs = {
         name: [
             metric

@@ -4,12 +4,13 @@ encryption, TLS-only policies, alarms, the authorizer on every method, validatio
 from __future__ import annotations
 
 import json
+from pathlib import Path
 from typing import Any
 
 import pytest
 
 from breakwater.settings import AuthorizerSettings, IngestSettings, TierLimits
-from stacks.config import TierConfig
+from breakwater_cdk.config import TierConfig
 from tests.infrastructure.conftest import Synth
 
 pytestmark = pytest.mark.slow
@@ -66,7 +67,7 @@ def test_every_acknowledgement_has_a_reason_and_is_not_stack_wide(synth: Synth) 
     assert acknowledged, "expected the documented acknowledgements in the report"
     for violation in acknowledged:
         assert len(violation.get("reason", "")) > 40, violation["ruleName"]
-    for node in (synth.stack, synth.stack.node.scope):
+    for node in (synth.breakwater, synth.stack, synth.stack.node.scope):
         kinds = {entry.type for entry in node.node.metadata}  # type: ignore[union-attr]
         assert "aws:cdk:acknowledged-rules" not in kinds
 
@@ -75,7 +76,7 @@ def test_every_acknowledgement_has_a_reason_and_is_not_stack_wide(synth: Synth) 
 
 
 def test_every_live_queue_has_its_own_dlq_with_the_configured_receive_count(synth: Synth) -> None:
-    live = synth.stack.queues.live
+    live = synth.breakwater.queues.live
     assert len(live) == synth.config.queue_set.size
     dlq_ids = set()
     for pair in live:
@@ -111,19 +112,21 @@ def test_every_queue_is_encrypted_and_refuses_plain_http(synth: Synth) -> None:
 
 def test_tables_are_on_demand_encrypted_and_recoverable(synth: Synth) -> None:
     tables = synth.of_type("AWS::DynamoDB::Table")
-    assert len(tables) == 3 + (synth.stack.streaming is not None) + (synth.stack.ordered is not None)
+    assert len(tables) == 3 + (synth.breakwater.streaming is not None) + (
+        synth.breakwater.ordered is not None
+    )
     for table in tables.values():
         props = table["Properties"]
         assert props["BillingMode"] == "PAY_PER_REQUEST"
         assert props["SSESpecification"]["SSEEnabled"] is True
         assert props["PointInTimeRecoverySpecification"]["PointInTimeRecoveryEnabled"] is True
-    state = synth.resources[synth.logical_id(synth.stack.tables.state)]["Properties"]
+    state = synth.resources[synth.logical_id(synth.breakwater.tables.state)]["Properties"]
     assert state["TimeToLiveSpecification"] == {"AttributeName": "ttl", "Enabled": True}
     assert [k["AttributeName"] for k in state["KeySchema"]] == ["pk", "sk"]
-    tenants = synth.resources[synth.logical_id(synth.stack.tables.tenants)]
+    tenants = synth.resources[synth.logical_id(synth.breakwater.tables.tenants)]
     assert tenants["DeletionPolicy"] == "Retain"
     assert tenants["Properties"]["KeySchema"] == [{"AttributeName": "tenant_id", "KeyType": "HASH"}]
-    idempotency = synth.resources[synth.logical_id(synth.stack.tables.idempotency)]["Properties"]
+    idempotency = synth.resources[synth.logical_id(synth.breakwater.tables.idempotency)]["Properties"]
     assert idempotency["TimeToLiveSpecification"]["AttributeName"] == "expiration"
 
 
@@ -171,7 +174,7 @@ def _alarmed_queue_ids(alarms: dict[str, dict[str, Any]]) -> set[str]:
 
 def test_oldest_message_age_alarm_on_every_live_queue(synth: Synth) -> None:
     alarms = _alarms_on(synth, "ApproximateAgeOfOldestMessage")
-    live_ids = {synth.logical_id(pair.queue) for pair in synth.stack.queues.live}
+    live_ids = {synth.logical_id(pair.queue) for pair in synth.breakwater.queues.live}
     assert live_ids <= _alarmed_queue_ids(alarms)
     for alarm in alarms.values():
         if alarm["Properties"]["Dimensions"][0]["Value"]["Fn::GetAtt"][0] in live_ids:
@@ -180,7 +183,7 @@ def test_oldest_message_age_alarm_on_every_live_queue(synth: Synth) -> None:
 
 def test_any_visible_dlq_message_alarms(synth: Synth) -> None:
     alarms = _alarms_on(synth, "ApproximateNumberOfMessagesVisible")
-    dlq_ids = {synth.logical_id(pair.dlq) for pair in synth.stack.queues.all}
+    dlq_ids = {synth.logical_id(pair.dlq) for pair in synth.breakwater.queues.all}
     assert _alarmed_queue_ids(alarms) >= dlq_ids
     for alarm in alarms.values():
         props = alarm["Properties"]
@@ -239,7 +242,7 @@ def test_each_tier_has_a_usage_plan_at_its_ceiling_and_every_method_needs_the_au
 
 
 def test_post_messages_is_validated_against_the_schema(synth: Synth) -> None:
-    method = synth.resources[synth.logical_id(synth.stack.ingress.post_message)]
+    method = synth.resources[synth.logical_id(synth.breakwater.ingress.post_message)]
     assert "RequestValidatorId" in method["Properties"]
     assert method["Properties"]["Integration"]["Type"] == "AWS_PROXY"
     (validator,) = synth.of_type("AWS::ApiGateway::RequestValidator").values()  # one, shared by every route
@@ -304,13 +307,32 @@ def test_functions_use_the_configured_runtime_layer_and_handlers(synth: Synth) -
         assert props["Runtime"] == synth.config.functions.runtime, logical_id
         assert props["Architectures"] == [synth.config.functions.architecture], logical_id
         assert props["TracingConfig"] == {"Mode": "Active"}
-        (layer,) = props["Layers"]
-        layer_arn = json.dumps(layer)
+        runtime = {"Ref": synth.logical_id(synth.breakwater.functions.runtime)}
+        (powertools,) = [layer for layer in props["Layers"] if layer != runtime]
+        assert runtime in props["Layers"], logical_id
+        layer_arn = json.dumps(powertools)
         assert ":017000801446:layer:AWSLambdaPowertoolsPythonV3-python313-arm64:" in layer_arn
         env = props["Environment"]["Variables"]
         assert env["POWERTOOLS_SERVICE_NAME"] == synth.config.service_name
         assert env["POWERTOOLS_METRICS_NAMESPACE"] == synth.config.metrics_namespace
         assert "POWERTOOLS_LOG_LEVEL" in env
+
+
+def test_the_runtime_library_is_one_versioned_layer_and_no_handler_asset_holds_it(synth: Synth) -> None:
+    from breakwater import __version__
+
+    (layer,) = synth.of_type("AWS::Lambda::LayerVersion").values()
+    assert layer["Properties"]["Description"] == f"Breakwater runtime library {__version__}"
+    assert layer["Properties"]["CompatibleRuntimes"] == [synth.config.functions.runtime]
+    outdir = Path(synth.stack.node.root.outdir)  # type: ignore[attr-defined]
+
+    def staged(code: dict[str, Any]) -> Path:
+        return outdir / f"asset.{code['S3Key'].removesuffix('.zip')}"
+
+    assert (staged(layer["Properties"]["Content"]) / "python" / "breakwater" / "processor.py").is_file()
+    for function in synth.of_type("AWS::Lambda::Function").values():
+        code = staged(function["Properties"]["Code"])
+        assert code.is_dir() and not (code / "breakwater").exists(), code
 
 
 @pytest.mark.parametrize(
@@ -320,7 +342,7 @@ def test_functions_use_the_configured_runtime_layer_and_handlers(synth: Synth) -
 def test_function_environment_matches_its_settings_model(
     synth: Synth, function_name: str, settings_model: Any
 ) -> None:
-    env = _env(synth, getattr(synth.stack, function_name))
+    env = _env(synth, getattr(synth.breakwater, function_name))
     fields = {name.upper() for name in settings_model.model_fields}
     required = {name.upper() for name, field in settings_model.model_fields.items() if field.is_required()}
     assert required <= _contract_names(env) <= fields
@@ -328,10 +350,10 @@ def test_function_environment_matches_its_settings_model(
 
 
 def test_ingest_environment_lists_every_live_queue(synth: Synth) -> None:
-    env = _env(synth, synth.stack.ingest)
+    env = _env(synth, synth.breakwater.ingest)
     joined = env["LIVE_QUEUE_URLS"]["Fn::Join"]
     assert joined[0] == ","
-    assert joined[1] == [{"Ref": synth.logical_id(pair.queue)} for pair in synth.stack.queues.live]
+    assert joined[1] == [{"Ref": synth.logical_id(pair.queue)} for pair in synth.breakwater.queues.live]
     assert env["THROTTLING_ENABLED"] == "true"
     assert env["SHARD_SIZE"] == str(synth.config.queue_set.shard_size)
 
@@ -345,14 +367,14 @@ def test_no_policy_grants_a_wildcard_action(synth: Synth) -> None:
 
 
 def test_function_roles_hold_only_their_grants(synth: Synth) -> None:
-    authorizer = _role_actions(synth, synth.stack.authorizer.role)
-    ingest = _role_actions(synth, synth.stack.ingest.role)
+    authorizer = _role_actions(synth, synth.breakwater.authorizer.role)
+    ingest = _role_actions(synth, synth.breakwater.ingest.role)
     assert "dynamodb:GetItem" in authorizer
     assert not {a for a in authorizer if a.startswith("sqs:")}
     assert not {"dynamodb:PutItem", "dynamodb:UpdateItem", "dynamodb:DeleteItem"} & authorizer
     assert {"sqs:SendMessage", "sqs:GetQueueAttributes", "dynamodb:UpdateItem"} <= ingest
     assert not {"sqs:DeleteMessage", "sqs:ReceiveMessage", "sqs:PurgeQueue"} & ingest
-    for role in (synth.stack.authorizer.role, synth.stack.ingest.role):
+    for role in (synth.breakwater.authorizer.role, synth.breakwater.ingest.role):
         assert "ManagedPolicyArns" not in synth.resources[synth.logical_id(role)]["Properties"]
 
 
@@ -366,12 +388,12 @@ def test_outputs_name_the_api_the_queues_and_the_tables(synth: Synth) -> None:
 
 
 def test_naive_mode_builds_one_live_queue_without_throttling(naive_synth: Synth) -> None:
-    assert len(naive_synth.stack.queues.live) == 1
-    live_ids = {naive_synth.logical_id(pair.queue) for pair in naive_synth.stack.queues.live}
+    assert len(naive_synth.breakwater.queues.live) == 1
+    live_ids = {naive_synth.logical_id(pair.queue) for pair in naive_synth.breakwater.queues.live}
     assert {q for q in naive_synth.of_type("AWS::SQS::Queue") if "Live" in q} == live_ids | {
-        naive_synth.logical_id(pair.dlq) for pair in naive_synth.stack.queues.live
+        naive_synth.logical_id(pair.dlq) for pair in naive_synth.breakwater.queues.live
     }
-    env = _env(naive_synth, naive_synth.stack.ingest)
+    env = _env(naive_synth, naive_synth.breakwater.ingest)
     assert env["THROTTLING_ENABLED"] == "false"
     assert env["SHARD_SIZE"] == "1"
     # Tenants are still enrolled in their tiers' plans (every method needs a key), which throttle nobody.

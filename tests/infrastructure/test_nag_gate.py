@@ -8,15 +8,19 @@ import pytest
 from aws_cdk import Stack
 from aws_cdk import aws_sqs as sqs
 
-from app import STACK_ID, build_app
+from app import DEFAULT_STAGE, build_app, stack_id
 
 pytestmark = pytest.mark.slow
 
 
 def test_an_unacknowledged_nag_error_fails_the_synth(tmp_path: Path) -> None:
-    app = build_app({"breakwater": {"queue_set": {"size": 1, "shard_size": 1}}}, outdir=str(tmp_path))
+    app = build_app(
+        {"breakwater": {"queue_set": {"size": 1, "shard_size": 1}}},
+        outdir=str(tmp_path),
+        stages=[DEFAULT_STAGE],
+    )
     # A queue a fork might add carelessly: no DLQ, no TLS-only policy.
-    stack = app.node.find_child(STACK_ID)
+    stack = app.node.find_child(stack_id(DEFAULT_STAGE))
     assert isinstance(stack, Stack)
     sqs.Queue(stack, "CarelessQueue")
     with pytest.raises(RuntimeError) as error:

@@ -20,7 +20,7 @@ from breakwater.errors import PROBLEM_MEDIA_TYPE, BadRequestError, ThrottledErro
 from breakwater.events import StreamEvent
 from breakwater.events_ingest import answer
 from breakwater.ordered_ingest import GroupBacklogFullError
-from stacks.openapi import DOCUMENT, build_document, openapi_schema, render
+from breakwater_cdk.openapi import DOCUMENT, build_document, openapi_schema, render
 from tests.infrastructure.conftest import Synth
 
 pytestmark = pytest.mark.slow
@@ -50,7 +50,8 @@ def operations(document: dict[str, Any]) -> set[tuple[str, str]]:
 
 
 def test_the_committed_document_is_what_make_openapi_writes(synth: Synth) -> None:
-    expected = render(build_document(synth.config))
+    # make openapi documents cdk.json's settings: the service's name, not one instance's
+    expected = render(build_document(synth.config.model_copy(update={"service_name": "breakwater"})))
     assert DOCUMENT.read_text(encoding="utf-8") == expected, "docs/openapi.json is stale: run make openapi"
     validate(json.loads(expected))  # OpenAPI 3.0, schemas included
 

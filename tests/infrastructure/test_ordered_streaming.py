@@ -10,11 +10,12 @@ from aws_cdk import aws_kms as kms
 from aws_cdk import aws_sns as sns
 from aws_cdk.assertions import Match, Template
 
-from stacks.config import BlueprintConfig, ConfigError, load_config
-from stacks.functions import FunctionFactory
-from stacks.ordered import OrderedWorkload
-from stacks.streaming import StreamingWorkload
-from stacks.tables import build_table
+from app import PROCESSOR
+from breakwater_cdk.config import BlueprintConfig, ConfigError, load_config
+from breakwater_cdk.functions import FunctionFactory
+from breakwater_cdk.ordered import OrderedWorkload
+from breakwater_cdk.streaming import StreamingWorkload
+from breakwater_cdk.tables import build_table
 
 TIERS = {"standard": {"rate": 5, "burst": 10, "consumer_rate": 5, "concurrency": 2, "concurrency_floor": 1}}
 
@@ -26,7 +27,7 @@ def _config(**sections: Any) -> BlueprintConfig:
 def _stack(name: str, config: BlueprintConfig) -> Template:
     stack = Stack(App(), name)
     key = kms.Key(stack, "Key", enable_key_rotation=True)
-    functions = FunctionFactory(stack, "Functions", config=config, key=key)
+    functions = FunctionFactory(stack, "Functions", config=config, key=key, processor=PROCESSOR)
     topic = sns.Topic(stack, "Alarms", master_key=key)
     OrderedWorkload(stack, "Ordered", config=config, functions=functions)
     StreamingWorkload(stack, "Streaming", config=config, functions=functions, alarm_topic=topic)
@@ -209,7 +210,7 @@ def with_state() -> Template:
     config = _config(ordered={"enabled": True, "max_group_backlog": 500})
     stack = Stack(App(), "WithState")
     key = kms.Key(stack, "Key", enable_key_rotation=True)
-    functions = FunctionFactory(stack, "Functions", config=config, key=key)
+    functions = FunctionFactory(stack, "Functions", config=config, key=key, processor=PROCESSOR)
     state = build_table(stack, "State", partition_key="pk", sort_key="sk", ttl_attribute="ttl")
     OrderedWorkload(stack, "Ordered", config=config, functions=functions, state_table=state)
     return Template.from_stack(stack)

@@ -14,7 +14,7 @@ pytestmark = pytest.mark.slow
 
 
 def _redrive_statements(synth: Synth) -> list[dict[str, Any]]:
-    role_id = synth.logical_id(synth.stack.control.redrive.role)
+    role_id = synth.logical_id(synth.breakwater.control.redrive.role)
     return [
         statement
         for policy in synth.of_type("AWS::IAM::Policy").values()
@@ -36,9 +36,9 @@ def _granted(statements: list[dict[str, Any]], action: str) -> set[str]:
 
 def test_redrive_pairs_every_dlq_with_its_source_fifo_ones_included(ordered_synth: Synth) -> None:
     synth = ordered_synth
-    assert synth.stack.ordered is not None
-    pairs = json.dumps(_env(synth, synth.stack.control.redrive)["REDRIVE_PAIRS"])
-    for pair in [*synth.stack.queues.all, *synth.stack.ordered.queues]:
+    assert synth.breakwater.ordered is not None
+    pairs = json.dumps(_env(synth, synth.breakwater.control.redrive)["REDRIVE_PAIRS"])
+    for pair in [*synth.breakwater.queues.all, *synth.breakwater.ordered.queues]:
         expected = json.dumps(
             [{"Ref": synth.logical_id(pair.dlq)}, '":"', {"Ref": synth.logical_id(pair.queue)}]
         )
@@ -47,10 +47,10 @@ def test_redrive_pairs_every_dlq_with_its_source_fifo_ones_included(ordered_synt
 
 def test_redrive_may_move_the_fifo_dlqs_back_to_their_own_queues(ordered_synth: Synth) -> None:
     synth = ordered_synth
-    assert synth.stack.ordered is not None
+    assert synth.breakwater.ordered is not None
     statements = _redrive_statements(synth)
-    fifo_dlqs = {synth.logical_id(pair.dlq) for pair in synth.stack.ordered.queues}
-    fifo_queues = {synth.logical_id(pair.queue) for pair in synth.stack.ordered.queues}
+    fifo_dlqs = {synth.logical_id(pair.dlq) for pair in synth.breakwater.ordered.queues}
+    fifo_queues = {synth.logical_id(pair.queue) for pair in synth.breakwater.ordered.queues}
     assert fifo_dlqs <= _granted(statements, "sqs:StartMessageMoveTask")
     assert fifo_dlqs <= _granted(statements, "sqs:ReceiveMessage")
     assert fifo_dlqs <= _granted(statements, "sqs:DeleteMessage")

@@ -37,37 +37,37 @@ def test_every_table_denies_requests_that_are_not_over_tls(synth: Synth) -> None
 
 
 def test_the_front_door_only_updates_buckets_and_tallies(synth: Synth) -> None:
-    state = synth.stack.tables.state
-    assert _grants_on(synth, synth.stack.ingest.role, state) == {
+    state = synth.breakwater.tables.state
+    assert _grants_on(synth, synth.breakwater.ingest.role, state) == {
         "dynamodb:UpdateItem",
         "dynamodb:ConditionCheckItem",
     }
-    assert synth.stack.streaming is not None
-    assert _grants_on(synth, synth.stack.streaming.events.role, state) == {"dynamodb:UpdateItem"}
+    assert synth.breakwater.streaming is not None
+    assert _grants_on(synth, synth.breakwater.streaming.events.role, state) == {"dynamodb:UpdateItem"}
 
 
 def test_the_front_door_claims_idempotency_keys_and_the_workers_share_the_window(synth: Synth) -> None:
-    keys = synth.stack.tables.idempotency
-    assert _grants_on(synth, synth.stack.ingest.role, keys) == {
+    keys = synth.breakwater.tables.idempotency
+    assert _grants_on(synth, synth.breakwater.ingest.role, keys) == {
         "dynamodb:PutItem",
         "dynamodb:GetItem",
         "dynamodb:UpdateItem",
         "dynamodb:DeleteItem",
     }
-    ingest, worker = _env(synth, synth.stack.ingest), _env(synth, synth.stack.consumers.live_worker)
+    ingest, worker = _env(synth, synth.breakwater.ingest), _env(synth, synth.breakwater.consumers.live_worker)
     assert ingest["IDEMPOTENCY_TABLE_NAME"] == {"Ref": synth.logical_id(keys)}
     window = str(synth.config.ingest.idempotency_window_seconds)
     assert ingest["IDEMPOTENCY_WINDOW_SECONDS"] == worker["IDEMPOTENCY_TTL_SECONDS"] == window
 
 
 def test_nobody_scans_or_deletes_state(synth: Synth) -> None:
-    state = synth.stack.tables.state
+    state = synth.breakwater.tables.state
     roles = {
-        "worker": synth.stack.consumers.live_worker.role,
-        "sideline": synth.stack.consumers.sideline_worker.role,
-        "controller": synth.stack.control.controller.role,
-        "redrive": synth.stack.control.redrive.role,
-        "ingest": synth.stack.ingest.role,
+        "worker": synth.breakwater.consumers.live_worker.role,
+        "sideline": synth.breakwater.consumers.sideline_worker.role,
+        "controller": synth.breakwater.control.controller.role,
+        "redrive": synth.breakwater.control.redrive.role,
+        "ingest": synth.breakwater.ingest.role,
     }
     grants = {name: _grants_on(synth, role, state) for name, role in roles.items()}
     assert all(grants.values()), grants

@@ -7,8 +7,8 @@ import json
 import re
 from typing import Any
 
-from stacks.functions import BreakwaterFunction
-from stacks.insights import TENANT_PLACEHOLDER
+from breakwater_cdk.functions import BreakwaterFunction
+from breakwater_cdk.insights import TENANT_PLACEHOLDER
 from tests.infrastructure.conftest import Synth
 
 
@@ -54,7 +54,7 @@ def dashboard(synth: Synth) -> dict[str, Any]:
 
 
 def workers(synth: Synth) -> list[BreakwaterFunction]:
-    return [synth.stack.consumers.live_worker, synth.stack.consumers.sideline_worker]
+    return [synth.breakwater.consumers.live_worker, synth.breakwater.consumers.sideline_worker]
 
 
 # --- per-tenant views ----------------------------------------------------------------------------------
@@ -63,8 +63,8 @@ def workers(synth: Synth) -> list[BreakwaterFunction]:
 def test_insight_rules_rank_tenants_by_the_fields_their_log_groups_write(synth: Synth) -> None:
     bodies = rule_bodies(synth)
     prefix = synth.config.service_name
-    stack = synth.stack
-    assert synth.stack.streaming is not None  # on in cdk.json: its events route refuses per tenant too
+    stack = synth.breakwater
+    assert synth.breakwater.streaming is not None  # on in cdk.json: its events route refuses per tenant too
     expected = {  # log groups, keys, the value summed (None: lines counted), the field a line must have > 0
         f"{prefix}-tenants-first-attempt-age": (
             [ref(synth, stack.consumers.live_worker)],
@@ -115,15 +115,15 @@ def test_naive_mode_ships_the_same_views(naive_synth: Synth) -> None:
 
 
 def test_the_refusals_rule_reads_the_ordered_front_door_when_it_is_built(ordered_synth: Synth) -> None:
-    assert ordered_synth.stack.ordered is not None
+    assert ordered_synth.breakwater.ordered is not None
     refusals = rule_bodies(ordered_synth)[f"{ordered_synth.config.service_name}-tenants-refusals"]
-    assert ref(ordered_synth, ordered_synth.stack.ordered.ingest) in refusals["LogGroupNames"]
+    assert ref(ordered_synth, ordered_synth.breakwater.ordered.ingest) in refusals["LogGroupNames"]
 
 
 def test_saved_queries_show_one_tenant_over_the_right_log_groups(synth: Synth) -> None:
     saved = queries(synth)
     prefix = synth.config.service_name
-    stack = synth.stack
+    stack = synth.breakwater
     assert stack.streaming is not None
     expected = {
         f"{prefix}/tenant first-attempt ages": (

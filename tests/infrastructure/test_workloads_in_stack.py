@@ -16,7 +16,7 @@ from breakwater.settings import (
     OrderedIngestSettings,
     StreamConsumerSettings,
 )
-from stacks.functions import BreakwaterFunction
+from breakwater_cdk.functions import BreakwaterFunction
 from tests.infrastructure.conftest import Synth
 from tests.infrastructure.test_foundation import _as_list, _contract_names, _env, _role_actions
 
@@ -87,8 +87,8 @@ def _dashboard_body(synth: Synth) -> str:
 
 
 def test_stream_is_encrypted_and_refuses_plain_http(synth: Synth) -> None:
-    assert synth.stack.streaming is not None
-    stream_id = synth.logical_id(synth.stack.streaming.stream)
+    assert synth.breakwater.streaming is not None
+    stream_id = synth.logical_id(synth.breakwater.streaming.stream)
     stream = synth.resources[stream_id]["Properties"]
     assert stream["StreamEncryption"] == {"EncryptionType": "KMS", "KeyId": "alias/aws/kinesis"}
     assert stream["RetentionPeriodHours"] == synth.config.streaming.retention_hours
@@ -104,7 +104,7 @@ def test_stream_is_encrypted_and_refuses_plain_http(synth: Synth) -> None:
 
 
 def test_consumer_mapping_bisects_retries_ages_out_and_has_a_failure_destination(synth: Synth) -> None:
-    streaming = synth.stack.streaming
+    streaming = synth.breakwater.streaming
     assert streaming is not None
     config = synth.config.streaming
     (mapping,) = _mappings_of(synth, streaming.consumer)
@@ -123,8 +123,8 @@ def test_consumer_mapping_bisects_retries_ages_out_and_has_a_failure_destination
 
 
 def test_events_route_is_behind_the_authorizer_and_validated(synth: Synth) -> None:
-    assert synth.stack.streaming is not None
-    schema = _assert_guarded_proxy_to(synth, _route(synth, "events"), synth.stack.streaming.events)
+    assert synth.breakwater.streaming is not None
+    schema = _assert_guarded_proxy_to(synth, _route(synth, "events"), synth.breakwater.streaming.events)
     event, batch = schema["oneOf"]
     assert event["required"] == ["type"] and event["additionalProperties"] is False
     assert set(event["properties"]) == {"type", "key", "value", "payload", "occurred_at"}
@@ -136,8 +136,8 @@ def test_events_route_is_behind_the_authorizer_and_validated(synth: Synth) -> No
 
 
 def test_events_role_writes_the_stream_and_nothing_else(synth: Synth) -> None:
-    assert synth.stack.streaming is not None
-    actions = _role_actions(synth, synth.stack.streaming.events.role)
+    assert synth.breakwater.streaming is not None
+    actions = _role_actions(synth, synth.breakwater.streaming.events.role)
     assert {"kinesis:PutRecords", "kinesis:PutRecord"} <= actions
     assert not {a for a in actions if a.startswith("sqs:")}
     assert {a for a in actions if a.startswith("dynamodb:")} == {"dynamodb:UpdateItem"}  # its token buckets
@@ -155,7 +155,7 @@ def test_stream_alarms_are_on_the_dashboard_and_notify_the_topic(synth: Synth) -
     )
     assert len(alarms) == 3
     body = _dashboard_body(synth)
-    topic = {"Ref": synth.logical_id(synth.stack.monitoring.topic)}
+    topic = {"Ref": synth.logical_id(synth.breakwater.monitoring.topic)}
     for alarm_id in alarms:
         assert alarm_id in body
         assert synth.resources[alarm_id]["Properties"]["AlarmActions"] == [topic]
@@ -184,16 +184,16 @@ def test_the_stream_failures_queue_acknowledgements_are_scoped_to_it(synth: Synt
     ]
     for rule in ("AwsSolutions-SQS3", "Serverless-SQSRedrivePolicy"):
         paths = [path for name, path in suppressed if name == rule]
-        assert "Breakwater/Streaming/ConsumerFailures/Resource" in paths
+        assert "Breakwater-dev/Breakwater/Streaming/ConsumerFailures/Resource" in paths
     assert not [
         path for name, path in suppressed if name == "AwsSolutions-SQS3" and "ConsumerFailures" not in path
     ]
 
 
 def test_ordered_workload_is_off_by_default(synth: Synth) -> None:
-    assert synth.stack.ordered is None
+    assert synth.breakwater.ordered is None
     assert not [q for q in synth.of_type("AWS::SQS::Queue").values() if q["Properties"].get("FifoQueue")]
-    assert "ordered" not in synth.stack.ingress.routes
+    assert "ordered" not in synth.breakwater.ingress.routes
 
 
 @pytest.mark.parametrize(
@@ -203,7 +203,7 @@ def test_ordered_workload_is_off_by_default(synth: Synth) -> None:
 def test_streaming_environment_matches_its_settings_model(
     synth: Synth, attribute: str, settings_model: Any
 ) -> None:
-    env = _env(synth, getattr(synth.stack.streaming, attribute))
+    env = _env(synth, getattr(synth.breakwater.streaming, attribute))
     fields = {name.upper() for name in settings_model.model_fields}
     required = {name.upper() for name, field in settings_model.model_fields.items() if field.is_required()}
     assert required <= _contract_names(env) <= fields
@@ -219,7 +219,7 @@ def test_ordered_synth_is_nag_clean(ordered_synth: Synth) -> None:
 
 
 def test_fifo_queues_are_high_throughput_with_fifo_dlqs(ordered_synth: Synth) -> None:
-    ordered = ordered_synth.stack.ordered
+    ordered = ordered_synth.breakwater.ordered
     assert ordered is not None
     config = ordered_synth.config.ordered
     assert len(ordered.queues) == config.queue_count
@@ -237,7 +237,7 @@ def test_fifo_queues_are_high_throughput_with_fifo_dlqs(ordered_synth: Synth) ->
 
 
 def test_fifo_worker_drains_every_fifo_queue_reporting_batch_item_failures(ordered_synth: Synth) -> None:
-    ordered = ordered_synth.stack.ordered
+    ordered = ordered_synth.breakwater.ordered
     assert ordered is not None
     mappings = _mappings_of(ordered_synth, ordered.worker)
     assert {json.dumps(m["EventSourceArn"]) for m in mappings} == {
@@ -252,7 +252,7 @@ def test_fifo_worker_drains_every_fifo_queue_reporting_batch_item_failures(order
 
 
 def test_ordered_route_is_behind_the_authorizer_and_validated(ordered_synth: Synth) -> None:
-    ordered = ordered_synth.stack.ordered
+    ordered = ordered_synth.breakwater.ordered
     assert ordered is not None
     schema = _assert_guarded_proxy_to(ordered_synth, _route(ordered_synth, "ordered"), ordered.ingest)
     assert set(schema["required"]) == {"type", "ordering_key"}
@@ -268,17 +268,17 @@ def test_ordered_route_is_behind_the_authorizer_and_validated(ordered_synth: Syn
 
 
 def test_ordered_ingest_spends_the_tenants_ingest_tokens(ordered_synth: Synth) -> None:
-    ordered = ordered_synth.stack.ordered
+    ordered = ordered_synth.breakwater.ordered
     assert ordered is not None
     env = _env(ordered_synth, ordered.ingest)
-    assert env["STATE_TABLE_NAME"] == {"Ref": ordered_synth.logical_id(ordered_synth.stack.tables.state)}
+    assert env["STATE_TABLE_NAME"] == {"Ref": ordered_synth.logical_id(ordered_synth.breakwater.tables.state)}
     actions = _role_actions(ordered_synth, ordered.ingest.role)
     assert {"sqs:SendMessage", "dynamodb:UpdateItem"} <= actions
     assert not {"sqs:ReceiveMessage", "sqs:DeleteMessage"} & actions
 
 
 def test_ordered_queues_alarm_on_age_and_dlq_and_show_on_the_dashboard(ordered_synth: Synth) -> None:
-    ordered = ordered_synth.stack.ordered
+    ordered = ordered_synth.breakwater.ordered
     assert ordered is not None
     body = _dashboard_body(ordered_synth)
     for pair in ordered.queues:
@@ -310,7 +310,7 @@ def test_outputs_name_the_fifo_queues_and_the_write_ahead_table(ordered_synth: S
 def test_ordered_environment_matches_its_settings_model(
     ordered_synth: Synth, attribute: str, settings_model: Any
 ) -> None:
-    env = _env(ordered_synth, getattr(ordered_synth.stack.ordered, attribute))
+    env = _env(ordered_synth, getattr(ordered_synth.breakwater.ordered, attribute))
     fields = {name.upper() for name in settings_model.model_fields}
     required = {name.upper() for name, field in settings_model.model_fields.items() if field.is_required()}
     assert required <= _contract_names(env) <= fields

@@ -58,7 +58,7 @@ def sideline_mapping(world: WorkerWorld) -> str:
 
 
 def add_dirty_index(world: WorkerWorld) -> None:
-    """The state table's index of changed tenants, as stacks/tables.py declares it."""
+    """The state table's index of changed tenants, as breakwater_cdk/tables.py declares it."""
     world.dynamodb.update_table(
         TableName=STATE_TABLE,
         AttributeDefinitions=[

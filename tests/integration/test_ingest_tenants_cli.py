@@ -158,3 +158,22 @@ def test_overrides_need_no_plan_of_their_own_when_the_tiers_plan_throttles_nobod
     assert run(cli, capsys, tenants_table, plans, "add", "acme")[0] == 0
     assert run(cli, capsys, tenants_table, plans, "set-limits", "acme", "rate=3")[0] == 0
     assert plan_of(plans, "acme")["id"] == naive
+
+
+def test_the_stage_names_the_stack_whose_outputs_it_reads(cli, capsys, tenants_table, edge_plans):
+    """``--stage prod`` reads the outputs of the stack Breakwater-prod (app.py's stack of that stage)."""
+    template = {
+        "Resources": {"Marker": {"Type": "AWS::SQS::Queue"}},
+        "Outputs": {
+            "TenantsTableName": {"Value": tenants_table},
+            "EdgeUsagePlans": {"Value": json.dumps(edge_plans)},
+        },
+    }
+    boto3.client("cloudformation").create_stack(
+        StackName="Breakwater-prod", TemplateBody=json.dumps(template)
+    )
+    assert cli.main(["--stage", "prod", "add", "acme"]) == 0
+    assert cli.main(["list", "--stage", "prod"]) == 0
+    assert "acme" in capsys.readouterr().out
+    with pytest.raises(SystemExit, match="no stack Breakwater-dev here"):
+        cli.main(["--stage", "dev", "list"])

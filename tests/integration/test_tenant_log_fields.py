@@ -40,7 +40,7 @@ class Views:
     """The template's rules and saved queries, each with the kind of log group it reads."""
 
     def __init__(self, synth: Synth) -> None:
-        stack = synth.stack
+        stack = synth.breakwater
         kinds = {
             synth.logical_id(stack.consumers.live_worker.log_group): "worker",
             synth.logical_id(stack.consumers.sideline_worker.log_group): "worker",

@@ -10,6 +10,7 @@ from tests.integration import worker_fixtures
 from tests.integration.worker_fixtures import FakeLambdaContext, WorkerWorld, load, make_envelope
 
 world = worker_fixtures.world  # the fixture
+SLOW = "tests.integration.slow_processor.process"
 
 
 def test_a_long_message_keeps_its_visibility_and_is_not_delivered_twice(
@@ -18,7 +19,9 @@ def test_a_long_message_keeps_its_visibility_and_is_not_delivered_twice(
     url = world.urls["live-0"]
     world.sqs.set_queue_attributes(QueueUrl=url, Attributes={"VisibilityTimeout": "2"})
     world.send("live-0", make_envelope("acme"))
-    environment = world.environment(visibility_timeout_seconds=2, heartbeat_seconds=1, simulated_work_ms=3500)
+    environment = world.environment(
+        visibility_timeout_seconds=2, heartbeat_seconds=1, processor_handler=SLOW, slow_processor_seconds=3.5
+    )
     handler = load(monkeypatch, "worker.handler", environment)
     seen: list[str] = []
     done = threading.Event()
@@ -47,7 +50,8 @@ def test_work_is_cancelled_before_the_lambda_runs_out_and_the_message_comes_back
 ) -> None:
     envelope = make_envelope("acme")
     world.send("live-0", envelope)
-    handler = load(monkeypatch, "worker.handler", world.environment(simulated_work_ms=30_000))
+    environment = world.environment(processor_handler=SLOW, slow_processor_seconds=30)
+    handler = load(monkeypatch, "worker.handler", environment)
 
     # 3 s left and a 2 s safety margin: the work must stop after about 1 s, not run for 30 s
     response, received = world.deliver(handler, "live-0", context=FakeLambdaContext(remaining_ms=3_000))

@@ -97,7 +97,7 @@ class WorkerWorld:
             "VISIBILITY_TIMEOUT_SECONDS": "60",
             "LEASE_SECONDS": "1",
             "LEASE_MAX_FRACTION": "0.25",
-            "SIMULATED_WORK_MS": "0",
+            "PROCESSOR_HANDLER": "processor.sample.process",  # the example app's processor
             "SIDELINING_ENABLED": "true",
             "MAX_RECEIVE_COUNT": str(MAX_RECEIVE_COUNT),
         }

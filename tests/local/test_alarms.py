@@ -15,6 +15,7 @@ import boto3
 import pytest
 from moto import mock_aws
 
+from breakwater_cdk.config import AlarmConfig
 from local.emulator import moto_patches
 from local.emulator.alarms import (
     ALARM,
@@ -31,7 +32,6 @@ from local.emulator.assembly import CloudAssembly, synthesize
 from local.emulator.moto_patches import sqs_metrics
 from local.emulator.runtime import LocalRuntime, RuntimeOptions
 from local.scenarios.noisy_neighbour import DEMO_CONTEXT
-from stacks.config import AlarmConfig
 
 NS, NAME = "Test", "Depth"
 
@@ -319,7 +319,8 @@ def assembly(tmp_path_factory: pytest.TempPathFactory) -> CloudAssembly:
 
 
 def by_prefix(definitions: list[AlarmDefinition], prefix: str) -> list[AlarmDefinition]:
-    return [d for d in definitions if d.logical_id.startswith(prefix)]
+    """The alarms whose logical id, under the app's Breakwater construct, starts with ``prefix``."""
+    return [d for d in definitions if d.logical_id.removeprefix("Breakwater").startswith(prefix)]
 
 
 @pytest.mark.slow
@@ -450,7 +451,7 @@ def test_the_functions_emf_makes_the_p99_alarm_fire(runtime: LocalRuntime) -> No
             **dimensions,
             alarm.metric_name: [alarm.threshold * (2 if slow else 0.1)],
         }
-        runtime.logs("FunctionsLiveWorkerFunction", json.dumps(blob))
+        runtime.logs("BreakwaterFunctionsLiveWorkerFunction", json.dumps(blob))
     report = watch.evaluate(end_s=25, time_scale=12)
     mine = [(t["state"], t["at_s"]) for t in report.transitions if t["alarm"] == alarm.logical_id]
     assert mine == [(ALARM, 20)]  # the third breaching period; the last five still hold three at 25 s

@@ -31,10 +31,10 @@ from hypothesis import HealthCheck, settings
 
 from app import cdk_json_context, merge_context
 from breakwater.request_keys import HEADER as IDEMPOTENCY_HEADER
+from breakwater_cdk.config import CONTEXT_KEY, load_config
+from breakwater_cdk.openapi import build_document
 from local.emulator.runtime import LocalRuntime, RuntimeOptions
 from local.scenarios.tenants import create_tenants
-from stacks.config import CONTEXT_KEY, load_config
-from stacks.openapi import build_document
 
 pytestmark = pytest.mark.slow
 

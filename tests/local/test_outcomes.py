@@ -89,4 +89,5 @@ def test_the_hooks_inject_the_scenario_s_faults_and_record_what_ran(
 def test_without_the_variables_the_processor_is_left_alone(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.delenv(processor_hooks.FAULTS_ENV, raising=False)
     monkeypatch.delenv(processor_hooks.EFFECTS_ENV, raising=False)
+    monkeypatch.delenv(processor_hooks.WORK_MS_ENV, raising=False)
     assert not processor_hooks.install()

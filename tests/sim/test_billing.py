@@ -112,6 +112,6 @@ def test_an_idle_poller_makes_an_empty_long_poll_every_twenty_seconds() -> None:
 
 
 def test_the_controllers_memory_is_the_stacks() -> None:
-    from stacks.control import CONTROLLER_MEMORY_MB as DEPLOYED
+    from breakwater_cdk.control import CONTROLLER_MEMORY_MB as DEPLOYED
 
     assert CONTROLLER_MEMORY_MB == DEPLOYED

@@ -5,8 +5,8 @@ from __future__ import annotations
 import pytest
 
 import sim  # noqa: F401
+from breakwater_cdk.config import ConfigError
 from sim.config import blueprint, load_context, parse_assignment, setups
-from stacks.config import ConfigError
 
 
 def test_a_setting_on_the_command_line_overrides_cdk_json() -> None:

@@ -343,7 +343,7 @@ class Worker:
             safety_margin_s=self.config.safety_margin_s,
         )
         queue_url = queue_url_from_arn(record.eventSourceARN)
-        work = WorkContext(simulated_work_ms=self.config.simulated_work_ms)
+        work = WorkContext()
         beat = Heartbeat(
             plan,
             lambda seconds: self.ports.extend_visibility(queue_url, record.receiptHandle, seconds),

@@ -18,7 +18,6 @@ class WorkerOptions:
     queue_urls: Mapping[Origin, str]  # destination role -> queue url
     visibility_timeout_s: int
     heartbeat_s: int
-    simulated_work_ms: int = 0
     fair_queues: bool = True
     safety_margin_s: float = 2.0
     max_receive_count: int | None = None  # the queues' redrive policy; None: dead letters are not counted
@@ -44,7 +43,6 @@ class WorkerOptions:
             },
             visibility_timeout_s=settings.visibility_timeout_seconds,
             heartbeat_s=settings.heartbeat_seconds,
-            simulated_work_ms=settings.simulated_work_ms,
             fair_queues=settings.fair_queues,
             max_receive_count=settings.max_receive_count,
             outage_backoff_s=settings.outage_backoff_seconds if settings.sidelining_enabled else None,

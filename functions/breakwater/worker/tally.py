@@ -90,7 +90,7 @@ class BatchTally:
 
 def log_tenant_batches(batch: BatchTally) -> None:
     """One ``tenant batch`` line per tenant of the batch, every field a scalar, for the per-tenant views
-    (Contributor Insights rules and Logs Insights queries, stacks/insights.py): the EMF blob's
+    (Contributor Insights rules and Logs Insights queries, breakwater_cdk/insights.py): the EMF blob's
     ``AgeOfFirstAttemptByTenant`` is a dict, which Contributor Insights cannot aggregate.
 
     Cheap on purpose: one line per tenant per batch, never one per message, built from what the batch

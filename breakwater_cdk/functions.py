@@ -1,13 +1,13 @@
-"""A factory for the blueprint's Lambda functions.
+"""A factory for the construct's Lambda functions.
 
-Every function ships the same asset (``functions/``, as it is: no Docker bundling) with Powertools
-from its public layer, gets its own encrypted log group with a retention, its own role holding only
-what the caller grants, explicit memory and timeout, and the Powertools environment.
+Every function ships the handlers' asset (``functions/`` without the runtime library, as it is: no
+Docker bundling) with two layers: the runtime library ``breakwater``, versioned with this package,
+and Powertools from its public layer. Each gets its own encrypted log group with a retention, its
+own role holding only what the caller grants, explicit memory and timeout, and the Powertools
+environment.
 """
 
 from __future__ import annotations
-
-from pathlib import Path
 
 from aws_cdk import Aws, CfnResource, Duration, RemovalPolicy, Stack
 from aws_cdk import aws_iam as iam
@@ -16,11 +16,16 @@ from aws_cdk import aws_lambda as lambda_
 from aws_cdk import aws_logs as logs
 from constructs import Construct
 
-from stacks.config import BlueprintConfig
+from breakwater_cdk.assets import HANDLERS, VERSION, stage_runtime_layer
+from breakwater_cdk.config import BlueprintConfig, ConfigError
+from breakwater_cdk.processor import Processor
 
-FUNCTIONS_DIR = Path(__file__).resolve().parent.parent / "functions"
-ASSET_EXCLUDE = ["**/__pycache__", "**/*.pyc", "tests", "**/tests", ".mypy_cache", ".pytest_cache"]
+# The runtime library comes from the layer, never from the handlers' asset.
+ASSET_EXCLUDE = [
+    "**/__pycache__", "**/*.pyc", "tests", "**/tests", ".mypy_cache", ".pytest_cache", "breakwater",
+]  # fmt: skip
 POWERTOOLS_ACCOUNT = "017000801446"
+PROCESSOR_HANDLER = "PROCESSOR_HANDLER"  # breakwater.settings: the workers' processor, module.function
 
 RETENTION = {
     1: logs.RetentionDays.ONE_DAY,
@@ -84,9 +89,12 @@ class BreakwaterFunction(Construct):
         environment: dict[str, str],
         memory_mb: int,
         timeout_seconds: int,
+        runs_processor: bool = False,
     ) -> None:
         super().__init__(scope, construct_id)
         config = factory.config
+        if runs_processor:
+            environment = {**environment, **processor_environment(factory.processor, environment)}
         self.name = construct_id
         self.log_group = encrypted_log_group(self, "Logs", config=config, key=factory.key)
         self.role = iam.Role(
@@ -100,11 +108,11 @@ class BreakwaterFunction(Construct):
             self,
             "Function",
             description=description,
-            code=factory.code,
+            code=factory.processor_code if runs_processor else factory.code,
             handler=handler,
             runtime=_RUNTIMES[config.functions.runtime],
             architecture=_ARCHITECTURES[config.functions.architecture],
-            layers=[factory.powertools],
+            layers=[factory.runtime, factory.powertools],
             memory_size=memory_mb,
             timeout=Duration.seconds(timeout_seconds),
             role=self.role,
@@ -112,6 +120,8 @@ class BreakwaterFunction(Construct):
             tracing=lambda_.Tracing.ACTIVE if config.functions.tracing else lambda_.Tracing.DISABLED,
             environment={**factory.powertools_environment, **environment},
         )
+        if runs_processor:
+            factory.processor.grant(self.role)
         self._depend_on_policy_only()
 
     def _depend_on_policy_only(self) -> None:
@@ -122,16 +132,48 @@ class BreakwaterFunction(Construct):
         function.add_override("DependsOn", [Stack.of(self).get_logical_id(policy)])
 
 
+def processor_environment(processor: Processor, own: dict[str, str]) -> dict[str, str]:
+    """What a worker adds for the processor: which function to run, its variables and secrets."""
+    values = {PROCESSOR_HANDLER: processor.handler, **processor.variables()}
+    clash = sorted(set(values) & set(own))
+    if clash:
+        raise ConfigError(f"processor.environment {clash} would replace the workers' own settings")
+    return values
+
+
 class FunctionFactory(Construct):
-    """Shares the code asset and the Powertools layer between the functions it builds."""
+    """Shares the code assets and the layers between the functions it builds.
+
+    The workers run ``processor``: their asset is its directory bundled with its requirements and
+    the workers' handlers (:meth:`Processor.code`); every other function runs the handlers' asset.
+    """
 
     def __init__(
-        self, scope: Construct, construct_id: str, *, config: BlueprintConfig, key: kms.IKey
+        self,
+        scope: Construct,
+        construct_id: str,
+        *,
+        config: BlueprintConfig,
+        key: kms.IKey,
+        processor: Processor,
     ) -> None:
         super().__init__(scope, construct_id)
         self.config = config
         self.key = key
-        self.code = lambda_.Code.from_asset(str(FUNCTIONS_DIR), exclude=ASSET_EXCLUDE)
+        self.processor = processor
+        self.code = lambda_.Code.from_asset(str(HANDLERS), exclude=ASSET_EXCLUDE)
+        self.processor_code = processor.code(
+            runtime=config.functions.runtime, architecture=config.functions.architecture
+        )
+        self.runtime = lambda_.LayerVersion(
+            self,
+            "Runtime",
+            code=lambda_.Code.from_asset(str(stage_runtime_layer())),
+            description=f"Breakwater runtime library {VERSION}",
+            compatible_runtimes=[_RUNTIMES[config.functions.runtime]],
+            compatible_architectures=[_ARCHITECTURES[config.functions.architecture]],
+            removal_policy=RemovalPolicy.RETAIN,  # a function still deployed may run on an older version
+        )
         self.powertools = lambda_.LayerVersion.from_layer_version_arn(
             self, "Powertools", powertools_layer_arn(config)
         )
@@ -153,6 +195,7 @@ class FunctionFactory(Construct):
         environment: dict[str, str],
         memory_mb: int,
         timeout_seconds: int,
+        runs_processor: bool = False,
     ) -> BreakwaterFunction:
         built = BreakwaterFunction(
             self,
@@ -163,6 +206,7 @@ class FunctionFactory(Construct):
             environment=environment,
             memory_mb=memory_mb,
             timeout_seconds=timeout_seconds,
+            runs_processor=runs_processor,
         )
         self.built.append(built)
         return built

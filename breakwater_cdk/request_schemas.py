@@ -15,7 +15,7 @@ from aws_cdk import aws_apigateway as apigw
 from pydantic import BaseModel
 
 from breakwater.requests import EventIn, MessageRequest, OrderedMessageRequest
-from stacks.config import BlueprintConfig
+from breakwater_cdk.config import BlueprintConfig
 
 _TYPES = {
     "string": apigw.JsonSchemaType.STRING,

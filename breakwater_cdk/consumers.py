@@ -13,11 +13,11 @@ from aws_cdk import aws_lambda as lambda_
 from aws_cdk import aws_lambda_event_sources as sources
 from constructs import Construct
 
-from stacks import environment
-from stacks.config import BlueprintConfig, ProvisionedPollersConfig
-from stacks.functions import BreakwaterFunction, FunctionFactory
-from stacks.queue_set import QueueSet, QueueWithDlq
-from stacks.tables import WORKER_STATE, Tables, grant_effect_tables, grant_items
+from breakwater_cdk import environment
+from breakwater_cdk.config import BlueprintConfig, ProvisionedPollersConfig
+from breakwater_cdk.functions import BreakwaterFunction, FunctionFactory
+from breakwater_cdk.queue_set import QueueSet, QueueWithDlq
+from breakwater_cdk.tables import WORKER_STATE, Tables, grant_items
 
 WORKER_HANDLER = "worker/handler.handler"
 
@@ -66,11 +66,11 @@ class Consumers(Construct):
             ),
             memory_mb=self._config.worker.memory_mb,
             timeout_seconds=self._config.worker.timeout_seconds,
+            runs_processor=True,
         )
         grant_items(self._tables.state, worker.role, WORKER_STATE)
         self._tables.idempotency.grant_read_write_data(worker.role)
         self._tables.tenants.grant_read_data(worker.role)
-        grant_effect_tables(worker, worker.role, self._config.processing.effect_tables)
         # Moves: SIDELINE -> backlog, SPILL -> spillover, DEFER -> surge (or the sideline queue itself).
         for pair in (self._queues.spillover, self._queues.backlog, self._queues.surge):
             pair.queue.grant_send_messages(worker.role)

@@ -1,6 +1,6 @@
 """The front door: a REST API whose every method sits behind the tenant authorizer.
 
-Every ``POST /v1/<route>`` is validated against a JSON schema (``stacks/request_schemas.py``)
+Every ``POST /v1/<route>`` is validated against a JSON schema (``breakwater_cdk/request_schemas.py``)
 before it costs a Lambda invocation; every error API Gateway produces itself is a problem details
 object (``application/problem+json``) naming the problem, the handlers' shape; the stage throttles
 as configured, traces and writes structured access logs to an encrypted, retained log group.
@@ -24,9 +24,9 @@ from aws_cdk import aws_logs as logs
 from constructs import Construct
 
 from breakwater.errors import PROBLEM_MEDIA_TYPE, problem
-from stacks.config import BlueprintConfig
-from stacks.functions import RETENTION, encrypted_log_group
-from stacks.request_schemas import message_schema
+from breakwater_cdk.config import BlueprintConfig
+from breakwater_cdk.functions import RETENTION, encrypted_log_group
+from breakwater_cdk.request_schemas import message_schema
 
 STAGE_NAME = "prod"
 

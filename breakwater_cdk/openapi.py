@@ -1,9 +1,9 @@
 """The API's OpenAPI 3.0 document, built from what the stack itself is built from.
 
 - The routes: ``POST /v1/messages`` always, ``POST /v1/ordered`` and ``POST /v1/events`` when the
-  config enables their workloads, as ``BreakwaterStack`` adds them.
+  config enables their workloads, as ``Breakwater`` adds them.
 - Each request body: the JSON schema the stack gives API Gateway as the route's model
-  (``stacks.request_schemas``, generated from the request models), under the model's name.
+  (``breakwater_cdk.request_schemas``, generated from the request models), under the model's name.
 - The answers: the services' bodies, and every refusal or failure as one problem details object
   (RFC 9457, ``application/problem+json``, ``breakwater.errors.problem``) whether a handler or the
   gateway (the stack's gateway responses) answers it, with the ``Retry-After`` header a refusal to
@@ -26,7 +26,6 @@ import argparse
 import enum
 import json
 import sys
-import tomllib
 from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -34,6 +33,7 @@ from typing import Any
 
 from aws_cdk import aws_apigateway as apigw
 
+from breakwater import __version__
 from breakwater.errors import (
     PROBLEM_MEDIA_TYPE,
     PROBLEM_TYPE_BASE,
@@ -55,9 +55,9 @@ from breakwater.requests import (
     MAX_SQS_ID_LENGTH,
     SQS_ID_PATTERN,
 )
-from stacks.config import BlueprintConfig
-from stacks.ingress import STAGE_NAME
-from stacks.request_schemas import events_schema, message_schema, ordered_message_schema
+from breakwater_cdk.config import BlueprintConfig
+from breakwater_cdk.ingress import STAGE_NAME
+from breakwater_cdk.request_schemas import events_schema, message_schema, ordered_message_schema
 
 OPENAPI_VERSION = "3.0.3"
 ORDERED_KEY_PARAMETER = "OrderedIdempotencyKey"
@@ -178,7 +178,7 @@ def build_document(config: BlueprintConfig) -> dict[str, Any]:
         "openapi": OPENAPI_VERSION,
         "info": {
             "title": f"{config.service_name} API",
-            "version": _project_version(),
+            "version": __version__,
             "description": _DESCRIPTION.format(depth=MAX_JSON_DEPTH, type_base=PROBLEM_TYPE_BASE),
         },
         "servers": [
@@ -298,7 +298,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--out", type=Path, default=DOCUMENT, help=f"default: {DOCUMENT.relative_to(ROOT)}")
     args = parser.parse_args(argv)
     from app import cdk_json_context  # the entry point reads cdk.json as the CDK CLI passes it
-    from stacks.config import CONTEXT_KEY, load_config
+    from breakwater_cdk.config import CONTEXT_KEY, load_config
 
     config = load_config(cdk_json_context().get(CONTEXT_KEY))
     args.out.parent.mkdir(parents=True, exist_ok=True)
@@ -515,11 +515,6 @@ def _schema_value(value: Any) -> Any:
 def _camel(name: str) -> str:
     first, *rest = name.split("_")
     return first + "".join(part.title() for part in rest)
-
-
-def _project_version() -> str:
-    project = tomllib.loads((ROOT / "pyproject.toml").read_text(encoding="utf-8"))["project"]
-    return str(project["version"])
 
 
 if __name__ == "__main__":

@@ -15,9 +15,9 @@ from aws_cdk import aws_sns as sns
 from aws_cdk import aws_sns_subscriptions as subscriptions
 from constructs import Construct
 
-from stacks.config import BlueprintConfig
-from stacks.insights import TenantInsights
-from stacks.queue_set import QueueWithDlq
+from breakwater_cdk.config import BlueprintConfig
+from breakwater_cdk.insights import TenantInsights
+from breakwater_cdk.queue_set import QueueWithDlq
 
 _MINUTE = Duration.minutes(1)
 # What SQS publishes per queue (AWS/SQS, dimension QueueName) for messages with a MessageGroupId, which

@@ -12,10 +12,7 @@ it fairly and at a rate the live system can take. Compose it in the stack::
 
 from __future__ import annotations
 
-import shutil
-import tempfile
 from collections.abc import Sequence
-from pathlib import Path
 
 from aws_cdk import Aws, CfnElement, Duration, Fn, RemovalPolicy, Stack
 from aws_cdk import aws_dynamodb as dynamodb
@@ -28,16 +25,15 @@ from aws_cdk import aws_s3_assets as s3_assets
 from aws_cdk import aws_sqs as sqs
 from constructs import Construct, IConstruct
 
-from stacks import environment
-from stacks.config import BlueprintConfig
-from stacks.functions import RETENTION, BreakwaterFunction, FunctionFactory
-from stacks.nag import acknowledge
+from breakwater_cdk import environment
+from breakwater_cdk.assets import GLUE_JOBS, stage_replay_library
+from breakwater_cdk.config import BlueprintConfig
+from breakwater_cdk.functions import RETENTION, BreakwaterFunction, FunctionFactory
+from breakwater_cdk.nag import acknowledge
 
-ROOT = Path(__file__).resolve().parent.parent
 ARCHIVE_PREFIX = "archive/"
 REPLAY_PREFIX = "replay/"
 _WORKER_TYPES = {"G.1X": glue.WorkerType.G_1X, "G.2X": glue.WorkerType.G_2X}
-_PY_EXCLUDE = shutil.ignore_patterns("__pycache__", "*.pyc")
 # Action wildcards of CDK's grantRead/grantReadWrite/grantEncryptDecrypt (acknowledged, prefix-scoped).
 _GRANT_WILDCARDS = (
     "s3:GetObject*", "s3:GetBucket*", "s3:List*", "s3:DeleteObject*", "s3:Abort*",
@@ -51,18 +47,6 @@ def _logical_id(construct: IConstruct) -> str:
     assert isinstance(resource, CfnElement)
     stack = Stack.of(construct)
     return str(stack.resolve(stack.get_logical_id(resource)))
-
-
-def stage_runtime_library() -> Path:
-    """``breakwater/`` and ``glue_jobs/`` side by side: the tree of the job's ``--extra-py-files`` zip.
-
-    CDK zips a directory asset itself (no Docker); staging gives the zip the two top-level packages
-    the job imports, as ``ReplayArgs``' local runner ships them (``ship_runtime_library``).
-    """
-    staging = Path(tempfile.mkdtemp(prefix="breakwater-replay-lib-"))
-    shutil.copytree(ROOT / "functions" / "breakwater", staging / "breakwater", ignore=_PY_EXCLUDE)
-    shutil.copytree(ROOT / "glue_jobs", staging / "glue_jobs", ignore=_PY_EXCLUDE)
-    return staging
 
 
 class ArchiveAndReplay(Construct):
@@ -219,14 +203,14 @@ class ArchiveAndReplay(Construct):
             encryption_key=self._key,
             removal_policy=RemovalPolicy.DESTROY,
         )
-        library = s3_assets.Asset(self, "ReplayLibrary", path=str(stage_runtime_library()))
+        library = s3_assets.Asset(self, "ReplayLibrary", path=str(stage_replay_library()))
         job = glue.PySparkEtlJob(
             self,
             "ReplayJob",
             description="Replays parked backlogs from the S3 archive into the live queues, fairly and paced",
             role=role,
             glue_version=glue.GlueVersion.V5_0,
-            script=glue.Code.from_asset(str(ROOT / "glue_jobs" / "replay_backlog.py")),
+            script=glue.Code.from_asset(str(GLUE_JOBS / "replay_backlog.py")),
             extra_python_files=[glue.Code.from_bucket(library.bucket, library.s3_object_key)],
             worker_configuration=glue.WorkerConfiguration(
                 worker_type=_WORKER_TYPES[archive.replay_worker_type],

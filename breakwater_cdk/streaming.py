@@ -18,12 +18,12 @@ from aws_cdk import aws_lambda_event_sources as sources
 from aws_cdk import aws_sns as sns
 from constructs import Construct
 
-from stacks import environment
-from stacks.config import BlueprintConfig
-from stacks.functions import BreakwaterFunction, FunctionFactory
-from stacks.monitoring import notifying_alarm
-from stacks.queue_set import dead_letter_queue
-from stacks.tables import BUCKET_ITEMS, build_table, grant_items
+from breakwater_cdk import environment
+from breakwater_cdk.config import BlueprintConfig
+from breakwater_cdk.functions import BreakwaterFunction, FunctionFactory
+from breakwater_cdk.monitoring import notifying_alarm
+from breakwater_cdk.queue_set import dead_letter_queue
+from breakwater_cdk.tables import BUCKET_ITEMS, build_table, grant_items
 
 _MINUTE = Duration.minutes(1)
 # The data-plane actions a Kinesis resource policy may name for a stream (no wildcard: the policy is

@@ -1,39 +1,68 @@
-"""The Breakwater stack: composes one construct per concern; the constructs build."""
+"""``Breakwater``: the construct a CDK app instantiates; it composes one construct per concern, they build.
+
+Two instances in one stack or one account never collide: every name AWS needs unique (queues, the
+stream, the API and its usage plans, the dashboard, the Contributor Insights rules) and the metrics'
+``service`` dimension carry the instance's name, the configured ``service_name`` and a hash of the
+construct's path (:attr:`Breakwater.instance_name`).
+"""
 
 from __future__ import annotations
 
-from typing import Any
-
-from aws_cdk import CfnOutput, Fn, Stack
+from aws_cdk import CfnOutput, CfnResource, Fn, Stack
 from constructs import Construct
 
-from stacks import environment
-from stacks.archive import ArchiveAndReplay
-from stacks.config import BlueprintConfig
-from stacks.consumers import Consumers
-from stacks.control import ControlPlane
-from stacks.encryption import StackKey
-from stacks.functions import BreakwaterFunction, FunctionFactory
-from stacks.ingress import Ingress
-from stacks.insights import TenantInsights
-from stacks.monitoring import Monitoring
-from stacks.ordered import OrderedWorkload
-from stacks.queue_set import QueueSet
-from stacks.request_schemas import events_schema, ordered_message_schema
-from stacks.streaming import StreamingWorkload
-from stacks.tables import INGEST_KEYS, INGEST_STATE, Tables, grant_items
+from breakwater_cdk import environment
+from breakwater_cdk.archive import ArchiveAndReplay
+from breakwater_cdk.config import BlueprintConfig, ConfigError
+from breakwater_cdk.consumers import Consumers
+from breakwater_cdk.control import ControlPlane
+from breakwater_cdk.encryption import StackKey
+from breakwater_cdk.functions import BreakwaterFunction, FunctionFactory
+from breakwater_cdk.ingress import Ingress
+from breakwater_cdk.insights import TenantInsights
+from breakwater_cdk.monitoring import Monitoring
+from breakwater_cdk.nag import acknowledge_findings
+from breakwater_cdk.ordered import OrderedWorkload
+from breakwater_cdk.processor import Processor
+from breakwater_cdk.queue_set import QueueSet
+from breakwater_cdk.request_schemas import events_schema, ordered_message_schema
+from breakwater_cdk.streaming import StreamingWorkload
+from breakwater_cdk.tables import INGEST_KEYS, INGEST_STATE, Tables, grant_items
+
+MAX_STACK_RESOURCES = 500  # CloudFormation's limit per stack
 
 
-class BreakwaterStack(Stack):
+class Breakwater(Construct):
+    """The whole system: API, queues, workers, controller, archive, alarms; optional workloads.
+
+    ``config`` is the typed configuration (:class:`breakwater_cdk.config.BreakwaterConfig`, what
+    cdk.json's ``breakwater`` object is validated into); ``processor`` the user's code the live,
+    sideline and FIFO workers run (:class:`breakwater_cdk.processor.Processor`). ``output_prefix``
+    prefixes the logical ids of the stack outputs (``ApiUrl``, ``TenantsTableName``...); it defaults
+    to the construct's id, and an app with one instance may pass ``""`` for the plain names
+    ``bin/tenants`` reads.
+    """
+
     def __init__(
-        self, scope: Construct, construct_id: str, *, config: BlueprintConfig, **kwargs: Any
+        self,
+        scope: Construct,
+        construct_id: str,
+        *,
+        config: BlueprintConfig,
+        processor: Processor,
+        output_prefix: str | None = None,
     ) -> None:
-        super().__init__(scope, construct_id, **kwargs)
-        self.config = config
+        super().__init__(scope, construct_id)
+        self.instance_name = f"{config.service_name}-{self.node.addr[-8:]}"
+        # Every physical name and the metrics' service dimension come from the instance's name.
+        self.config = config.model_copy(update={"service_name": self.instance_name})
+        config = self.config
+        self._output_prefix = construct_id if output_prefix is None else output_prefix
         self.key = StackKey(self, "Encryption", config=config).key
         self.tables = Tables(self, "Tables")
         self.queues = QueueSet(self, "Queues", config=config)
-        self.functions = FunctionFactory(self, "Functions", config=config, key=self.key)
+        self.processor = processor
+        self.functions = FunctionFactory(self, "Functions", config=config, key=self.key, processor=processor)
         self.authorizer = self._build_authorizer()
         self.ingest = self._build_ingest()
         self.ingress = Ingress(
@@ -76,6 +105,15 @@ class BreakwaterStack(Stack):
         self.insights = self._build_insights()  # after the workloads: their front doors are read too
         self.monitoring.add_alarm_overview()  # last: every alarm above, the workloads' included
         self._build_outputs()
+        acknowledge_findings(self)
+        self._check_resource_count()
+
+    @property
+    def workers(self) -> list[BreakwaterFunction]:
+        """The functions that run the processor (``.role`` holds its grants: acknowledge a cdk-nag
+        finding of one of them there, e.g. ``acknowledge(worker.role, "AwsSolutions-IAM5[...]", why)``)."""
+        workers = [self.consumers.live_worker, self.consumers.sideline_worker]
+        return workers if self.ordered is None else [*workers, self.ordered.worker]
 
     def _build_monitoring(self) -> Monitoring:
         alarms = self.config.alarms
@@ -193,39 +231,53 @@ class BreakwaterStack(Stack):
             queue.grant_send_messages(ingest.role)  # includes GetQueueAttributes for the cached depth
         return ingest
 
+    def _output(self, name: str, *, value: str, description: str | None = None) -> None:
+        output = CfnOutput(self, name, value=value, description=description)
+        output.override_logical_id(f"{self._output_prefix}{name}")
+
     def _build_outputs(self) -> None:
         routes = ", ".join(f"v1/{path}" for path in self.ingress.routes)
-        CfnOutput(self, "ApiUrl", value=self.ingress.url, description=f"base URL; POST {routes}")
-        CfnOutput(self, "TenantsTableName", value=self.tables.tenants.table_name)
-        CfnOutput(
-            self,
+        self._output("ApiUrl", value=self.ingress.url, description=f"base URL; POST {routes}")
+        self._output("TenantsTableName", value=self.tables.tenants.table_name)
+        self._output(
             "EdgeUsagePlans",
             value=self.ingress.edge_plans_json(),
             description="the API, its stage and each tier's usage plan: bin/tenants enrols keys in them",
         )
-        CfnOutput(self, "StateTableName", value=self.tables.state.table_name)
-        CfnOutput(self, "IdempotencyTableName", value=self.tables.idempotency.table_name)
-        CfnOutput(self, "AlarmTopicArn", value=self.monitoring.topic.topic_arn)
-        CfnOutput(self, "ArchiveBucketName", value=self.archive.bucket.bucket_name)
-        CfnOutput(self, "ReplayJobName", value=self.archive.job.job_name)
+        self._output("StateTableName", value=self.tables.state.table_name)
+        self._output("IdempotencyTableName", value=self.tables.idempotency.table_name)
+        self._output("AlarmTopicArn", value=self.monitoring.topic.topic_arn)
+        self._output("ArchiveBucketName", value=self.archive.bucket.bucket_name)
+        self._output("ReplayJobName", value=self.archive.job.job_name)
         for pair in self.queues.all:
             name = "".join(part.capitalize() for part in pair.role.split("-"))
-            CfnOutput(self, f"{name}QueueUrl", value=pair.queue.queue_url)
-            CfnOutput(self, f"{name}DlqUrl", value=pair.dlq.queue_url)
+            self._output(f"{name}QueueUrl", value=pair.queue.queue_url)
+            self._output(f"{name}DlqUrl", value=pair.dlq.queue_url)
         for function in self.functions.built:
-            CfnOutput(self, f"{function.name}FunctionName", value=function.function.function_name)
-        CfnOutput(
-            self,
+            self._output(f"{function.name}FunctionName", value=function.function.function_name)
+        self._output(
             "SidelineMappingUuids",
             value=Fn.join(",", [m.event_source_mapping_id for m in self.consumers.sideline_mappings]),
         )
         if self.ordered is not None:
-            CfnOutput(self, "WriteAheadTableName", value=self.ordered.write_ahead_table.table_name)
+            self._output("WriteAheadTableName", value=self.ordered.write_ahead_table.table_name)
             for index, pair in enumerate(self.ordered.queues):
-                CfnOutput(self, f"Ordered{index}QueueUrl", value=pair.queue.queue_url)
-                CfnOutput(self, f"Ordered{index}DlqUrl", value=pair.dlq.queue_url)
+                self._output(f"Ordered{index}QueueUrl", value=pair.queue.queue_url)
+                self._output(f"Ordered{index}DlqUrl", value=pair.dlq.queue_url)
         if self.streaming is not None:
-            CfnOutput(self, "EventStreamName", value=self.streaming.stream.stream_name)
-            CfnOutput(self, "EventStreamArn", value=self.streaming.stream.stream_arn)
-            CfnOutput(self, "AggregatesTableName", value=self.streaming.aggregates_table.table_name)
-            CfnOutput(self, "StreamFailuresQueueUrl", value=self.streaming.failures.queue_url)
+            self._output("EventStreamName", value=self.streaming.stream.stream_name)
+            self._output("EventStreamArn", value=self.streaming.stream.stream_arn)
+            self._output("AggregatesTableName", value=self.streaming.aggregates_table.table_name)
+            self._output("StreamFailuresQueueUrl", value=self.streaming.failures.queue_url)
+
+    def _check_resource_count(self) -> None:
+        """A stack CloudFormation would refuse is a config error naming the keys that size it."""
+        stack = Stack.of(self)
+        count = sum(1 for node in stack.node.find_all() if isinstance(node, CfnResource))
+        if count > MAX_STACK_RESOURCES:
+            config = self.config
+            raise ConfigError(
+                f"the stack would have {count} resources; CloudFormation allows {MAX_STACK_RESOURCES} per "
+                f"stack. Lower breakwater.queue_set.size ({config.queue_set.size}, each live queue adds "
+                f"about 8) or breakwater.ordered.queue_count ({config.ordered.queue_count})"
+            )

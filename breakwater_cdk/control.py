@@ -16,11 +16,11 @@ from aws_cdk import aws_iam as iam
 from aws_cdk import aws_lambda_event_sources as sources
 from constructs import Construct
 
-from stacks import environment
-from stacks.config import BlueprintConfig
-from stacks.functions import BreakwaterFunction, FunctionFactory
-from stacks.queue_set import QueueSet
-from stacks.tables import CONTROLLER_STATE, REDRIVE_STATE, Tables, grant_items
+from breakwater_cdk import environment
+from breakwater_cdk.config import BlueprintConfig
+from breakwater_cdk.functions import BreakwaterFunction, FunctionFactory
+from breakwater_cdk.queue_set import QueueSet
+from breakwater_cdk.tables import CONTROLLER_STATE, REDRIVE_STATE, Tables, grant_items
 
 # Finishes well inside its minute, so two runs never overlap.
 CONTROLLER_TIMEOUT_SECONDS = 50

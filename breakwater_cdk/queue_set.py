@@ -14,7 +14,7 @@ from aws_cdk import Duration
 from aws_cdk import aws_sqs as sqs
 from constructs import Construct
 
-from stacks.config import BlueprintConfig
+from breakwater_cdk.config import BlueprintConfig
 
 # DLQs keep messages as long as SQS allows: a standard queue's message keeps its original enqueue
 # time in the DLQ, so a shorter DLQ retention would silently drop failed messages.

@@ -46,23 +46,6 @@ def grant_items(
     return iam.Grant.add_to_principal(grantee=grantee, actions=list(actions), resource_arns=arns)
 
 
-# What a processor's transactional effects may do to the items of the tables it names (no reads, scans
-# or table operations): the entries of a TransactWriteItems.
-EFFECT_ACTIONS = (
-    "dynamodb:PutItem",
-    "dynamodb:UpdateItem",
-    "dynamodb:DeleteItem",
-    "dynamodb:ConditionCheckItem",
-)
-
-
-def grant_effect_tables(scope: Construct, grantee: iam.IGrantable, names: Sequence[str]) -> None:
-    """The processor's effect tables (``processing.effect_tables``): :data:`EFFECT_ACTIONS` on each."""
-    for name in names:
-        table = dynamodb.Table.from_table_name(scope, f"EffectTable-{name}", name)
-        grant_items(table, grantee, EFFECT_ACTIONS)
-
-
 def tls_only_policy() -> iam.PolicyDocument:
     """The table's resource policy: any request that is not over TLS is denied."""
     return iam.PolicyDocument(

@@ -12,7 +12,7 @@ from aws_cdk import aws_iam as iam
 from aws_cdk import aws_kms as kms
 from constructs import Construct
 
-from stacks.config import BlueprintConfig
+from breakwater_cdk.config import BlueprintConfig
 
 # Explicit actions (no "kms:*"-style wildcards) for the services that encrypt with the key.
 _SERVICE_ACTIONS = [

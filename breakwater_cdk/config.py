@@ -8,10 +8,9 @@ read context themselves.
 from __future__ import annotations
 
 import math
-import re
 from typing import Any, Literal, Self
 
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
 
 CONTEXT_KEY = "breakwater"
 
@@ -194,7 +193,6 @@ class WorkerConfig(_QueueConsumer):
         default=6, ge=1, le=12, description="queue visibility = multiplier x worker timeout (AWS guidance: 6)"
     )
     heartbeat_seconds: int = Field(default=30, ge=1, le=43_200)
-    simulated_work_ms: int = Field(default=20, ge=0, description="duration of the sample processor's work")
     outage_backoff_seconds: float = Field(
         default=5,
         gt=0,
@@ -248,7 +246,7 @@ class SidelineConfig(_Strict):
 
 
 class ArchiveConfig(_Strict):
-    """The S3 archive of sidelined backlogs and the Glue job that replays it (stacks/archive.py)."""
+    """The S3 archive of sidelined backlogs and the Glue job that replays it (breakwater_cdk/archive.py)."""
 
     expire_after_days: int = Field(default=90, ge=1, description="archived objects are deleted after this")
     infrequent_access_after_days: int | None = Field(
@@ -424,7 +422,10 @@ class StreamingConfig(_Strict):
 
 
 class ProcessingConfig(_Strict):
-    """How the processor's effects are made (``functions/breakwater/processor.py``)."""
+    """How the processor's effects are made (the contract: ``functions/breakwater/processor.py``).
+
+    What the processor may touch is its own grants (``breakwater_cdk.Processor(grants=...)``).
+    """
 
     guarantee: Literal["exactly_once", "at_least_once"] = Field(
         default="exactly_once",
@@ -433,26 +434,6 @@ class ProcessingConfig(_Strict):
         "record is read before and written after (cheaper; copies racing each other, or a run its "
         "worker died in, may run twice). Effects given to work.add_effect are exactly once in both",
     )
-
-    effect_tables: list[str] = Field(
-        default_factory=list,
-        description="DynamoDB tables (names, this account and region) the processor's transactional "
-        "effects (work.add_effect) write to: the workers may put, update, delete and condition-check "
-        "their items, nothing else",
-    )
-
-    @field_validator("effect_tables")
-    @classmethod
-    def _table_names(cls, names: list[str]) -> list[str]:
-        for name in names:
-            if not re.fullmatch(r"[A-Za-z0-9_.-]{3,255}", name):
-                raise ValueError(
-                    f"effect_tables entry {name!r} is not a DynamoDB table name "
-                    "(3-255 letters, digits, '_', '-', '.')"
-                )
-        if len(set(names)) != len(names):
-            raise ValueError(f"effect_tables lists a table twice: {names}")
-        return names
 
 
 class LambdaConfig(_Strict):
@@ -512,6 +493,15 @@ class ConfigError(ValueError):
     """Raised at synth for an invalid ``breakwater`` context; the message names each key and value."""
 
 
+# Keys earlier versions read, and what replaced them (CHANGELOG.md).
+REMOVED_KEYS = {
+    "processing.effect_tables": "give the processor its grants instead: "
+    "Processor(grants=[table.grant_write_data])",
+    "worker.simulated_work_ms": "the demo's work is the emulator's: breakwater_local.work_ms in the context "
+    "of python -m local (local/README.md); nothing of it is deployed",
+}
+
+
 def _describe(errors: list[Any], raw: dict[str, Any]) -> str:
     lines = []
     for error in errors:
@@ -519,6 +509,8 @@ def _describe(errors: list[Any], raw: dict[str, Any]) -> str:
         key = f"{CONTEXT_KEY}.{path}" if error["loc"] else CONTEXT_KEY
         if error["type"] in {"missing"}:
             lines.append(f"{key}: required key is missing")
+        elif error["type"] == "extra_forbidden" and path in REMOVED_KEYS:
+            lines.append(f"{key}: no longer a setting (value {error['input']!r}); {REMOVED_KEYS[path]}")
         elif error["type"] == "extra_forbidden":
             lines.append(f"{key}: unknown key (value {error['input']!r}); check the spelling")
         else:

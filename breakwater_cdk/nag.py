@@ -16,8 +16,8 @@ from cdk_nag import AwsSolutionsChecks, ServerlessChecks
 from constructs import IConstruct
 
 if TYPE_CHECKING:  # the constructs import acknowledge() from here
-    from stacks.breakwater_stack import BreakwaterStack
-    from stacks.functions import BreakwaterFunction
+    from breakwater_cdk.construct import Breakwater
+    from breakwater_cdk.functions import BreakwaterFunction
 
 # Why each function has no asynchronous-invocation DLQ (Serverless-LambdaDLQ).
 _NO_ASYNC_DLQ = {
@@ -62,35 +62,35 @@ def acknowledge(construct: IConstruct, rule: str, reason: str) -> None:
     Validations.of(construct).acknowledge(Acknowledgment(id=f"{pack}::{rule}", reason=reason))
 
 
-def acknowledge_findings(stack: BreakwaterStack) -> None:
-    for function in stack.functions.built:
-        _acknowledge_function(stack, function)
-    for pair in stack.queues.all:
+def acknowledge_findings(breakwater: Breakwater) -> None:
+    for function in breakwater.functions.built:
+        _acknowledge_function(breakwater, function)
+    for pair in breakwater.queues.all:
         acknowledge(
             pair.dlq,
             "Serverless-SQSRedrivePolicy",
             f"this is the dead-letter queue of {pair.role}: a DLQ of a DLQ would only move the problem; "
             "an alarm fires on any visible message and bin/redrive moves them back after a fix",
         )
-    _acknowledge_ingress(stack)
-    _acknowledge_consumers(stack)
-    _acknowledge_ordered(stack)
-    _acknowledge_streaming(stack)
-    if stack.monitoring.email_subscription is not None:
+    _acknowledge_ingress(breakwater)
+    _acknowledge_consumers(breakwater)
+    _acknowledge_ordered(breakwater)
+    _acknowledge_streaming(breakwater)
+    if breakwater.monitoring.email_subscription is not None:
         acknowledge(
-            stack.monitoring.email_subscription,
+            breakwater.monitoring.email_subscription,
             "Serverless-SNSRedrivePolicy",
             "the optional alarm e-mail: SNS retries delivery, and an alarm that fails to notify stays in "
             "ALARM on the dashboard; a DLQ would need its own alarm, notifying through this same topic",
         )
 
 
-def _acknowledge_function(stack: BreakwaterStack, function: BreakwaterFunction) -> None:
+def _acknowledge_function(breakwater: Breakwater, function: BreakwaterFunction) -> None:
     acknowledge(function.function, "AwsSolutions-L1", _RUNTIME_PINNED)
     acknowledge(function.function, "Serverless-LambdaLatestVersion", _RUNTIME_PINNED)
     if function.name in _NO_ASYNC_DLQ:
         acknowledge(function.function, "Serverless-LambdaDLQ", _NO_ASYNC_DLQ[function.name])
-    if stack.config.functions.tracing:
+    if breakwater.config.functions.tracing:
         policy = function.role.node.find_child("DefaultPolicy")
         acknowledge(
             policy,
@@ -107,26 +107,26 @@ def _acknowledge_sqs_mappings(worker: BreakwaterFunction) -> None:
             acknowledge(child, "Serverless-LambdaEventSourceMappingDestination", _SQS_MAPPING_DESTINATION)
 
 
-def _acknowledge_consumers(stack: BreakwaterStack) -> None:
-    for worker in (stack.consumers.live_worker, stack.consumers.sideline_worker):
+def _acknowledge_consumers(breakwater: Breakwater) -> None:
+    for worker in (breakwater.consumers.live_worker, breakwater.consumers.sideline_worker):
         _acknowledge_sqs_mappings(worker)
     acknowledge(
-        stack.control.schedule,
+        breakwater.control.schedule,
         "Serverless-EventBusDLQ",
         "the schedule's event carries nothing: a controller run that could not be delivered is superseded "
         "by the next one a minute later, so a DLQ would only collect empty, stale ticks",
     )
 
 
-def _acknowledge_ingress(stack: BreakwaterStack) -> None:
-    api = stack.ingress.api
+def _acknowledge_ingress(breakwater: Breakwater) -> None:
+    api = breakwater.ingress.api
     acknowledge(
         api.node.find_child("CloudWatchRole"),
         "AwsSolutions-IAM4[Policy::arn:<AWS::Partition>:iam::aws:policy/service-role/AmazonAPIGatewayPushToCloudWatchLogs]",
         "API Gateway's account-level logging role (needed for access logs) is the documented use of this AWS "
         "managed policy; API Gateway, not our code, assumes it",
     )
-    for method in stack.ingress.routes.values():
+    for method in breakwater.ingress.routes.values():
         acknowledge(
             method,
             "AwsSolutions-COG4",
@@ -141,11 +141,11 @@ def _acknowledge_ingress(stack: BreakwaterStack) -> None:
     )
 
 
-def _acknowledge_ordered(stack: BreakwaterStack) -> None:
-    if stack.ordered is None:
+def _acknowledge_ordered(breakwater: Breakwater) -> None:
+    if breakwater.ordered is None:
         return
-    _acknowledge_sqs_mappings(stack.ordered.worker)
-    for pair in stack.ordered.queues:
+    _acknowledge_sqs_mappings(breakwater.ordered.worker)
+    for pair in breakwater.ordered.queues:
         acknowledge(
             pair.dlq,
             "Serverless-SQSRedrivePolicy",
@@ -154,10 +154,10 @@ def _acknowledge_ordered(stack: BreakwaterStack) -> None:
         )
 
 
-def _acknowledge_streaming(stack: BreakwaterStack) -> None:
-    if stack.streaming is None:
+def _acknowledge_streaming(breakwater: Breakwater) -> None:
+    if breakwater.streaming is None:
         return
-    failures = stack.streaming.failures
+    failures = breakwater.streaming.failures
     reason = (
         "this is the Kinesis mapping's on-failure destination, the stream's dead-letter queue: it holds the "
         "shard and sequence range of a batch the consumer gave up on (the records stay on the stream for its "

@@ -19,12 +19,12 @@ from aws_cdk import aws_lambda_event_sources as sources
 from aws_cdk import aws_sqs as sqs
 from constructs import Construct
 
-from stacks import environment
-from stacks.config import BlueprintConfig
-from stacks.consumers import poller_config
-from stacks.functions import BreakwaterFunction, FunctionFactory
-from stacks.queue_set import QueueWithDlq, dead_letter_queue
-from stacks.tables import BUCKET_ITEMS, build_table, grant_effect_tables, grant_items
+from breakwater_cdk import environment
+from breakwater_cdk.config import BlueprintConfig
+from breakwater_cdk.consumers import poller_config
+from breakwater_cdk.functions import BreakwaterFunction, FunctionFactory
+from breakwater_cdk.queue_set import QueueWithDlq, dead_letter_queue
+from breakwater_cdk.tables import BUCKET_ITEMS, build_table, grant_items
 
 # The group backlog counters (breakwater.aws.group_backlogs): conditional UpdateItem calls only, which
 # return the stored item when refused, so neither function needs to read the state table.
@@ -91,9 +91,9 @@ class OrderedWorkload(Construct):
             ),
             memory_mb=ordered.memory_mb,
             timeout_seconds=ordered.timeout_seconds,
+            runs_processor=True,
         )
         self.write_ahead_table.grant_read_write_data(worker.role)
-        grant_effect_tables(worker, worker.role, self._config.processing.effect_tables)
         if state_table is not None:
             grant_items(state_table, worker.role, GROUP_BACKLOG_ITEMS)
         for pair in self.queues:

@@ -24,7 +24,7 @@ from aws_cdk import aws_cloudwatch as cloudwatch
 from aws_cdk import aws_logs as logs
 from constructs import Construct
 
-from stacks.config import BlueprintConfig
+from breakwater_cdk.config import BlueprintConfig
 
 # The messages of the lines the views read (functions/breakwater/worker/batch.py, breakwater/api.py).
 TENANT_BATCH = "tenant batch"

@@ -15,9 +15,9 @@ from aws_cdk import aws_s3 as s3
 from aws_cdk import aws_sqs as sqs
 from constructs import IConstruct
 
-from stacks.config import BlueprintConfig
-from stacks.queue_set import QueueSet
-from stacks.tables import Tables
+from breakwater_cdk.config import BlueprintConfig
+from breakwater_cdk.queue_set import QueueSet
+from breakwater_cdk.tables import Tables
 
 
 def flag(value: bool) -> str:
@@ -108,7 +108,6 @@ def worker_environment(
         "VISIBILITY_TIMEOUT_SECONDS": str(worker.visibility_timeout_seconds),
         "LEASE_SECONDS": str(ingest.lease_seconds),
         "LEASE_MAX_FRACTION": str(ingest.lease_max_fraction),
-        "SIMULATED_WORK_MS": str(worker.simulated_work_ms),
         "OUTAGE_BACKOFF_SECONDS": f"{worker.outage_backoff_seconds:g}",
         "OUTAGE_BACKOFF_MAX_SECONDS": f"{worker.outage_backoff_max_seconds:g}",
         "FAIR_QUEUES": flag(config.queue_set.fair_queues),
@@ -131,7 +130,7 @@ def controller_environment(
         "LIVE_QUEUE_URLS": queue_urls([pair.queue for pair in queues.live]),
         "SIDELINE_QUEUE_URLS": queue_urls([pair.queue for pair in queues.sideline]),
         "SIDELINE_QUEUE_ROLES": ",".join(pair.role for pair in queues.sideline),  # their workers' age reports
-        # Past either budget a sideline queue is parked in S3 (ARCHIVER_FUNCTION_NAME: stacks/archive.py).
+        # Past either budget a sideline queue is parked in S3 (ARCHIVER_FUNCTION_NAME: archive.py).
         "ARCHIVE_AGE_SECONDS": str(config.sideline.archive_age_seconds),
         "ARCHIVE_DEPTH": str(config.sideline.archive_depth),
         "SIDELINE_MAPPING_UUIDS": Fn.join(",", list(sideline_mapping_ids)),
@@ -192,7 +191,6 @@ def fifo_worker_environment(
         "WRITE_AHEAD_TABLE_NAME": write_ahead.table_name,
         "WRITE_AHEAD_LEASE_SECONDS": str(ordered.lease_seconds),
         "WRITE_AHEAD_RETENTION_SECONDS": str(ordered.write_ahead_retention_days * 86_400),
-        "SIMULATED_WORK_MS": str(config.worker.simulated_work_ms),
     }
     if state is not None:  # it gives each message's group slot back (the same window as the ingest's)
         values["STATE_TABLE_NAME"] = state.table_name

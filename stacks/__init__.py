@@ -1,1 +1,0 @@
-"""Breakwater's infrastructure: the stack composes, one construct per concern builds."""
