@@ -188,15 +188,8 @@ class ItemThroughput:
     ) -> bool:
         """Admit the call and take its units (True), or refuse it and count a throttle (False)."""
         cost = read_units / self.read_limit + write_units / self.write_limit
-        budget = self.budgets.get(item)
-        if budget is None:
-            budget = self.budgets[item] = _Budget(self.burst_seconds, now_s)
-        elif now_s > budget.at_s:
-            budget.level = min(self.burst_seconds, budget.level + (now_s - budget.at_s))
-            budget.at_s = now_s
-        stats = self.stats.get(item)
-        if stats is None:
-            stats = self.stats[item] = ItemStats(kind)
+        budget = self._refilled(item, now_s)
+        stats = self._stats(item, kind)
         # A call bigger than the whole budget would never pass: it is admitted on a full budget and
         # leaves it in debt, as AWS serves a 400 KB write on a partition that was idle.
         if cost > budget.level and budget.level < self.burst_seconds:
@@ -217,17 +210,24 @@ class ItemThroughput:
     ) -> None:
         """Take units a call used that were known only after it ran (never refused; may leave a debt):
         an update that grew its item, an index partition the write changed."""
+        self._refilled(item, now_s).level -= read_units / self.read_limit + write_units / self.write_limit
+        self._stats(item, kind).add(math.floor(now_s), read_units, write_units)
+
+    def _refilled(self, item: Hashable, now_s: float) -> _Budget:
+        """The item's budget, refilled up to ``now_s`` (a new item's is full)."""
         budget = self.budgets.get(item)
         if budget is None:
             budget = self.budgets[item] = _Budget(self.burst_seconds, now_s)
         elif now_s > budget.at_s:
             budget.level = min(self.burst_seconds, budget.level + (now_s - budget.at_s))
             budget.at_s = now_s
-        budget.level -= read_units / self.read_limit + write_units / self.write_limit
+        return budget
+
+    def _stats(self, item: Hashable, kind: str) -> ItemStats:
         stats = self.stats.get(item)
         if stats is None:
             stats = self.stats[item] = ItemStats(kind)
-        stats.add(math.floor(now_s), read_units, write_units)
+        return stats
 
     def within(
         self, item: Hashable, now_s: float, *, read_units: float = 0.0, write_units: float = 0.0
