@@ -156,7 +156,7 @@ def item_size(item: dict[str, Any] | None) -> int:
     return sum(len(name.encode("utf-8")) + value_size(value) for name, value in (item or {}).items())
 
 
-def _update_size(request: dict[str, Any]) -> int:
+def update_size(request: dict[str, Any]) -> int:
     """What an UpdateItem writes, as far as the request shows it: its key and the values it sets."""
     names = request.get("ExpressionAttributeNames") or {}
     values = request.get("ExpressionAttributeValues") or {}
@@ -235,7 +235,7 @@ def _write_usage(operation: str, request: dict[str, Any], response: dict[str, An
         return write_units(item_size(request.get("Item")))
     if operation == "UpdateItem":
         after = item_size(response.get("Attributes")) if response.get("Attributes") else 0
-        return write_units(max(_update_size(request), after))
+        return write_units(max(update_size(request), after))
     if operation == "DeleteItem":
         return write_units(item_size(response.get("Attributes")) if response.get("Attributes") else 0)
     if operation == "BatchWriteItem":
@@ -252,7 +252,7 @@ def _write_usage(operation: str, request: dict[str, Any], response: dict[str, An
             if "Put" in action:
                 units += write_units(item_size(action["Put"].get("Item")), transactional=True)
             elif "Update" in action:
-                units += write_units(_update_size(action["Update"]), transactional=True)
+                units += write_units(update_size(action["Update"]), transactional=True)
             else:  # Delete, ConditionCheck: the key's item
                 units += write_units(0, transactional=True)
         return units

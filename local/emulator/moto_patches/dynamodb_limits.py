@@ -57,11 +57,10 @@ from local.emulator.moto_patches.dynamodb_metering import (
     stored_item_size,
     target_of,
     throttle_write,
-    update_size,
     written_size,
 )
 from local.emulator.moto_patches.patch import Kind, Patch, Replacement
-from local.pricing.usage import item_size, read_units, write_units
+from local.pricing.usage import item_size, read_units, update_size, write_units
 
 
 # What an on-demand table answers for a hot key (the ThrottlingError reason of TransactWriteItems

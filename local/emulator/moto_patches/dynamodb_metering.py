@@ -17,7 +17,7 @@ from moto.dynamodb.models.dynamo_type import DynamoType
 from moto.dynamodb.models.utilities import bytesize
 
 from local.aws_limits import item_kind
-from local.pricing.usage import item_size, value_size, write_units
+from local.pricing.usage import item_size, update_size, value_size, write_units
 
 THROTTLED_MESSAGE = (
     "Throughput exceeds the current capacity of your table or index. DynamoDB is automatically scaling "
@@ -82,16 +82,6 @@ def target_of(backend: Any, table_name: str, attrs: dict[str, Any]) -> Target | 
         key[table.range_key_attr] = plain(range_value)
     item = (table_name, plain(hash_value), plain(range_value) if range_value else "")
     return Target(table, item, item_kind(table_name, key), stored)
-
-
-def update_size(request: dict[str, Any]) -> int:
-    names = request.get("ExpressionAttributeNames") or {}
-    values = request.get("ExpressionAttributeValues") or {}
-    return (
-        item_size(request.get("Key"))
-        + sum(value_size(v) for v in values.values())
-        + sum(bytesize(str(n)) for n in names.values())
-    )
 
 
 def written_size(operation: str, request: dict[str, Any], target: Target) -> int:
