@@ -16,6 +16,7 @@ read first for a while. Everything here is pure; ``now`` is injected.
 
 from __future__ import annotations
 
+import zlib
 from collections.abc import Mapping
 from dataclasses import dataclass
 from enum import StrEnum
@@ -24,6 +25,23 @@ from typing import NamedTuple, TypeVar
 K = TypeVar("K")  # how a map of leases is keyed (a holder, or a tenant and holder)
 
 CROWDED_MS = 5_000  # after a tenant's floor was found taken, its batches read before writing this long
+# The burst pool is split into items of at most this many places, so no item grows with the fleet's
+# concurrency (an item holds at most 400 KB) and each shard is written only by the containers hashed to it.
+POOL_SHARD_PLACES = 16
+
+
+def pool_shard_capacities(burst_capacity: int) -> list[int]:
+    """The places of each burst pool shard: ``burst_capacity`` spread as evenly as it goes."""
+    if burst_capacity < 1:
+        raise ValueError(f"burst_capacity must be at least 1, got {burst_capacity}")
+    shards = -(-burst_capacity // POOL_SHARD_PLACES)
+    base, extra = divmod(burst_capacity, shards)
+    return [base + (1 if index < extra else 0) for index in range(shards)]
+
+
+def pool_shard_of(holder: str, shards: int) -> int:
+    """The pool shard a container (``holder``) takes its burst places in: stable across its batches."""
+    return zlib.crc32(holder.encode()) % shards
 
 
 class Grant(StrEnum):
