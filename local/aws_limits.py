@@ -282,7 +282,7 @@ def _label(item: Hashable) -> str:
 #   burst_pool         state  pool#concurrency / burst     the fleet's one burst pool of concurrency
 #   ledger             state  controller#shard#<n> / ledger a controller shard's ledger
 #   controller_scale   state  controller / scale           the controller's scale item
-#   queue_health       state  queue#<role> / health        a queue's health item
+#   queue_health       state  queue#<role> / health[#<n>]  a queue's health item (or one of its shards)
 #   dependency_health  state  dependency / health          the downstream dependency's health (the breaker)
 #   group_backlog      state  group#<g> / backlog          an ordering group's backlog (FIFO path)
 #   redrive_marker     state  redrive#<dlq> / <message id> the fallback redrive's dedup marker
@@ -335,7 +335,7 @@ def item_kind(table: str, key: Mapping[str, Any]) -> str:
         return "ledger"
     if pk == "controller":
         return "controller_scale"
-    if pk.startswith("queue#") and sk == "health":
+    if pk.startswith("queue#") and (sk == "health" or sk.startswith("health#")):
         return "queue_health"
     if pk == "dependency":
         return "dependency_health"

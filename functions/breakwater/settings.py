@@ -149,6 +149,9 @@ class WorkerSettings(TierSettings):
     outage_backoff_max_seconds: float = Field(
         default=60, gt=0, description="its longest open window (it doubles while the outage lasts)"
     )
+    health_report_shards: int = Field(
+        default=1, ge=1, le=100, description="items the workers' oldest-age reports are spread over"
+    )
 
 
 class ControllerSettings(TierSettings):
@@ -178,6 +181,9 @@ class ControllerSettings(TierSettings):
         default=1, ge=1, le=32, description="invocations the tenants' shards are split over in one run"
     )
     parallel_shards: int = Field(default=4, ge=1, le=32, description="shards one invocation works at once")
+    health_report_shards: int = Field(
+        default=1, ge=1, le=100, description="items the workers' oldest-age reports are spread over"
+    )
 
     _parse_urls = field_validator(
         "live_queue_urls",

@@ -111,6 +111,7 @@ def test_kinesis_records_and_bytes_are_separate_limits() -> None:
         ("Stack-TablesState1-X", {"pk": "controller#shard#3", "sk": "ledger"}, "ledger"),
         ("Stack-TablesState1-X", {"pk": "controller", "sk": "scale"}, "controller_scale"),
         ("Stack-TablesState1-X", {"pk": "queue#live", "sk": "health"}, "queue_health"),
+        ("Stack-TablesState1-X", {"pk": "queue#live", "sk": "health#7"}, "queue_health"),
         ("Stack-TablesState1-X", {"pk": "dependency", "sk": "health"}, "dependency_health"),
         ("Stack-TablesState1-X", {"pk": "group#g1", "sk": "backlog"}, "group_backlog"),
         ("Stack-TablesState1-X", {"pk": "redrive#dlq", "sk": "m-1"}, "redrive_marker"),

@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import json
 import os
+import time
 from collections.abc import Callable, Mapping, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import replace
@@ -87,7 +88,7 @@ def set_multiplier(client: DynamoDBClient, table_name: str, tenant: str, multipl
 
 
 def sideline_observations(
-    ddb: DynamoDBClient, sqs: SQSClient, settings: ControllerSettings
+    ddb: DynamoDBClient, sqs: SQSClient, settings: ControllerSettings, now_ms: int | None = None
 ) -> list[SidelineObservation]:
     """Each sideline queue's depth and, when its role is known, the oldest age its workers reported."""
     roles = dict(zip(settings.sideline_queue_urls, settings.sideline_queue_roles, strict=False))
@@ -95,7 +96,11 @@ def sideline_observations(
     for url in settings.sideline_queue_urls:
         role = roles.get(url)
         age_ms, observed_at = (
-            read_oldest_age(ddb, settings.state_table_name, role) if role is not None else (None, None)
+            read_oldest_age(
+                ddb, settings.state_table_name, role, shards=settings.health_report_shards, now_ms=now_ms
+            )
+            if role is not None
+            else (None, None)
         )
         depth = waiting_messages(sqs, url)
         observations.append(SidelineObservation(role or url, url, depth, age_ms, observed_at))
@@ -447,6 +452,7 @@ def build_controller_ports(
     sqs: SQSClient | None = None,
     lambda_client: LambdaClient | None = None,
     function_name: str | None = None,
+    clock_ms: Callable[[], int] = lambda: int(time.time() * 1000),
 ) -> ControllerPorts:
     config = Config(retries={"mode": "standard", "max_attempts": 3}, max_pool_connections=50)
     ddb: DynamoDBClient = dynamodb or boto3.client("dynamodb", config=config)
@@ -463,7 +469,9 @@ def build_controller_ports(
     own_name = function_name or os.environ.get("AWS_LAMBDA_FUNCTION_NAME")
     return ControllerPorts(
         live_depth=lambda: queue_depth(queues, settings.live_queue_urls),
-        live_oldest=lambda: read_oldest_age(ddb, table, "live"),
+        live_oldest=lambda: read_oldest_age(
+            ddb, table, "live", shards=settings.health_report_shards, now_ms=clock_ms()
+        ),
         dependency_down_until=lambda: read_dependency_down_until(ddb, table),
         set_sideline_enabled=lambda enabled, held: set_mappings_enabled(
             functions, settings.sideline_mapping_uuids, enabled, held
@@ -477,9 +485,10 @@ def build_controller_ports(
         commit=state.commit,
         release_shard=state.release_shard,
         read_ledgers=state.read_ledgers,
-        sideline_observations=lambda: sideline_observations(ddb, queues, settings),
+        sideline_observations=lambda: sideline_observations(ddb, queues, settings, clock_ms()),
         start_archiver=_archiver_starter(functions, settings.archiver_function_name),
         run_elsewhere=_shard_runner(functions, own_name)
         if own_name and settings.controller_invocations > 1
         else None,
+        clock_ms=clock_ms,
     )

@@ -3,16 +3,23 @@
 SQS has no age-of-oldest-message attribute through its API, so every worker batch reports the oldest
 age it saw. The write is conditional: it replaces the stored value only when it is larger or the
 stored one is older than the window, so the item holds the maximum observed in the last window
-across all containers; a container skips the reports that would add nothing (``breakwater.age_reports``).
+across its containers; a container skips the reports that would add nothing (``breakwater.age_reports``).
+
+Every container of the fleet writes there, so one item per role would be one partition's write limit
+at a few thousand containers. The reports are spread over ``shards`` items instead
+(``queue#<role>``/``health#<n>``, ``n`` fixed per container by its holder id); with one shard the
+item keeps its original key ``health``. The controller reads every shard of a role in one
+BatchGetItem and takes the largest age still in its window (:func:`read_oldest_age`).
 """
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Sequence
+import zlib
+from collections.abc import Iterable, Mapping, Sequence
 from typing import TYPE_CHECKING
 
 from breakwater.age_reports import ThrottledAgeReports
-from breakwater.aws.counters import condition_held, plain
+from breakwater.aws.counters import batch_get, condition_held, plain
 
 if TYPE_CHECKING:
     from mypy_boto3_dynamodb import DynamoDBClient
@@ -21,20 +28,48 @@ if TYPE_CHECKING:
 
 HEALTH_SK = "health"
 WINDOW_MS = 60_000
+MAX_HEALTH_SHARDS = 100  # every shard of a role in one BatchGetItem
 
 
 def queue_pk(role: str) -> str:
     return f"queue#{role}"
 
 
+def _checked_shards(shards: int) -> int:
+    if not 1 <= shards <= MAX_HEALTH_SHARDS:
+        raise ValueError(f"health report shards must be 1..{MAX_HEALTH_SHARDS}, got {shards}")
+    return shards
+
+
+def health_shard(holder: str, shards: int) -> int:
+    """The shard a container writes: stable across processes (not Python's salted ``hash``)."""
+    return zlib.crc32(holder.encode()) % _checked_shards(shards)
+
+
+def health_sk(shard: int, shards: int) -> str:
+    """The sort key of a role's health shard; a single shard keeps the original key."""
+    if _checked_shards(shards) == 1:
+        return HEALTH_SK
+    if not 0 <= shard < shards:
+        raise ValueError(f"health shard {shard} is not in 0..{shards - 1}")
+    return f"{HEALTH_SK}#{shard}"
+
+
 def record_oldest_age(
-    client: DynamoDBClient, table_name: str, role: str, oldest_age_ms: int, now_ms: int
+    client: DynamoDBClient,
+    table_name: str,
+    role: str,
+    oldest_age_ms: int,
+    now_ms: int,
+    *,
+    sk: str = HEALTH_SK,
 ) -> bool:
-    """Raise the window's maximum to ``oldest_age_ms`` (or open a window); False if a larger one stands."""
+    """Raise the window's maximum to ``oldest_age_ms`` (or open a window) on the role's health item
+    ``sk``; False if a larger one stands."""
     return condition_held(
         lambda: client.update_item(
             TableName=table_name,
-            Key={"pk": {"S": queue_pk(role)}, "sk": {"S": HEALTH_SK}},
+            Key={"pk": {"S": queue_pk(role)}, "sk": {"S": sk}},
             UpdateExpression="SET oldest_age_ms = :age, observed_at = :now",
             ConditionExpression=(
                 "attribute_not_exists(oldest_age_ms) OR observed_at < :window OR oldest_age_ms <= :age"
@@ -76,22 +111,51 @@ def read_dependency_down_until(client: DynamoDBClient, table_name: str) -> int |
     return int(item["down_until"]) if "down_until" in item else None
 
 
-def throttled_age_reports(client: DynamoDBClient, table_name: str) -> ThrottledAgeReports:
-    """A container's age reports: :func:`record_oldest_age` when ``breakwater.age_reports`` says so."""
+def throttled_age_reports(
+    client: DynamoDBClient, table_name: str, *, holder: str = "", shards: int = 1
+) -> ThrottledAgeReports:
+    """A container's age reports: :func:`record_oldest_age` on its own shard (of ``shards``, chosen
+    by ``holder``, the container's id) when ``breakwater.age_reports`` says so."""
+    sk = health_sk(health_shard(holder, shards), shards)
     return ThrottledAgeReports(
-        lambda role, age_ms, now_ms: record_oldest_age(client, table_name, role, age_ms, now_ms)
+        lambda role, age_ms, now_ms: record_oldest_age(client, table_name, role, age_ms, now_ms, sk=sk)
     )
 
 
-def read_oldest_age(client: DynamoDBClient, table_name: str, role: str) -> tuple[int | None, int | None]:
-    """(oldest_age_ms, observed_at epoch ms) of the role, or (None, None) if never reported."""
-    response = client.get_item(
-        TableName=table_name, Key={"pk": {"S": queue_pk(role)}, "sk": {"S": HEALTH_SK}}, ConsistentRead=True
-    )
-    item = plain(response.get("Item") or {})
-    if "oldest_age_ms" not in item:
+def oldest_in_window(
+    reports: Iterable[Mapping[str, object]], now_ms: int | None
+) -> tuple[int | None, int | None]:
+    """The largest ``oldest_age_ms`` of the shards' reports observed within the window before
+    ``now_ms``, with its ``observed_at``; none in the window: the newest report, which the caller
+    judges stale; no report: (None, None). ``now_ms`` None: the newest report's time stands for now.
+
+    A shard no container writes any more keeps its last age for good: outside the window it no
+    longer counts, as it would no longer stop a write to its item.
+    """
+    seen = [
+        (int(str(item["oldest_age_ms"])), int(str(item["observed_at"])))
+        for item in reports
+        if "oldest_age_ms" in item and "observed_at" in item
+    ]
+    if not seen:
         return None, None
-    return int(item["oldest_age_ms"]), int(item["observed_at"])
+    newest = max(at for _, at in seen)
+    start = (newest if now_ms is None else now_ms) - WINDOW_MS
+    in_window = [(age, at) for age, at in seen if at >= start]
+    if not in_window:
+        return next((age, at) for age, at in seen if at == newest)
+    return max(in_window)
+
+
+def read_oldest_age(
+    client: DynamoDBClient, table_name: str, role: str, *, shards: int = 1, now_ms: int | None = None
+) -> tuple[int | None, int | None]:
+    """(oldest_age_ms, observed_at epoch ms) of the role over its ``shards`` health items (one
+    BatchGetItem, strongly consistent), as :func:`oldest_in_window` picks it; (None, None) if never
+    reported."""
+    keys = [(queue_pk(role), health_sk(shard, shards)) for shard in range(_checked_shards(shards))]
+    items = batch_get(client, table_name, keys, consistent=True)
+    return oldest_in_window(items.values(), now_ms)
 
 
 def _attribute_total(client: SQSClient, queue_url: str, names: Sequence[QueueAttributeFilterType]) -> int:
