@@ -170,10 +170,11 @@ def test_a_batch_of_one_tenant_writes_no_transaction(
     assert response == {"batchItemFailures": []}
     assert all(operation != "TransactWriteItems" for operation, _ in writes)
     operations = [operation for operation, _ in writes]
-    # the consumer tokens and the concurrency lease, the lock, the COMPLETED record, then the lease's
-    # release with the counters (one write) and the queue's oldest age
+    # the consumer tokens and the concurrency lease, the lock, the lease's release with the counters
+    # (one write, as soon as the tenant's last message is done), the queue's oldest age and the
+    # COMPLETED record
     after_gate = operations[operations.index("PutItem") :]
-    assert after_gate == ["PutItem", "BatchWriteItem", "UpdateItem", "UpdateItem"]
+    assert after_gate == ["PutItem", "UpdateItem", "UpdateItem", "BatchWriteItem"]
     assert operations.count("PutItem") == 1
     (stored,) = _records(world)
     assert stored["status"] == {"S": "COMPLETED"}

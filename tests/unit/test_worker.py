@@ -554,13 +554,10 @@ def test_a_message_without_time_left_on_its_last_receive_is_dead_lettered(world:
 def test_when_the_invocation_fails_every_unsettled_message_on_its_last_receive_is_dead_lettered(
     world: World,
 ) -> None:
-    class Unavailable(FakeLeases):
-        def acquire_many(
-            self, requests: Mapping[str, ConcurrencyLimits], expires_at_ms: int, lock: Sequence[Envelope] = ()
-        ) -> dict[str, Grant]:
-            raise ConnectionError("state table unavailable")
+    def unavailable(_envelopes: list[Envelope]) -> None:
+        raise ConnectionError("idempotency table unavailable")
 
-    world.leases = Unavailable()
+    world.idempotency.lock = unavailable  # type: ignore[method-assign]
     batch = event(envelope(), envelope(expires_at=NOW - 1), envelope(), receive_count=MAX_RECEIVE_COUNT)
     batch["Records"][2]["attributes"]["ApproximateReceiveCount"] = "1"
 
@@ -569,6 +566,59 @@ def test_when_the_invocation_fails_every_unsettled_message_on_its_last_receive_i
 
     # the whole batch goes back: the dropped one left already, the first one leaves for the DLQ
     assert world.counters() == {"acme": {"dropped": 1, "dead_lettered": 1}}
+
+
+def test_a_lease_gate_that_fails_defers_its_messages_instead_of_failing_the_batch(world: World) -> None:
+    class Unavailable(FakeLeases):
+        def acquire_many(
+            self, requests: Mapping[str, ConcurrencyLimits], expires_at_ms: int, lock: Sequence[Envelope] = ()
+        ) -> dict[str, Grant]:
+            raise ConnectionError("state table unavailable")
+
+    world.leases = Unavailable()
+
+    response = world.worker().handle(event(envelope(), envelope("globex")), context())
+
+    assert response == {"batchItemFailures": []}
+    assert world.idempotency.worked == []
+    assert world.counters() == {"acme": {"deferred": 1}, "globex": {"deferred": 1}}
+
+
+def test_a_tenant_whose_limits_cannot_be_read_is_set_aside_and_the_others_processed(world: World) -> None:
+    worker = world.worker()
+    known = worker.ports.tenant_limits
+
+    def limits(tenant: str) -> Any:
+        if tenant == "globex":
+            raise ConnectionError("tenants table throttled")
+        return known(tenant)
+
+    worker.ports.tenant_limits = limits
+    ok, throttled = envelope(), envelope("globex")
+
+    response = worker.handle(event(ok, throttled), context())
+
+    assert response == {"batchItemFailures": []}
+    assert world.idempotency.worked == [ok.id]
+    # set aside as when it is over its consumer rate: to the spillover queue
+    assert world.counters() == {"acme": {"processed": 1}, "globex": {"spilled": 1}}
+
+
+def test_a_consumer_rate_that_fails_for_one_tenant_sets_aside_only_that_tenant(world: World) -> None:
+    class Throttled(FakeRate):
+        def try_acquire_up_to(self, tenant: str, limits: BucketLimits, count: int) -> tuple[int, float]:
+            if tenant == "globex":
+                raise ConnectionError("its bucket item is throttled")
+            return super().try_acquire_up_to(tenant, limits, count)
+
+    world.rate = Throttled()
+    ok, throttled = envelope(), envelope("globex")
+
+    response = world.worker().handle(event(ok, throttled), context())
+
+    assert response == {"batchItemFailures": []}
+    assert world.idempotency.worked == [ok.id]
+    assert world.counters() == {"acme": {"processed": 1}, "globex": {"spilled": 1}}
 
 
 def test_without_the_queues_max_receive_count_nothing_is_counted_dead_lettered(world: World) -> None:
@@ -593,7 +643,7 @@ def test_counters_whose_write_failed_go_out_with_the_next_batch(world: World) ->
 
 
 def test_only_the_tenants_whose_counters_were_not_written_are_kept(world: World) -> None:
-    world.settle_faults = [{"globex"}]
+    world.settle_faults = [set(), {"globex"}]  # each tenant's release is its own write
     worker = world.worker()
 
     worker.handle(event(envelope("acme"), envelope("globex")), context())
@@ -602,7 +652,9 @@ def test_only_the_tenants_whose_counters_were_not_written_are_kept(world: World)
 
     assert [counters for _, counters in world.settled] == [
         {"acme": {"processed": 1}},
-        {"acme": {"processed": 1}, "globex": {"processed": 1}},
+        {},  # globex's write failed: kept, not tried again in the same batch
+        {"acme": {"processed": 1}},
+        {"globex": {"processed": 1}},
         {"acme": {"processed": 1}},
     ]
     assert world.counters() == {"acme": {"processed": 3}, "globex": {"processed": 1}}

@@ -8,16 +8,23 @@ two. Leases only ever touch ``leases`` and ``version``; the counters' writers an
 never touch those, so neither side's conditions see the other's writes.
 
 Optimistic concurrency: read the item, drop expired leases, decide with the pure policy
-(:func:`breakwater.concurrency.grant_for`), write the map back on condition that ``version`` did
-not move. A floor lease is one conditional UpdateItem; a burst lease also takes a place in the pool
-item (``pool#concurrency``/``burst``) in the same TransactWriteItems, so the two never disagree. A
-batch acquires all its tenants with one BatchGetItem and one conditional write per tenant (a
-transaction only where a burst lease needs the pool: an item in a transaction costs twice the write
-units); a tenant whose write lost a race is acquired on its own. A batch of one tenant first tries
-a *floor* lease without reading (:meth:`ConcurrencyLeases._floor_without_read`): one conditional
-write, on condition that the tenant's item holds fewer leases than its floor, expired ones
-included; a tenant found at its floor is read first for a while
-(:class:`breakwater.concurrency.CrowdedFloors`).
+(:func:`breakwater.concurrency.grant_for`), write the map back on condition that ``version`` did not
+move. A floor lease is one conditional UpdateItem; a burst lease also takes a place in a shard of the
+burst pool in the same TransactWriteItems, so the two never disagree. The pool is split into shard items
+(``pool#concurrency``/``burst#<n>``; ``burst`` when there is one) of at most
+:data:`~breakwater.concurrency.POOL_SHARD_PLACES` places, and a container takes its places only in its
+own shard (:func:`~breakwater.concurrency.pool_shard_of`): no item grows with the fleet, and each is
+written only by the containers hashed to it. A batch acquires all its tenants with one BatchGetItem and
+one conditional write per tenant (a transaction only where a burst lease needs the pool: an item in a
+transaction costs twice the write units); a tenant whose write lost a race is acquired on its own. A
+batch of one tenant first tries a *floor* lease without reading
+(:meth:`ConcurrencyLeases._floor_without_read`): one conditional write, on condition that the tenant's
+item holds fewer leases than its floor, expired ones included; a tenant found at its floor is read first
+for a while (:class:`breakwater.concurrency.CrowdedFloors`).
+
+A lost race is retried with a jittered pause (:func:`breakwater.aws.conflicts.pause_before_retry`);
+any error while acquiring a tenant (a throttle, the table unavailable, a race lost every time) refuses
+that tenant only: its messages are deferred like a refused tenant's, and the batch's other tenants go on.
 """
 
 from __future__ import annotations
@@ -26,17 +33,28 @@ import time
 from collections.abc import Callable, Mapping
 from typing import TYPE_CHECKING, Any
 
-from botocore.exceptions import ClientError
+from botocore.exceptions import BotoCoreError, ClientError
 
-from breakwater.aws.counters import COUNTERS_SK, batch_get, plain, tenant_pk
-from breakwater.concurrency import ConcurrencyLimits, CrowdedFloors, Grant, Lease, grant_for, live_leases
+from breakwater.aws.conflicts import pause_before_retry
+from breakwater.aws.counters import COUNTERS_SK, batch_get_items, plain, tenant_pk
+from breakwater.concurrency import (
+    ConcurrencyLimits,
+    CrowdedFloors,
+    Grant,
+    Lease,
+    grant_for,
+    live_leases,
+    pool_shard_capacities,
+    pool_shard_of,
+)
+from breakwater.observability import logger
 
 if TYPE_CHECKING:
     from mypy_boto3_dynamodb import DynamoDBClient
 
 CONCURRENCY_SK = COUNTERS_SK  # the leases share the tenant's counters item
 POOL_PK = "pool#concurrency"
-POOL_SK = "burst"
+POOL_SK = "burst"  # the pool's only shard; shard n of several is ``burst#<n>``
 MAX_TENANTS_PER_WRITE = 99  # TransactWriteItems takes 100 items: the tenants and the pool
 _CONFLICTS = {
     "ConditionalCheckFailedException",
@@ -73,6 +91,13 @@ def _conflict(exc: ClientError) -> bool:
     return exc.response.get("Error", {}).get("Code") in _CONFLICTS
 
 
+def pool_shard_key(holder: str, burst_capacity: int) -> tuple[str, int]:
+    """The sort key of ``holder``'s shard of the burst pool, and that shard's places."""
+    capacities = pool_shard_capacities(burst_capacity)
+    shard = pool_shard_of(holder, len(capacities))
+    return (POOL_SK if len(capacities) == 1 else f"{POOL_SK}#{shard}"), capacities[shard]
+
+
 class ConcurrencyLeases:
     """One container's leases: ``holder`` is the container's id, so it holds at most one per tenant."""
 
@@ -93,6 +118,11 @@ class ConcurrencyLeases:
         self._clock_ms = clock_ms
         self._attempts = attempts
         self._crowded = CrowdedFloors()  # tenants whose floor was found taken: read first
+        # this container's shard of the pool, and the places in it (None: no pool)
+        self._pool_sk = POOL_SK
+        self._pool_places: int | None = None
+        if burst_capacity is not None:
+            self._pool_sk, self._pool_places = pool_shard_key(holder, burst_capacity)
 
     def _get(self, pk: str, sk: str) -> dict[str, Any]:
         response = self._client.get_item(
@@ -101,25 +131,36 @@ class ConcurrencyLeases:
         return plain(response.get("Item") or {})
 
     def acquire(self, tenant: str, limits: ConcurrencyLimits, expires_at_ms: int) -> Grant:
-        """Take (or renew) this container's lease of ``tenant`` until ``expires_at_ms``; REFUSED if full."""
-        for _ in range(self._attempts):
+        """Take (or renew) this container's lease of ``tenant`` until ``expires_at_ms``; REFUSED if full,
+        if every attempt lost its race, or if the table could not be read or written."""
+        try:
+            return self._acquire(tenant, limits, expires_at_ms)
+        except (ClientError, BotoCoreError) as exc:
+            logger.warning("concurrency lease not taken", extra={"tenant": tenant, "error": str(exc)})
+            return Grant.REFUSED
+
+    def _acquire(self, tenant: str, limits: ConcurrencyLimits, expires_at_ms: int) -> Grant:
+        for attempt in range(self._attempts):
             now = self._clock_ms()
             item = self._get(tenant_pk(tenant), CONCURRENCY_SK)
             leases = _leases_from(item)
             grant = grant_for(self.holder, leases, limits, 0, None, now)
             pool: dict[str, Any] | None = None
-            if grant is Grant.BURST and self.burst_capacity is not None:
-                pool = self._get(POOL_PK, POOL_SK)
+            if grant is Grant.BURST and self._pool_places is not None:
+                pool = self._get(POOL_PK, self._pool_sk)
                 in_use = len(live_leases(_pool_from(pool), now))
-                grant = grant_for(self.holder, leases, limits, in_use, self.burst_capacity, now)
+                grant = grant_for(self.holder, leases, limits, in_use, self._pool_places, now)
             if grant is Grant.REFUSED:
                 return grant
             try:
                 self._write(tenant, item, leases, grant, pool, expires_at_ms, now)
             except ClientError as exc:
-                if _conflict(exc):
-                    continue  # another container wrote first: read again
-                raise
+                if not _conflict(exc):
+                    raise
+                # another container wrote first: read again, after a pause that parts the racers
+                if attempt + 1 < self._attempts and not pause_before_retry(attempt):
+                    break
+                continue
             return grant
         return Grant.REFUSED  # persistent contention: behave as full, the message is deferred
 
@@ -128,7 +169,8 @@ class ConcurrencyLeases:
 
         The burst leases and the pool go out in one TransactWriteItems (all or nothing); a write that
         loses a race (another container wrote the item) wrote nothing, and its tenants are acquired
-        on their own, as :meth:`acquire` does.
+        on their own, as :meth:`acquire` does. A tenant whose item could not be read or written is
+        acquired on its own too, and refused if that fails: one tenant's trouble is never the batch's.
         """
         if not requests:
             return {}
@@ -140,47 +182,69 @@ class ConcurrencyLeases:
             return self._one_by_one(requests, expires_at_ms)
         now = self._clock_ms()
         keys = [(tenant_pk(tenant), CONCURRENCY_SK) for tenant in requests]
-        if self.burst_capacity is not None:
-            keys.append((POOL_PK, POOL_SK))
-        found = batch_get(self._client, self._table, keys, consistent=True)
-        pool = found.get((POOL_PK, POOL_SK), {}) if self.burst_capacity is not None else None
+        if self._pool_places is not None:
+            keys.append((POOL_PK, self._pool_sk))
+        try:
+            found, unread = self._read_all(keys)
+        except (ClientError, BotoCoreError) as exc:
+            logger.warning("concurrency leases not read", extra={"error": str(exc)})
+            return self._one_by_one(requests, expires_at_ms)
+        pool = found.get((POOL_PK, self._pool_sk), {}) if self._pool_places is not None else None
+        if (POOL_PK, self._pool_sk) in unread:
+            pool = None  # this batch takes no burst lease: floors only
         pool_leases = live_leases(_pool_from(pool), now) if pool is not None else {}
         grants: dict[str, Grant] = {}
         writes: dict[str, dict[str, Any]] = {}
+        lost: list[str] = []
         for tenant, limits in requests.items():
+            if (tenant_pk(tenant), CONCURRENCY_SK) in unread:
+                lost.append(tenant)
+                continue
             item = found.get((tenant_pk(tenant), CONCURRENCY_SK), {})
             leases = _leases_from(item)
-            grant = grant_for(self.holder, leases, limits, 0, None, now)
-            if grant is Grant.BURST and pool is not None:
-                grant = grant_for(self.holder, leases, limits, len(pool_leases), self.burst_capacity, now)
-                if grant is Grant.BURST:
-                    pool_leases[f"{tenant}#{self.holder}"] = Lease(expires_at_ms=expires_at_ms, burst=True)
+            # no pool: unbounded; a pool whose shard could not be read: no room this batch
+            places = None if self._pool_places is None else (self._pool_places if pool is not None else 0)
+            grant = grant_for(self.holder, leases, limits, len(pool_leases), places, now)
+            if grant is Grant.BURST:
+                pool_leases[f"{tenant}#{self.holder}"] = Lease(expires_at_ms=expires_at_ms, burst=True)
             grants[tenant] = grant
             if grant is not Grant.REFUSED:
                 writes[tenant] = self._tenant_update(tenant, item, leases, grant, expires_at_ms, now)
-        lost: list[str] = []
         burst = [tenant for tenant in writes if grants[tenant] is Grant.BURST]
         if pool is not None and burst:
             try:
                 items: list[Any] = [{"Update": writes[tenant]} for tenant in burst]
                 items.append({"Put": self._pool_put(pool, pool_leases)})
                 self._client.transact_write_items(TransactItems=items)
-            except ClientError as exc:
-                if not _conflict(exc):
-                    raise
+            except (ClientError, BotoCoreError) as exc:
+                if not isinstance(exc, ClientError) or not _conflict(exc):
+                    logger.warning("burst leases not written", extra={"error": str(exc)})
                 lost.extend(burst)
         for tenant, update in writes.items():
-            if pool is not None and tenant in burst:
+            if tenant in burst:
                 continue
             try:
                 self._client.update_item(**update)
-            except ClientError as exc:
-                if not _conflict(exc):
-                    raise
+            except (ClientError, BotoCoreError) as exc:
+                if not isinstance(exc, ClientError) or not _conflict(exc):
+                    logger.warning("lease not written", extra={"tenant": tenant, "error": str(exc)})
                 lost.append(tenant)
         if lost:
             grants |= self._one_by_one({tenant: requests[tenant] for tenant in lost}, expires_at_ms)
         return grants
+
+    def _read_all(
+        self, keys: list[tuple[str, str]]
+    ) -> tuple[dict[tuple[str, str], dict[str, Any]], set[tuple[str, str]]]:
+        """The items of ``keys`` (consistent), and the keys DynamoDB left unprocessed (a throttled
+        item's): those are asked once more, then left to the caller."""
+        requested = [{"pk": {"S": pk}, "sk": {"S": sk}} for pk, sk in dict.fromkeys(keys)]
+        items, left = batch_get_items(self._client, self._table, requested, consistent=True, calls=2)
+        found: dict[tuple[str, str], dict[str, Any]] = {}
+        for raw in items:
+            value = plain(raw)
+            found[(str(value["pk"]), str(value["sk"]))] = value
+        return found, {(key["pk"]["S"], key["sk"]["S"]) for key in left}
 
     def _floor_without_read(self, tenant: str, limits: ConcurrencyLimits, expires_at_ms: int) -> bool:
         """A floor lease of ``tenant`` in one write, without reading the item first.
@@ -210,10 +274,10 @@ class ConcurrencyLeases:
                 },
             )
         except ClientError as exc:
-            if not _conflict(exc):
-                raise
             if exc.response.get("Error", {}).get("Code") == "ConditionalCheckFailedException":
                 self._crowded.found_taken(tenant, now)
+            return False  # taken, a race, or the item unavailable: the read path decides
+        except BotoCoreError:
             return False
         return True
 
@@ -238,6 +302,7 @@ class ConcurrencyLeases:
         pool_leases = live_leases(_pool_from(pool), now)
         pool_leases[f"{tenant}#{self.holder}"] = Lease(expires_at_ms=expires_at_ms, burst=True)
         items: list[Any] = [{"Update": update}, {"Put": self._pool_put(pool, pool_leases)}]
+        # (the pool's shard is this container's: ``_pool_put`` writes it)
         self._client.transact_write_items(TransactItems=items)
 
     def _tenant_update(
@@ -273,7 +338,7 @@ class ConcurrencyLeases:
             "TableName": self._table,
             "Item": {
                 "pk": {"S": POOL_PK},
-                "sk": {"S": POOL_SK},
+                "sk": {"S": self._pool_sk},
                 "leases": {"M": {key: {"N": str(lease.expires_at_ms)} for key, lease in pool_leases.items()}},
                 "version": {"N": str((pool_version or 0) + 1)},
             },
@@ -296,12 +361,12 @@ class ConcurrencyLeases:
     def pool_release_update(self, grants: Mapping[str, Grant]) -> dict[str, Any] | None:
         """The UpdateItem that gives back the batch's places in the burst pool (None if it holds none)."""
         burst = [tenant for tenant, grant in grants.items() if grant is Grant.BURST]
-        if not burst or self.burst_capacity is None:
+        if not burst or self._pool_places is None:
             return None
         names = {f"#k{i}": f"{tenant}#{self.holder}" for i, tenant in enumerate(burst)}
         return {
             "TableName": self._table,
-            "Key": {"pk": {"S": POOL_PK}, "sk": {"S": POOL_SK}},
+            "Key": {"pk": {"S": POOL_PK}, "sk": {"S": self._pool_sk}},
             "UpdateExpression": f"REMOVE {', '.join(f'leases.{name}' for name in names)} ADD version :one",
             "ExpressionAttributeNames": names,
             "ExpressionAttributeValues": {":one": {"N": "1"}},

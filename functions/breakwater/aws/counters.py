@@ -14,7 +14,6 @@ from __future__ import annotations
 
 import functools
 import re
-import time
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from typing import TYPE_CHECKING, Any
 
@@ -22,6 +21,7 @@ from boto3.dynamodb.types import TypeDeserializer
 from botocore.exceptions import ClientError
 
 from breakwater.aws import clients
+from breakwater.aws.conflicts import pause_before_retry
 from breakwater.backlog import COUNTER_NAMES, shard_key, shard_of
 
 if TYPE_CHECKING:
@@ -107,7 +107,8 @@ def merged_update(first: Mapping[str, Any], second: Mapping[str, Any]) -> dict[s
 
 
 def retrying_conflicts(write: Callable[[], object], attempts: int = 4) -> None:
-    """A plain write to an item that a writer's transaction holds is refused, not queued: try again.
+    """A plain write to an item that a writer's transaction holds is refused, not queued: try again
+    after a jittered pause, while the invocation has the time (:func:`pause_before_retry`).
 
     (A burst lease's transaction holds the tenant's counters item for the moment it takes.)
     """
@@ -118,9 +119,8 @@ def retrying_conflicts(write: Callable[[], object], attempts: int = 4) -> None:
         except ClientError as exc:
             if exc.response.get("Error", {}).get("Code") != "TransactionConflictException":
                 raise
-            if attempt == attempts - 1:
+            if attempt == attempts - 1 or not pause_before_retry(attempt):
                 raise
-            time.sleep(0.02 * 2**attempt)
 
 
 def add_counters(client: DynamoDBClient, table_name: str, tenant: str, deltas: Mapping[str, int]) -> None:

@@ -9,6 +9,8 @@ from breakwater.auth import effective_limits
 from breakwater.aws.tenants import TenantTable
 from breakwater.settings import TierLimits, TierSettings
 
+STALE_RETRY_S = 5.0  # after a failed read, the limits read before stand this long before a new read
+
 
 class TenantLimitsCache:
     """Reads a tenant record at most once per ``ttl_s``; unknown tenants (or no table): the default tier."""
@@ -28,11 +30,19 @@ class TenantLimitsCache:
         self._cache: dict[str, tuple[float, TierLimits]] = {}
 
     def get(self, tenant: str) -> TierLimits:
+        """The tenant's limits; a read that fails keeps the limits read before for a while (the caller
+        sees the error only for a tenant it never read: the worker then defers that tenant alone)."""
         now = self._clock()
         hit = self._cache.get(tenant)
         if hit is not None and hit[0] > now:
             return hit[1]
-        record = self._table.get(tenant) if self._table is not None else None
+        try:
+            record = self._table.get(tenant) if self._table is not None else None
+        except Exception:
+            if hit is None:
+                raise
+            self._cache[tenant] = (now + min(self._ttl, STALE_RETRY_S), hit[1])
+            return hit[1]
         limits = effective_limits(self._tiers, record) if record is not None else self._tiers.limits_for(None)
         self._cache[tenant] = (now + self._ttl, limits)
         return limits

@@ -120,27 +120,25 @@ def build_worker_ports(
         else None
     )
 
-    def settle(
+    def release(
         grants: Mapping[str, Grant], counters: Mapping[str, Mapping[str, int]]
     ) -> dict[str, dict[str, int]]:
-        """The batch's writes: its COMPLETED records (BatchWriteItem), then one UpdateItem per tenant
-        that gives its lease back and adds its counters (both live on the tenant's counters item), and
-        one for its places in the burst pool.
+        """One UpdateItem per tenant that gives its lease back and adds its counters (both live on the
+        tenant's counters item), and one for its places in the burst pool.
 
         No transaction: an item in one costs two write units, in a batch write or a plain update
         one, and none of these needs the others to land with it.
         Returns the tenants' counters that were not written, for the worker to add to its next
-        batch's (a lease not given back expires on its own).
+        write (a lease not given back expires on its own).
         """
-        idempotent.write_completed(idempotent.take_completed())
         failed = []
         for tenant in dict.fromkeys([*counters, *grants]):
             update = counters_update(table, tenant, counters.get(tenant, {}))
             grant = grants.get(tenant)
-            release = None if leases is None or grant is None else leases.release_update(tenant, grant)
-            if update is not None and release is not None:
-                update = merged_update(update, release)
-            update = update or release
+            lease = None if leases is None or grant is None else leases.release_update(tenant, grant)
+            if update is not None and lease is not None:
+                update = merged_update(update, lease)
+            update = update or lease
             if update is None:
                 continue
             for error in write_updates(ddb, [update]):
@@ -152,6 +150,13 @@ def build_worker_ports(
             logger.warning("lease release failed", extra={"error": str(error)})
         return {tenant: dict(counters[tenant]) for tenant in failed}
 
+    def settle(
+        grants: Mapping[str, Grant], counters: Mapping[str, Mapping[str, int]]
+    ) -> dict[str, dict[str, int]]:
+        """The batch's last writes: its COMPLETED records (BatchWriteItem), then :func:`release`."""
+        idempotent.write_completed(idempotent.take_completed())
+        return release(grants, counters)
+
     def extend(queue_url: str, receipt_handle: str, seconds: int) -> None:
         queues.change_message_visibility(
             QueueUrl=queue_url, ReceiptHandle=receipt_handle, VisibilityTimeout=seconds
@@ -162,6 +167,7 @@ def build_worker_ports(
         swept_at_ms=SweepCache(ddb, table),
         send_moves=lambda moves: send_moves(queues, moves),
         settle=settle,
+        release=release,
         record_oldest_age=throttled_age_reports(ddb, table),
         extend_visibility=extend,
         process=idempotent,

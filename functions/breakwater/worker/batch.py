@@ -39,6 +39,7 @@ from breakwater.heartbeat import Heartbeat, HeartbeatMonitor, HeartbeatPlan
 from breakwater.observability import logger
 from breakwater.observability import metrics as powertools_metrics
 from breakwater.processor import DependencyUnavailableError, WorkCancelledError, WorkContext
+from breakwater.settings import TierLimits
 from breakwater.sideline import (
     Decision,
     Move,
@@ -58,11 +59,15 @@ from breakwater.worker.metrics import (
     metric_role,
 )
 from breakwater.worker.options import WorkerOptions, concurrency_limits, consumer_bucket_limits
-from breakwater.worker.ports import HeldElsewhereError, WorkerPorts
+from breakwater.worker.ports import HeldElsewhereError, SettleWrite, WorkerPorts
 from breakwater.worker.record import EnvelopeSqsRecord, queue_url_from_arn
 from breakwater.worker.tally import COUNTER, Admitted, BatchTally, log_tenant_batches
 
 LOG_KEYS = ("tenant", "envelope_id", "request_id", "trace_id")
+
+
+def _gate_error(tenant: str, exc: Exception) -> dict[str, str]:
+    return {"gated_tenant": tenant, "error": f"{type(exc).__name__}: {exc}"}
 
 
 class OutOfTimeError(RuntimeError):
@@ -113,7 +118,8 @@ class Worker:
             failures = self._process_admitted(batch)
         finally:
             logger.remove_keys(list(LOG_KEYS))  # what follows is about the batch, not its last record
-            failures |= self._flush_moves(batch)
+            self._flush_moves(batch)
+            failures |= batch.failed_moves
             self._count_dead_letters(batch)
             self._flush_aggregates(batch)  # settles the batch, its COMPLETED records included
             self._flush_processed()  # whatever the settle did not write (a port without it)
@@ -193,41 +199,57 @@ class Worker:
         if not admitted:
             return failures
         self.ports.lock([each.envelope for each in admitted])
+        # The copies of what the gates set aside go out now, not after the processing: a tenant's
+        # counters are then complete when its last message finishes, and its lease is given back at
+        # once (with them, in one write) instead of being held while other tenants' messages run.
+        self._flush_moves(batch)
+        left = Counter(each.envelope.tenant for each in admitted)
         unused_locks: list[Envelope] = []
         for each in admitted:
-            envelope, role = each.envelope, each.role
-            self._log_keys(envelope)
-            if breaker is not None and not breaker.allows(self.ports.monotonic()):
-                unused_locks.append(envelope)
-                self._hold(breaker, each, batch)
-                continue
-            try:
-                self._check_time(batch, envelope, role)
-                self._process(each.record, envelope, self.ports.clock_ms())
-            except OutOfTimeError:
-                failures.add(each.record.messageId)
-                continue
-            except Exception as exc:
-                # An outage opens the breaker and the message is held; without a breaker (the naive
-                # baseline) it is a failure like any other.
-                if breaker is not None and isinstance(exc, DependencyUnavailableError):
-                    self._trip(breaker, exc, batch, role)  # its lock went with the failure
-                    self._hold(breaker, each, batch)
-                    continue
-                batch.count(envelope.tenant, role, "failed", FAILED)
-                logger.exception("processing failed")
-                failures.add(each.record.messageId)
-                if isinstance(exc, HeldElsewhereError):
-                    self._wait_out(each.record, exc.retry_in_s)
-                continue
-            if breaker is not None and breaker.record_success():
-                logger.info("dependency available again: circuit closed")
-            batch.finished(
-                each.record.messageId, envelope, role, "processed", OUTCOME_METRIC[SidelineDecision.PROCESS]
-            )
+            failed = self._one(each, breaker, batch, unused_locks)
+            if failed is not None:
+                failures.add(failed)
+            tenant = each.envelope.tenant
+            left[tenant] -= 1
+            if not left[tenant]:
+                self._release(batch, tenant)
         if unused_locks:
             self._unlock(unused_locks)
         return failures
+
+    def _one(
+        self, each: Admitted, breaker: CircuitBreaker | None, batch: BatchTally, unused_locks: list[Envelope]
+    ) -> str | None:
+        """Process one admitted message (or hold it while the breaker is open); its id if it failed."""
+        envelope, role = each.envelope, each.role
+        self._log_keys(envelope)
+        if breaker is not None and not breaker.allows(self.ports.monotonic()):
+            unused_locks.append(envelope)
+            self._hold(breaker, each, batch)
+            return None
+        try:
+            self._check_time(batch, envelope, role)
+            self._process(each.record, envelope, self.ports.clock_ms())
+        except OutOfTimeError:
+            return each.record.messageId
+        except Exception as exc:
+            # An outage opens the breaker and the message is held; without a breaker (the naive
+            # baseline) it is a failure like any other.
+            if breaker is not None and isinstance(exc, DependencyUnavailableError):
+                self._trip(breaker, exc, batch, role)  # its lock went with the failure
+                self._hold(breaker, each, batch)
+                return None
+            batch.count(envelope.tenant, role, "failed", FAILED)
+            logger.exception("processing failed")
+            if isinstance(exc, HeldElsewhereError):
+                self._wait_out(each.record, exc.retry_in_s)
+            return each.record.messageId
+        if breaker is not None and breaker.record_success():
+            logger.info("dependency available again: circuit closed")
+        batch.finished(
+            each.record.messageId, envelope, role, "processed", OUTCOME_METRIC[SidelineDecision.PROCESS]
+        )
+        return None
 
     def _wait_out(self, record: EnvelopeSqsRecord, retry_in_s: float) -> None:
         """Keep a message whose lock another invocation holds hidden until that lock can have expired."""
@@ -266,16 +288,27 @@ class Worker:
 
     def _gate(self, batch: BatchTally) -> list[Admitted]:
         """The consumer rate (one ask per tenant, its first messages in record order get the tokens),
-        then the concurrency of all tenants at once."""
+        then the concurrency of all tenants at once.
+
+        A tenant whose gate fails (its limits unreadable, its bucket's or leases' item throttled, the
+        table unavailable) is refused like a tenant over its limits: its messages are set aside, and
+        the batch's other tenants go on. The lease adapter retries lost races itself.
+        """
         within: list[Admitted] = []
         tokens: dict[str, int] = {}
-        if self.ports.rate is not None:  # each tenant's tokens in one ask: its first messages get them
-            for tenant, count in Counter(each.envelope.tenant for each in batch.admitted).items():
-                limits = consumer_bucket_limits(self.ports.tenant_limits(tenant))
-                tokens[tenant] = self.ports.rate.try_acquire_up_to(tenant, limits, count)[0]
+        limits: dict[str, TierLimits] = {}
+        for tenant, count in Counter(each.envelope.tenant for each in batch.admitted).items():
+            try:
+                limits[tenant] = self.ports.tenant_limits(tenant)
+                if self.ports.rate is not None:  # one ask: the tenant's first messages get the tokens
+                    bucket = consumer_bucket_limits(limits[tenant])
+                    tokens[tenant] = self.ports.rate.try_acquire_up_to(tenant, bucket, count)[0]
+            except Exception as exc:
+                logger.warning("gate failed: its messages are set aside", extra=_gate_error(tenant, exc))
+                tokens[tenant] = 0
         for each in batch.admitted:
             tenant = each.envelope.tenant
-            if self.ports.rate is not None:
+            if tenant not in limits or self.ports.rate is not None:
                 if tokens[tenant] <= 0:
                     self._redecide(each, replace(each.state, within_consumer_rate=False), batch)
                     continue
@@ -285,10 +318,13 @@ class Worker:
             return within
         tenants = list(dict.fromkeys(each.envelope.tenant for each in within))
         expires_at = self.ports.clock_ms() + batch.context.get_remaining_time_in_millis() + 1000
-        batch.grants = self.ports.leases.acquire_many(
-            {tenant: concurrency_limits(self.ports.tenant_limits(tenant)) for tenant in tenants},
-            expires_at,
-        )
+        try:
+            batch.grants = self.ports.leases.acquire_many(
+                {tenant: concurrency_limits(limits[tenant]) for tenant in tenants}, expires_at
+            )
+        except Exception as exc:  # the adapter refuses a tenant it cannot lease; this is a bug's net
+            logger.exception("leases failed: the batch's messages are set aside", extra={"error": str(exc)})
+            batch.grants = dict.fromkeys(tenants, Grant.REFUSED)
         admitted: list[Admitted] = []
         for each in within:
             if batch.grants.get(each.envelope.tenant) is Grant.REFUSED:
@@ -363,45 +399,83 @@ class Worker:
                 logger.info("heartbeat", extra={"extensions": beat.extensions})
 
     # -- after the records --------------------------------------------------------------------------------
-    def _flush_moves(self, batch: BatchTally) -> set[str]:
-        if not batch.moves:
-            return set()
-        failed = self.ports.send_moves(batch.moves)
-        for key, (tenant, role, action) in batch.moved.items():
+    def _flush_moves(self, batch: BatchTally) -> None:
+        """Send the moves buffered since the last flush; a failed one's original stays unacknowledged."""
+        moves, moved = batch.moves, batch.moved
+        if not moves:
+            return
+        batch.moves, batch.moved = [], {}
+        failed = self.ports.send_moves(moves)
+        for key, (tenant, role, action) in moved.items():
             if key in failed:
                 batch.count(tenant, role, "failed", FAILED)
             else:
                 batch.count(tenant, role, COUNTER[action], OUTCOME_METRIC[action])
                 batch.settled.add(key)
+        batch.failed_moves |= failed
         if failed:
             logger.error("moves failed; originals stay unacknowledged", extra={"message_ids": sorted(failed)})
-        return failed
 
-    def _count_dead_letters(self, batch: BatchTally) -> None:
-        leaving = batch.dead_letters(self.config.max_receive_count)
+    def _count_dead_letters(self, batch: BatchTally, tenant: str | None = None) -> None:
+        leaving = batch.dead_letters(self.config.max_receive_count, tenant)
         if leaving:
             logger.warning(
                 "failed on the last receive: bound for the dead-letter queue", extra={"message_ids": leaving}
             )
 
+    def _release(self, batch: BatchTally, tenant: str) -> None:
+        """Give back ``tenant``'s lease as soon as its last message of the batch is done, with its
+        counters (and those an earlier write left behind) in the same write."""
+        grant = batch.grants.pop(tenant, None)
+        self._count_dead_letters(batch, tenant)
+        counters = batch.unwritten(tenant)
+        counters.update(self._unsettled.pop(tenant, {}))
+        self._write_settlement(
+            {tenant: grant} if grant is not None else {}, {tenant: counters}, self.ports.release
+        )
+        batch.written[tenant] = Counter(batch.counters.get(tenant, Counter()))
+
     def _settle(self, batch: BatchTally) -> None:
-        """Give back the batch's leases and write its counters with those an earlier write left behind."""
-        grants = {tenant: grant for tenant, grant in batch.grants.items() if grant is not Grant.REFUSED}
-        counters = {tenant: Counter(deltas) for tenant, deltas in self._unsettled.items()}
-        for tenant, deltas in batch.counters.items():
-            counters.setdefault(tenant, Counter()).update(deltas)
-        pending = {tenant: dict(deltas) for tenant, deltas in counters.items()}
+        """Give back the leases still held and write the counters not written yet, with those an
+        earlier batch left behind (not those a write of this batch just failed to write: they wait
+        for the next batch rather than meet the same trouble again at once)."""
+        counters = {
+            tenant: Counter(deltas)
+            for tenant, deltas in self._unsettled.items()
+            if tenant not in batch.written
+        }
+        self._unsettled = {
+            tenant: deltas for tenant, deltas in self._unsettled.items() if tenant not in counters
+        }
+        for tenant in batch.counters:
+            counters.setdefault(tenant, Counter()).update(batch.unwritten(tenant))
+        self._write_settlement(dict(batch.grants), counters)
+        batch.grants = {}
+
+    def _write_settlement(
+        self,
+        grants: Mapping[str, Grant],
+        counters: Mapping[str, Counter[str]],
+        write: SettleWrite | None = None,
+    ) -> None:
+        """One write per tenant (release and counters) with ``write`` (the ports' settle by default);
+        counters not written are kept for the next one."""
+        grants = {tenant: grant for tenant, grant in grants.items() if grant is not Grant.REFUSED}
+        pending = {tenant: dict(deltas) for tenant, deltas in counters.items() if any(deltas.values())}
+        if not grants and not pending:
+            return
         unwritten: Mapping[str, Mapping[str, int]]
-        try:  # leases expire on their own, and counters not written go out with the next batch
-            unwritten = self.ports.settle(grants, pending)
+        try:  # leases expire on their own, and counters not written go out with the next write
+            unwritten = (write or self.ports.settle)(grants, pending)
         except Exception as exc:
             logger.warning("lease release and counter flush failed", extra={"error": str(exc)})
             unwritten = pending
-        self._unsettled = {
-            tenant: dict(deltas) for tenant, deltas in unwritten.items() if any(deltas.values())
-        }
-        if self._unsettled:
-            logger.warning("counters kept for the next batch", extra={"tenants": sorted(self._unsettled)})
+        for tenant, deltas in unwritten.items():
+            if any(deltas.values()):
+                kept = Counter(self._unsettled.get(tenant, {}))
+                kept.update(deltas)
+                self._unsettled[tenant] = dict(kept)
+                logger.warning("counters kept for the next batch", extra={"tenant": tenant})
 
     def _flush_processed(self) -> None:
         try:

@@ -32,6 +32,12 @@ class HeldElsewhereError(RuntimeError):
         self.retry_in_s = retry_in_s
 
 
+# grants and counters per tenant in; the counters not written out
+SettleWrite = Callable[
+    [Mapping[str, Grant], Mapping[str, Mapping[str, int]]], Mapping[str, Mapping[str, int]]
+]
+
+
 class RateGate(Protocol):
     """The consumer-side token bucket (``breakwater.aws.buckets.LeasedTokenBucket``, purpose ``consumer``)."""
 
@@ -56,10 +62,13 @@ class WorkerPorts:
     send_moves: Callable[[list[Move]], set[str]]
     # gives back the batch's leases, adds its per-tenant counters and writes the COMPLETED records the
     # processor buffered; returns the counters it did not write (a raise: it wrote none of them)
-    settle: Callable[[Mapping[str, Grant], Mapping[str, Mapping[str, int]]], Mapping[str, Mapping[str, int]]]
+    settle: SettleWrite
     record_oldest_age: Callable[[str, int, int], object]  # queue role, oldest age ms, now ms
     extend_visibility: Callable[[str, str, int], None]  # queue url, receipt handle, seconds
     process: Callable[[Envelope, WorkContext], dict[str, Any]]  # the idempotent processor
+    # a tenant's lease and counters as soon as its messages are done, as ``settle`` writes them but
+    # without the batch's COMPLETED records (None: ``settle`` does it)
+    release: SettleWrite | None = None
     rate: RateGate | None = None
     leases: LeaseGate | None = None
     lock: Callable[[list[Envelope]], None] = lambda _envelopes: None  # idempotency locks, before processing

@@ -53,6 +53,15 @@ class BatchTally:
     received: dict[str, tuple[str, int]] = field(default_factory=dict)
     # the message ids that may be acknowledged: finished, or their copy sent elsewhere
     settled: set[str] = field(default_factory=set)
+    # the moves whose copies could not be sent (their originals stay unacknowledged)
+    failed_moves: set[str] = field(default_factory=set)
+    # per tenant, the counters already written (with its lease's release, once its messages finished)
+    written: dict[str, Counter[str]] = field(default_factory=dict)
+    dead_lettered: set[str] = field(default_factory=set)  # the ids counted ``dead_lettered``
+
+    def unwritten(self, tenant: str) -> Counter[str]:
+        """The tenant's counters this batch has not written yet (counters only grow)."""
+        return self.counters.get(tenant, Counter()) - self.written.get(tenant, Counter())
 
     def count(self, tenant: str, role: MetricRole, counter: str, metric: str) -> None:
         self.counters[tenant][counter] += 1
@@ -69,22 +78,29 @@ class BatchTally:
         if envelope.replay_run is not None:
             self.counters[envelope.tenant]["replayed"] += 1
 
-    def dead_letters(self, max_receive_count: int | None) -> list[str]:
+    def dead_letters(self, max_receive_count: int | None, tenant: str | None = None) -> list[str]:
         """Count ``dead_lettered`` for every message SQS will move to the dead-letter queue; their ids.
 
         A message not settled goes back to its queue (a batch item failure, or the whole batch when
         the invocation fails); on its last receive that means the dead-letter queue. One settled is
-        acknowledged, or its copy elsewhere is already counted in the estimate.
+        acknowledged, or its copy elsewhere is already counted in the estimate; one whose move is
+        still buffered is not decided yet. ``tenant``: only that tenant's (its messages are done).
+        Each message is counted once.
         """
         if max_receive_count is None:
             return []
         leaving = [
             key
-            for key, (_, receive_count) in self.received.items()
-            if key not in self.settled and will_dead_letter(receive_count, max_receive_count)
+            for key, (owner, receive_count) in self.received.items()
+            if (tenant is None or owner == tenant)
+            and key not in self.settled
+            and key not in self.moved
+            and key not in self.dead_lettered
+            and will_dead_letter(receive_count, max_receive_count)
         ]
         for key in leaving:
             self.counters[self.received[key][0]]["dead_lettered"] += 1
+            self.dead_lettered.add(key)
         return leaving
 
 
