@@ -17,10 +17,11 @@ import pytest
 from breakwater import processor
 from breakwater.aws.redrive import (
     REDRIVEN_ATTRIBUTE,
+    MoveTaskRefusedError,
     RedriveMarkers,
     move_by_hand,
+    redrive,
     redrive_deduplication_id,
-    start_move_task,
 )
 from breakwater.envelope import Envelope, new_envelope_id
 from breakwater.ordered import message_group_id
@@ -59,16 +60,38 @@ def test_failing_message_goes_to_the_dlq_and_is_redriven_after_the_fix(
     redrive = load(monkeypatch, "redrive.handler", {"REDRIVE_PAIRS": pairs, "STATE_TABLE_NAME": STATE_TABLE})
     result = redrive.handler({}, worker_fixtures.FakeLambdaContext())
 
-    assert [(r["method"], r["moved"], r["failed"]) for r in result["results"]] == [("fallback", 1, 0)]
+    assert [(r["moved"], r["failed"]) for r in result["results"]] == [(1, 0)]
     assert world.depth("live-0", dlq=True)["Visible"] == 0
+    # The failed receives reported the live age; the redriven message must not report any.
+    world.dynamodb.delete_item(TableName=STATE_TABLE, Key={"pk": {"S": "queue#live"}, "sk": {"S": "health"}})
     response, received = world.deliver(worker, "live-0")
     assert [m["Body"] for m in received] == [envelope.to_json()]
     assert response == {"batchItemFailures": []}
-    assert world.item("tenant#acme", "counters")["processed"] == 1
+    counters = world.item("tenant#acme", "counters")
+    assert (counters["processed"], counters["redriven"]) == (1, 1)  # back in the estimate, as redriven
+    assert world.item("queue#live", "health") == {}  # and kept out of the live health
 
 
-def test_moto_has_no_move_task_so_the_fallback_runs(world: WorkerWorld) -> None:
-    assert start_move_task(world.sqs, world.dlqs["live-0"], world.urls["live-0"]) is None
+def test_a_move_task_is_refused_before_anything_moves(
+    world: WorkerWorld, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A move task's messages arrive unmarked (a new id, a receive count of 1, no attribute SQS sets
+    on them): the workers would count them as live work. Every redrive moves by hand instead."""
+    dlq, source = world.dlqs["live-0"], world.urls["live-0"]
+    world.sqs.send_message(QueueUrl=dlq, MessageBody=make_envelope("acme").to_json())
+
+    with pytest.raises(MoveTaskRefusedError, match="use_move_task"):
+        redrive(world.sqs, dlq, source, use_move_task=True)
+    pairs = json.dumps({dlq: source})
+    handler = load(monkeypatch, "redrive.handler", {"REDRIVE_PAIRS": pairs, "STATE_TABLE_NAME": STATE_TABLE})
+    with pytest.raises(MoveTaskRefusedError):
+        handler.handler({"use_move_task": True}, worker_fixtures.FakeLambdaContext())
+    assert world.depth("live-0", dlq=True)["Visible"] == 1 and world.bodies("live-0") == []
+
+    result = redrive(world.sqs, dlq, source)  # the default: by hand, marked
+
+    assert (result.moved, result.unmarked) == (1, 0)
+    assert [set(attributes) for attributes in _attributes(world, source)] == [{REDRIVEN_ATTRIBUTE}]
 
 
 class DeleteFailsOnce:
@@ -256,7 +279,7 @@ def test_an_ordered_group_dead_lettered_by_a_bug_is_redriven_with_its_group_and_
     redrive = load(monkeypatch, "redrive.handler", {"REDRIVE_PAIRS": pairs, "STATE_TABLE_NAME": STATE_TABLE})
     result = redrive.handler({}, worker_fixtures.FakeLambdaContext())
 
-    assert [(r["method"], r["moved"], r["failed"]) for r in result["results"]] == [("fallback", 3, 0)]
+    assert [(r["moved"], r["failed"]) for r in result["results"]] == [(3, 0)]
     assert _peek(world, dlq) == []
     redriven = _peek(world, source)
     assert [m["Body"] for m in redriven] == [e.to_json() for e in envelopes]

@@ -1,9 +1,7 @@
 """Moving dead-lettered messages back to their source queue after a fix.
 
-``StartMessageMoveTask`` first: SQS moves the messages itself, without loss or duplicates. Where
-it is not available (an emulator such as moto, or an old partition) the fallback moves batches of
-up to ten by receive -> send -> mark -> delete (each send within SQS's batch size,
-:mod:`breakwater.sqs_batches`):
+Every message is moved by receive -> send -> mark -> delete, in batches of up to ten (each send
+within SQS's batch size, :mod:`breakwater.sqs_batches`):
 
 - send before delete, so a crash never loses a message;
 - after a successful send, a dedup marker (``redrive#<dlq name>``/``<dlq message id>`` in the state
@@ -11,7 +9,7 @@ up to ten by receive -> send -> mark -> delete (each send within SQS's batch siz
   back to the DLQ after a failed or timed-out delete is then deleted, not sent again;
 - the only window for a duplicate is a crash between the send and the marker write: at most one
   extra copy of at most one batch (10 messages) per crash, which processing idempotency (per
-  envelope id) absorbs. The fallback is at-least-once, never at-most-once.
+  envelope id) absorbs. The move is at-least-once, never at-most-once.
 
 A FIFO DLQ (the ordered workload's) is moved back the same way, to its FIFO source, keeping each
 message's ``MessageGroupId``. Its ``MessageDeduplicationId`` is ``redrive-<dlq message id>``
@@ -19,9 +17,13 @@ message's ``MessageGroupId``. Its ``MessageDeduplicationId`` is ``redrive-<dlq m
 duplicate inside its five-minute window, and the same on every retry of one redrive, so a send
 repeated after a lost delete is dropped by SQS within that window (and by the marker after it).
 
-Every message the fallback sends carries :data:`REDRIVEN_ATTRIBUTE` (the redrive's epoch ms), so a
-consumer can tell redriven work from live work. A move task copies messages as they are: its
-messages carry no mark (``use_move_task: false`` marks every one).
+Every message sent back carries :data:`REDRIVEN_ATTRIBUTE` (the redrive's epoch ms): the workers
+measure it apart from live work, keep it out of the live queues' ages and health, and count it
+back into its tenant's backlog estimate. That is why SQS's ``StartMessageMoveTask`` is not used: it
+copies messages exactly as they are, with nothing a worker could tell from a live message (a moved
+message has a new id and a receive count of 1, and SQS sets no attribute on it), so its messages
+would feed the live ages and health (turning the drainers off) and never come back into the
+estimates. A request for one is refused (:class:`MoveTaskRefusedError`).
 """
 
 from __future__ import annotations
@@ -30,8 +32,6 @@ import time
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
-
-from botocore.exceptions import ClientError
 
 from breakwater.aws import clients
 from breakwater.aws.counters import batch_get
@@ -46,17 +46,14 @@ if TYPE_CHECKING:
     from breakwater.settings import RedriveSettings
 
 MARKER_TTL_SECONDS = 15 * 86_400  # longer than the longest SQS retention (14 days)
-# SQS message attribute on every message the fallback moves back: the redrive's time, epoch ms (Number).
+# REDRIVEN_ATTRIBUTE, on every message moved back: the redrive's time, epoch ms (Number).
 _MAX_MESSAGE_ATTRIBUTES = 10  # SQS refuses a message with more
-_UNSUPPORTED = {"UnsupportedOperation", "InvalidAction", "AWS.SimpleQueueService.UnsupportedOperation"}
 
 
 @dataclass
 class RedriveResult:
     dlq_url: str
     source_url: str
-    method: str  # "move_task" or "fallback"
-    task_handle: str | None = None
     moved: int = 0
     already_moved: int = 0  # found a marker: deleted from the DLQ without sending again
     failed: int = 0  # send failed: left in the DLQ
@@ -66,8 +63,18 @@ class RedriveResult:
         return dict(self.__dict__)
 
 
+class MoveTaskRefusedError(ValueError):
+    """A move task was asked for: its messages would count as live work (see the module docstring)."""
+
+    def __init__(self) -> None:
+        super().__init__(
+            "use_move_task: a move task sends messages back unmarked, so they would count as live work "
+            "(ages, health, first-attempt age); every redrive moves by hand and marks each message"
+        )
+
+
 class RedriveMarkers:
-    """Dedup markers of the fallback move in the state table."""
+    """Dedup markers of the move in the state table."""
 
     def __init__(self, client: DynamoDBClient, table_name: str, dlq_url: str) -> None:
         self._client = client
@@ -98,25 +105,6 @@ class RedriveMarkers:
                 pending = dict(response.get("UnprocessedItems") or {})
                 if not pending:
                     break
-
-
-def queue_arn(sqs: SQSClient, queue_url: str) -> str:
-    return sqs.get_queue_attributes(QueueUrl=queue_url, AttributeNames=["QueueArn"])["Attributes"]["QueueArn"]
-
-
-def start_move_task(sqs: SQSClient, dlq_url: str, source_url: str) -> str | None:
-    """The move task's handle, or None where StartMessageMoveTask is not available."""
-    try:
-        response = sqs.start_message_move_task(
-            SourceArn=queue_arn(sqs, dlq_url), DestinationArn=queue_arn(sqs, source_url)
-        )
-    except NotImplementedError:  # moto: the action does not exist there
-        return None
-    except ClientError as exc:
-        if exc.response.get("Error", {}).get("Code") in _UNSUPPORTED:
-            return None
-        raise
-    return response["TaskHandle"]
 
 
 def is_fifo(queue_url: str) -> bool:
@@ -162,8 +150,8 @@ def move_by_hand(
     visibility_timeout: int = 60,
     clock: Any = time.time,
 ) -> RedriveResult:
-    """The receive/send/mark/delete fallback; stops when the DLQ looks empty or after ``max_messages``."""
-    result = RedriveResult(dlq_url=dlq_url, source_url=source_url, method="fallback")
+    """The receive/send/mark/delete move; stops when the DLQ looks empty or after ``max_messages``."""
+    result = RedriveResult(dlq_url=dlq_url, source_url=source_url)
     fifo = is_fifo(source_url)
     empty_receives = 0
     while empty_receives < 2 and (max_messages is None or result.moved + result.already_moved < max_messages):
@@ -220,15 +208,11 @@ def redrive(
     *,
     markers: RedriveMarkers | None = None,
     max_messages: int | None = None,
-    use_move_task: bool = True,
+    use_move_task: bool = False,
 ) -> RedriveResult:
-    """Move the DLQ's messages back to ``source_url``: a move task where possible, else by hand."""
-    if use_move_task and max_messages is None:
-        handle = start_move_task(sqs, dlq_url, source_url)
-        if handle is not None:
-            return RedriveResult(
-                dlq_url=dlq_url, source_url=source_url, method="move_task", task_handle=handle
-            )
+    """Move the DLQ's messages back to ``source_url`` by hand, each marked; a move task is refused."""
+    if use_move_task:
+        raise MoveTaskRefusedError()
     return move_by_hand(sqs, dlq_url, source_url, markers=markers, max_messages=max_messages)
 
 
@@ -262,7 +246,7 @@ class Redrive:
         return RedriveMarkers(self._dynamodb, self._state_table, dlq_url)
 
     def redrive(
-        self, dlq_url: str, source_url: str, *, max_messages: int | None = None, use_move_task: bool = True
+        self, dlq_url: str, source_url: str, *, max_messages: int | None = None, use_move_task: bool = False
     ) -> RedriveResult:
         return redrive(
             self._sqs,
