@@ -168,7 +168,9 @@ def build_worker_ports(
         send_moves=lambda moves: send_moves(queues, moves),
         settle=settle,
         release=release,
-        record_oldest_age=throttled_age_reports(ddb, table),
+        record_oldest_age=throttled_age_reports(
+            ddb, table, holder=container_id, shards=settings.health_report_shards
+        ),
         extend_visibility=extend,
         process=idempotent,
         register_context=idempotent.register_context,
