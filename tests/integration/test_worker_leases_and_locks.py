@@ -96,7 +96,9 @@ def _released(world: WorkerWorld, tenant: str, leases: dict[str, Any] | None = N
     )
 
 
-def test_a_batch_reads_its_tenants_once_and_writes_each_lease_on_its_own(world: WorkerWorld) -> None:
+def test_a_batch_takes_each_floor_in_one_write_and_reads_only_the_tenants_it_missed(
+    world: WorkerWorld,
+) -> None:
     client = CountingClient(boto3.client("dynamodb", region_name=REGION))
     _hold(world, "busy")
     _released(world, "globex")
@@ -104,8 +106,9 @@ def test_a_batch_reads_its_tenants_once_and_writes_each_lease_on_its_own(world: 
     grants = _leases(client).acquire_many({"acme": LIMITS, "globex": LIMITS, "busy": LIMITS}, FAR)
 
     assert grants == {"acme": Grant.FLOOR, "globex": Grant.FLOOR, "busy": Grant.REFUSED}
-    # no transaction: a lease in one costs two write units, on its own one
-    assert client.calls == ["batch_get_item", "update_item", "update_item"]
+    # a write without reading each (acme has no item yet, busy's floor is taken: those two fail),
+    # one read of the two missed, and acme's lease; no transaction: a lease in one costs two write units
+    assert client.calls == ["update_item", "update_item", "update_item", "batch_get_item", "update_item"]
     globex = world.item("tenant#globex", "counters")
     assert globex["leases"] == {"me": {"exp": FAR, "burst": False}}
     assert (globex["processed"], globex["writes"], globex["version"]) == (3, 2, 5)  # the counters stay
@@ -224,12 +227,20 @@ def test_an_expired_lease_counts_until_the_read_path_drops_it(world: WorkerWorld
 
 def test_a_lease_that_loses_a_race_is_acquired_again_on_its_own(world: WorkerWorld) -> None:
     client = CountingClient(boto3.client("dynamodb", region_name=REGION))
-    client.before_write = lambda: _hold(world, "globex", version=7)  # another container wrote first
+    # globex's floor looks taken to a write without reading (an expired lease still counts), acme's is free
+    _released(world, "globex", {"gone": {"M": {"exp": {"N": "1"}, "burst": {"BOOL": False}}}})
+    _released(world, "acme")
+
+    def then(hook: Any) -> Any:
+        return lambda: setattr(client, "before_write", hook)
+
+    # before the third write (globex's after its read) another container takes globex's floor
+    client.before_write = then(then(lambda: _hold(world, "globex", version=7)))
 
     grants = _leases(client).acquire_many({"globex": LIMITS, "acme": LIMITS}, FAR)
 
     assert grants == {"acme": Grant.FLOOR, "globex": Grant.REFUSED}
-    assert client.calls == ["batch_get_item", "update_item", "update_item", "get_item"]
+    assert client.calls == ["update_item", "update_item", "batch_get_item", "update_item", "get_item"]
     assert world.item("tenant#globex", "counters")["leases"].keys() == {"other"}
 
 

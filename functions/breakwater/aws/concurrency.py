@@ -172,13 +172,26 @@ class ConcurrencyLeases:
         on their own, as :meth:`acquire` does. A tenant whose item could not be read or written is
         acquired on its own too, and refused if that fails: one tenant's trouble is never the batch's.
         """
-        if not requests:
-            return {}
-        if len(requests) == 1:
-            tenant, limits = next(iter(requests.items()))
-            if self._floor_without_read(tenant, limits, expires_at_ms):
-                return {tenant: Grant.FLOOR}
-        elif len(requests) > MAX_TENANTS_PER_WRITE:
+        # First a floor lease without reading, per tenant: such writes never lose a race to each other
+        # (each sets its own holder's lease, on a condition DynamoDB checks atomically), so many
+        # containers taking the same tenant's floor at once all succeed at one write each.
+        grants = {
+            tenant: Grant.FLOOR
+            for tenant, limits in requests.items()
+            if self._floor_without_read(tenant, limits, expires_at_ms)
+        }
+        if len(grants) == len(requests):
+            return grants
+        return grants | self._acquire_read_first(
+            {tenant: limits for tenant, limits in requests.items() if tenant not in grants}, expires_at_ms
+        )
+
+    def _acquire_read_first(
+        self, requests: Mapping[str, ConcurrencyLimits], expires_at_ms: int
+    ) -> dict[str, Grant]:
+        """The tenants a write without reading did not lease: their items (and this container's pool
+        shard) in one BatchGetItem, then one conditional write each."""
+        if len(requests) > MAX_TENANTS_PER_WRITE:
             return self._one_by_one(requests, expires_at_ms)
         now = self._clock_ms()
         keys = [(tenant_pk(tenant), CONCURRENCY_SK) for tenant in requests]
