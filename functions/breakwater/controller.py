@@ -56,6 +56,8 @@ from breakwater.backpressure import (
 )
 from breakwater.observability import logger, metrics
 from breakwater.settings import ControllerSettings, TierLimits
+from breakwater.shard_report import ShardReport
+from breakwater.tenant_depth import ObservedDepths, tenant_depth
 
 PAGE_SIZE = 99
 """Tenants per page: their updates and the shard's ledger fit one TransactWriteItems (100 items)."""
@@ -106,6 +108,7 @@ class ShardRequest:
     now_ms: int
     deadline_ms: int
     resume_shard: int = 0  # the first shard to work: where the last run ran out of time
+    live_depths: tuple[int, ...] = ()  # each live queue's part of ``depth``; () when not observed
 
     def as_event(self, shards: Sequence[int]) -> dict[str, Any]:
         return {
@@ -115,7 +118,13 @@ class ShardRequest:
             "now_ms": self.now_ms,
             "deadline_ms": self.deadline_ms,
             "resume_shard": self.resume_shard,
+            "live_depths": list(self.live_depths),
         }
+
+    def tenant_depth(self, tenant: str, shard_size: int | None) -> int:
+        """The depth the tenant's estimate is capped by: its own queues' where known, else the total."""
+        own = tenant_depth(tenant, self.live_depths, self.depth - sum(self.live_depths), shard_size)
+        return self.depth if own is None else min(own, self.depth)
 
     @classmethod
     def from_event(cls, event: Mapping[str, Any], deadline_ms: int) -> ShardRequest:
@@ -125,54 +134,7 @@ class ShardRequest:
             now_ms=int(event["now_ms"]),
             deadline_ms=min(deadline_ms, int(event.get("deadline_ms", deadline_ms))),
             resume_shard=int(event.get("resume_shard", 0)),
-        )
-
-
-@dataclass
-class ShardReport:
-    evaluated: int = 0
-    kept_dirty: int = 0
-    changes: Counter[str] = field(default_factory=Counter)
-    corrections: Counter[str] = field(default_factory=Counter)
-    pending: list[int] = field(default_factory=list)  # stopped at the deadline: resumes next run
-    busy: list[int] = field(default_factory=list)  # held by another run
-    failed: list[int] = field(default_factory=list)
-    multipliers: dict[str, float] = field(default_factory=dict)  # evaluated here (not fanned out)
-    backlogs: dict[str, int] = field(default_factory=dict)
-
-    def merge(self, other: ShardReport) -> None:
-        self.evaluated += other.evaluated
-        self.kept_dirty += other.kept_dirty
-        self.changes.update(other.changes)
-        self.corrections.update(other.corrections)
-        self.pending += other.pending
-        self.busy += other.busy
-        self.failed += other.failed
-        self.multipliers |= other.multipliers
-        self.backlogs |= other.backlogs
-
-    def summary(self) -> dict[str, Any]:
-        """The counts, as a fanned-out invocation returns them (no per-tenant maps)."""
-        return {
-            "evaluated": self.evaluated,
-            "kept_dirty": self.kept_dirty,
-            "changes": dict(self.changes),
-            "corrections": dict(self.corrections),
-            "pending": sorted(self.pending),
-            "busy": sorted(self.busy),
-            "failed": sorted(self.failed),
-        }
-
-    @classmethod
-    def from_summary(cls, summary: Mapping[str, Any]) -> ShardReport:
-        return cls(
-            evaluated=int(summary.get("evaluated", 0)),
-            kept_dirty=int(summary.get("kept_dirty", 0)),
-            changes=Counter(summary.get("changes") or {}),
-            corrections=Counter(summary.get("corrections") or {}),
-            pending=list(summary.get("pending") or []),
-            busy=list(summary.get("busy") or []),
-            failed=list(summary.get("failed") or []),
+            live_depths=tuple(int(depth) for depth in event.get("live_depths") or ()),
         )
 
 
@@ -202,6 +164,9 @@ class ControllerPorts:
     # (groups of shards, request) -> their reports; None: every shard runs in this invocation
     run_elsewhere: Callable[[Sequence[Sequence[int]], ShardRequest], Sequence[ShardReport]] | None = None
     clock_ms: Callable[[], int] = lambda: int(time.time() * 1000)
+    # the same messages as ``observed_depth``, each live queue apart: each tenant's estimate is then
+    # capped by its own queues (breakwater.tenant_depth); None: by the total only
+    queue_depths: Callable[[], ObservedDepths] | None = None
 
 
 @dataclass(frozen=True)
@@ -214,6 +179,7 @@ class ControllerConfig:
     parallel_shards: int = 4  # shards an invocation works at once (the calls wait on the network)
     reconcile_margin_ms: int = 3_000  # left after the shards for the reconciliation
     lease_slack_ms: int = 5_000  # a shard is held this long past the deadline: until the invocation ends
+    shard_size: int | None = None  # ingest's live queues per tenant; None: estimates capped by the total
 
     @classmethod
     def from_settings(cls, settings: ControllerSettings) -> ControllerConfig:
@@ -229,6 +195,7 @@ class ControllerConfig:
             drift=DriftLimits(minimum=settings.drift_tolerance, fraction=settings.drift_tolerance_fraction),
             invocations=settings.controller_invocations,
             parallel_shards=settings.parallel_shards,
+            shard_size=settings.shard_size,
         )
 
 
@@ -256,12 +223,14 @@ def run_controller(config: ControllerConfig, ports: ControllerPorts, deadline_ms
     now = ports.clock_ms()
     _gate_sideline(config, ports, now, report)
     state = ports.read_run_state()
+    observed = ports.queue_depths() if ports.queue_depths is not None else None
     request = ShardRequest(
-        depth=ports.observed_depth(),
+        depth=observed.total if observed is not None else ports.observed_depth(),
         scale_log=state.scale_log,
         now_ms=now,
         deadline_ms=deadline_ms - config.reconcile_margin_ms,
         resume_shard=state.resume_shard,
+        live_depths=observed.live if observed is not None else (),
     )
     groups = shard_groups(config.invocations)
     here, elsewhere = groups[0], groups[1:]
@@ -433,7 +402,7 @@ def _evaluate_tenant(
     estimate = evaluate(
         counters,
         StoredEstimate.from_item(counters),
-        depth=request.depth,
+        depth=request.tenant_depth(snapshot.tenant, config.shard_size),
         scale_log=request.scale_log,
         limits=config.drift,
     )

@@ -181,6 +181,11 @@ class ControllerSettings(TierSettings):
         default=1, ge=1, le=32, description="invocations the tenants' shards are split over in one run"
     )
     parallel_shards: int = Field(default=4, ge=1, le=32, description="shards one invocation works at once")
+    shard_size: int | None = Field(
+        default=None,
+        ge=1,
+        description="ingest's SHARD_SIZE: estimates capped by each tenant's own queues (None: the total)",
+    )
     health_report_shards: int = Field(
         default=1, ge=1, le=100, description="items the workers' oldest-age reports are spread over"
     )

@@ -52,6 +52,7 @@ from breakwater.controller import (
 )
 from breakwater.observability import logger
 from breakwater.settings import ControllerSettings, TierLimits
+from breakwater.tenant_depth import ObservedDepths
 
 if TYPE_CHECKING:
     from mypy_boto3_dynamodb import DynamoDBClient
@@ -105,6 +106,14 @@ def sideline_observations(
         depth = waiting_messages(sqs, url)
         observations.append(SidelineObservation(role or url, url, depth, age_ms, observed_at))
     return observations
+
+
+def observed_depths(
+    client: SQSClient, live_urls: Sequence[str], shared_urls: Sequence[str]
+) -> ObservedDepths:
+    """What :func:`observed_depth` counts, each live queue apart (the same one call per queue)."""
+    live = tuple(observed_depth(client, [url]) for url in live_urls)
+    return ObservedDepths(live=live, shared=observed_depth(client, shared_urls))
 
 
 def start_archiver(client: LambdaClient, function_name: str, due: ArchiveDue) -> None:
@@ -460,11 +469,11 @@ def build_controller_ports(
     functions: LambdaClient = lambda_client or boto3.client("lambda", config=config)
     table = settings.state_table_name
     state = ControllerState(ddb, settings)
-    every_queue = [
-        *settings.live_queue_urls,
+    shared_queues = [
         *([settings.surge_queue_url] if settings.surge_queue_url else []),
         *settings.sideline_queue_urls,
     ]
+    every_queue = [*settings.live_queue_urls, *shared_queues]
     # Lambda sets AWS_LAMBDA_FUNCTION_NAME: the shards of a split run go to this same function.
     own_name = function_name or os.environ.get("AWS_LAMBDA_FUNCTION_NAME")
     return ControllerPorts(
@@ -491,4 +500,5 @@ def build_controller_ports(
         if own_name and settings.controller_invocations > 1
         else None,
         clock_ms=clock_ms,
+        queue_depths=lambda: observed_depths(queues, settings.live_queue_urls, shared_queues),
     )
