@@ -26,6 +26,7 @@ from collections.abc import Callable, Iterable, Mapping, Sequence
 from typing import Any
 
 from breakwater.archive_budget import ArchiveDue, SidelineObservation
+from breakwater.aws.health import oldest_in_window
 from breakwater.backlog import DIRTY_SHARDS, Ledger, RunState, shard_of
 from breakwater.controller import ControllerPorts, ShardState, TenantSnapshot, TenantWrite
 from breakwater.settings import TierLimits
@@ -67,6 +68,8 @@ class ControllerState:
         table: StateTable | None = None,
         clock_s: Callable[[], float] | None = None,
         defer: Callable[[float, Callable[[], object]], None] | None = None,
+        *,
+        health_shards: int = 1,
     ) -> None:
         self.meter = meter if meter is not None else Meter()
         self.table = table
@@ -87,7 +90,9 @@ class ControllerState:
         self.versions: dict[int, int] = {}
         self.cursors: dict[int, str | None] = {}
         self.run_state = RunState()
-        self.health: dict[str, tuple[int, int]] = {}  # role -> (oldest age ms, observed at ms)
+        # (role, shard) -> (oldest age ms, observed at ms): each shard of a role's health item
+        self.health: dict[tuple[str, int], tuple[int, int]] = {}
+        self.health_shards = health_shards
         self.down_until: int | None = None
 
     # -- the writers ---------------------------------------------------------------------------------
@@ -105,10 +110,22 @@ class ControllerState:
             if table is not None:  # the item enters the index: a write to its shard's partition
                 table.write(table.dirty[self._shard[tenant]], DIRTY_SHARD, self._clock_s(), table.index_wcu)
 
-    def record_oldest_age(self, role: str, age_ms: int, now_ms: int) -> None:
-        stored = self.health.get(role)
+    def record_oldest_age(self, role: str, age_ms: int, now_ms: int, shard: int = 0) -> None:
+        """``record_oldest_age`` on the role's health shard ``shard``: the same conditional window."""
+        key = (role, shard)
+        stored = self.health.get(key)
         if stored is None or stored[1] < now_ms - WINDOW_MS or stored[0] <= age_ms:
-            self.health[role] = (age_ms, now_ms)
+            self.health[key] = (age_ms, now_ms)
+
+    def oldest_age(self, role: str, now_ms: int | None) -> tuple[int | None, int | None]:
+        """What ``read_oldest_age`` answers over the role's shards (``health.oldest_in_window``)."""
+        health = self.health
+        reports = []
+        for shard in range(self.health_shards):
+            stored = health.get((role, shard))
+            if stored is not None:
+                reports.append({"oldest_age_ms": stored[0], "observed_at": stored[1]})
+        return oldest_in_window(reports, now_ms)
 
     def report_outage(self, until_ms: int) -> None:
         if self.down_until is None or self.down_until < until_ms:
@@ -132,11 +149,13 @@ class ControllerState:
         table = self.table
 
         def live_oldest() -> tuple[int | None, int | None]:
-            meter.dynamodb_item_reads += 1  # the health item
+            shards = self.health_shards
+            meter.dynamodb_item_reads += shards  # the health item's shards, one BatchGetItem
             if table is not None:
-                self._read(table.health("live"), QUEUE_HEALTH, table.health_rcu, "GetItem")
-            stored = self.health.get("live")
-            return (stored[0], stored[1]) if stored is not None else (None, None)
+                for shard in range(shards):
+                    item = table.health("live", shard, shards)
+                    self._read(item, QUEUE_HEALTH, table.health_rcu, "BatchGetItem")
+            return self.oldest_age("live", clock_ms())
 
         def live_depth() -> int:
             meter.sqs(0, len(live))
@@ -163,7 +182,7 @@ class ControllerState:
             meter.sqs(0, len(sideline))
             seen = []
             for role, queue in sideline.items():
-                age, at = self.health.get(role, (None, None))
+                age, at = self.oldest_age(role, clock_ms())
                 seen.append(SidelineObservation(role, queue.name, queue.waiting, age, at))
             return seen
 

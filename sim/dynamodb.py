@@ -31,9 +31,9 @@ from botocore.exceptions import ClientError
 from breakwater.aws.concurrency import POOL_PK, POOL_SK
 from breakwater.aws.controller_ports import CONTROLLER_PK, INGEST_BUCKET_SK, LEDGER_SK, SCALE_SK, ledger_pk
 from breakwater.aws.counters import COUNTERS_SK, tenant_pk
-from breakwater.aws.health import DEPENDENCY_PK, HEALTH_SK, queue_pk
+from breakwater.aws.health import DEPENDENCY_PK, HEALTH_SK, health_sk, queue_pk
 from breakwater.backlog import DIRTY_SHARDS, shard_key
-from local.aws_limits import AwsLimits, ItemThroughput, item_kind
+from local.aws_limits import AwsLimits, ItemStats, ItemThroughput, item_kind
 from local.pricing.usage import read_units, write_units
 
 STATE = "state"  # the state table
@@ -60,14 +60,57 @@ CONTROLLER_SCALE = _kind(CONTROLLER_PK, SCALE_SK)
 Item = tuple[str, ...]  # (table, partition key, sort key), or (index, partition key)
 
 
+class _SecondsStats(ItemStats):
+    """An item's units per whole second when calls come out of time order.
+
+    A worker's invocation is computed when it starts, so the writes it makes as it goes (a tenant's
+    release after its last message, a retry after botocore's wait) are metered at their own virtual
+    time, up to an invocation's length ahead of calls other workers make meanwhile. The embedded AWS's
+    :class:`~local.aws_limits.ItemStats` keeps one current second and would start it again on every
+    step back, losing what the later second held; this keeps the last few seconds apart.
+    """
+
+    KEPT_S = 8  # seconds kept behind the latest one seen (longer than an invocation's look-ahead)
+
+    def __init__(self, kind: str) -> None:
+        super().__init__(kind)
+        self._seconds: dict[int, list[float]] = {}
+
+    def add(self, second: int, read_units: float, write_units: float) -> None:
+        totals = self._seconds.get(second)
+        if totals is None:
+            if second > self.second:
+                self.second = second
+                if len(self._seconds) > self.KEPT_S:
+                    oldest = second - self.KEPT_S
+                    self._seconds = {at: kept for at, kept in self._seconds.items() if at >= oldest}
+            totals = self._seconds[second] = [0.0, 0.0]
+        totals[0] += read_units
+        totals[1] += write_units
+        if totals[0] > self.peak_read_units:
+            self.peak_read_units = totals[0]
+        if totals[1] > self.peak_write_units:
+            self.peak_write_units = totals[1]
+
+
+class _Meter(ItemThroughput):
+    """:class:`~local.aws_limits.ItemThroughput` with per-second figures kept out of time order."""
+
+    def _stats(self, item: Hashable, kind: str) -> ItemStats:
+        stats = self.stats.get(item)
+        if stats is None:
+            stats = self.stats[item] = _SecondsStats(kind)
+        return stats
+
+
 @dataclass(frozen=True)
 class ItemSizes:
     """Stated sizes (bytes) of the items, by kind: what AWS bills a call to them by."""
 
     counters: int = 600  # a dozen counters, the dirty mark, the controller's fields, keys
     lease: int = 64  # one lease in a counters item's map: a container id, its expiry, burst or not
-    pool: int = 60  # the burst pool item without its places
-    pool_place: int = 60  # one place: "tenant#container" and its expiry
+    pool: int = 60  # a burst pool shard's item without its places
+    pool_place: int = 60  # one place: "tenant#container" and its expiry (at most 16 a shard)
     bucket: int = 200  # a token bucket: tokens, times, version, multiplier
     health: int = 120
     ledger: int = 1024  # a shard's ledger with a page's intent (its tenants' deltas)
@@ -127,7 +170,7 @@ class StateTable:
     ) -> None:
         self.limits = limits if limits is not None else AwsLimits()
         self.sizes = sizes or ItemSizes()
-        self.meter = ItemThroughput.for_dynamodb(self.limits)
+        self.meter = _Meter.for_dynamodb(self.limits)
         self._consume = self.meter.consume
         self._within = self.meter.within
         self._rng = random.Random(seed)
@@ -137,12 +180,13 @@ class StateTable:
         self.ingest_items: list[Item] = [(STATE, pk, INGEST_BUCKET_SK) for pk in pks]
         self.consumer_items: list[Item] = [(STATE, pk, CONSUMER_BUCKET_SK) for pk in pks]
         self._units: dict[tuple[str, int], float] = {}  # (what, count held) -> units
-        self.pool: Item = (STATE, POOL_PK, POOL_SK)
+        self.pool: Item = (STATE, POOL_PK, POOL_SK)  # the pool's item when it has one shard
+        self._pool_shards: dict[tuple[int, int], Item] = {}
         self.dependency: Item = (STATE, DEPENDENCY_PK, HEALTH_SK)
         self.run_state: Item = (STATE, CONTROLLER_PK, SCALE_SK)
         self.ledgers: list[Item] = [(STATE, ledger_pk(shard), LEDGER_SK) for shard in range(DIRTY_SHARDS)]
         self.dirty: list[Item] = [(DIRTY_INDEX, shard_key(shard)) for shard in range(DIRTY_SHARDS)]
-        self._health: dict[str, Item] = {}
+        self._health: dict[tuple[str, int, int], Item] = {}
         # the units of the fixed-size kinds, computed once
         sizes = self.sizes
         self.bucket_wcu = write_units(sizes.bucket)
@@ -164,10 +208,22 @@ class StateTable:
     def consumer_bucket(self, tenant: int) -> Item:
         return self.consumer_items[tenant]
 
-    def health(self, role: str) -> Item:
-        item = self._health.get(role)
+    def health(self, role: str, shard: int = 0, shards: int = 1) -> Item:
+        """Shard ``shard`` of ``shards`` of the role's health item (``health``, or ``health#<n>``)."""
+        key = (role, shard, shards)
+        item = self._health.get(key)
         if item is None:
-            item = self._health[role] = (STATE, queue_pk(role), HEALTH_SK)
+            sk = HEALTH_SK if shards == 1 else health_sk(shard, shards)
+            item = self._health[key] = (STATE, queue_pk(role), sk)
+        return item
+
+    def pool_shard(self, shard: int, shards: int) -> Item:
+        """Shard ``shard`` of the burst pool's ``shards`` items (``burst``, or ``burst#<n>``)."""
+        key = (shard, shards)
+        item = self._pool_shards.get(key)
+        if item is None:
+            sk = POOL_SK if shards == 1 else f"{POOL_SK}#{shard}"
+            item = self._pool_shards[key] = (STATE, POOL_PK, sk)
         return item
 
     # -- sizes that grow with what the item holds ------------------------------------------------------

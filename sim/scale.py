@@ -24,11 +24,13 @@ and a stage throttle above the peak (the account's API Gateway quota raised to m
 from __future__ import annotations
 
 import math
+from collections.abc import Mapping
 from typing import Any
 
 import numpy as np
 
 from breakwater_cdk.config import BlueprintConfig
+from sim.config import load_context
 from sim.scenarios import DEFAULT_COSTS, Scenario, fleet_capacity, zipf_rates
 from sim.worker import Costs
 
@@ -51,6 +53,7 @@ def sizing(
     costs: Costs = DEFAULT_COSTS,
     batch_size: int = 10,
     queues: int = LIVE_QUEUES,
+    context: Mapping[str, Any] | None = None,
 ) -> dict[str, Any]:
     """The configuration a platform team would set for ``total_rate`` (a cdk.json ``breakwater`` override).
 
@@ -59,8 +62,8 @@ def sizing(
     :data:`UTILISATION` of it, spread over ``queues`` live queues (each mapping's
     ``max_concurrency`` at most 1,000, as the config allows), with a batching window so that batches
     are full (:data:`BATCHING_WINDOW_S`). The stage throttle is set above the
-    peak with its burst at twice it: at the cdk.json default (1,000/s) API Gateway would refuse 95 %
-    of the load before any tenant's limit.
+    peak with its burst at twice it (never below ``context``'s, cdk.json's by default): at 1,000/s API
+    Gateway would refuse 95 % of the load before any tenant's limit.
     """
     batch_s = (
         costs.invoke_ms + batch_size * (costs.per_record_ms + work_ms) + costs.gate_ms + costs.settle_ms
@@ -74,6 +77,10 @@ def sizing(
             f"on {queues} queues; the config allows 1000: use more queues"
         )
     stage = math.ceil(total_rate * 1.25 / 1000) * 1000
+    # never below what the configuration has (its stage carries several of its largest plans at once)
+    api = (load_context() if context is None else context).get("api", {})
+    rate = max(stage, int(api.get("throttle_rate", 0)))
+    burst = max(2 * stage, int(api.get("throttle_burst", 0)))
     return {
         "queue_set": {"size": queues},
         "worker": {
@@ -81,7 +88,7 @@ def sizing(
             "batch_size": batch_size,
             "batching_window_seconds": BATCHING_WINDOW_S,
         },
-        "api": {"throttle_rate": stage, "throttle_burst": 2 * stage},
+        "api": {"throttle_rate": rate, "throttle_burst": burst},
     }
 
 

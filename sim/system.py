@@ -28,7 +28,9 @@ import numpy as np
 import simpy
 from botocore.exceptions import ClientError
 
+from breakwater.age_reports import REPORT_INTERVAL_MS
 from breakwater.archive_budget import ArchiveBudget, ArchiveDue
+from breakwater.aws.health import MAX_HEALTH_SHARDS
 from breakwater.backlog import DriftLimits
 from breakwater.backpressure import BackpressurePolicy
 from breakwater.controller import ControllerConfig, run_controller
@@ -44,13 +46,23 @@ from sim.billing import RECEIVE_MAX, Billing, Meter, usage
 from sim.config import Setup
 from sim.control import ControllerState
 from sim.dynamodb import COUNTERS, DEPENDENCY_HEALTH, INGEST_BUCKET, LEGACY_DYNAMODB, StateTable
+from sim.gates import ConsumerBuckets, LeaseTable
 from sim.lambda_esm import EventSourceMapping, FunctionConcurrency
 from sim.messages import Message
 from sim.scenarios import Load, Scenario
 from sim.sqs import SqsQueue
-from sim.worker import ConsumerBuckets, Costs, LeaseTable, Outcome, WorkerModel, WorkerSetup
+from sim.worker import Costs, Outcome, WorkerModel, WorkerSetup
 
 ARCHIVER_START_S = 1.0  # an asynchronous invoke, then the archiver reads and parks what waits
+# The stack spreads the workers' oldest-age reports so that a health item takes at most this many
+# writes a second when every container reports once per age_reports.REPORT_INTERVAL_MS.
+HEALTH_WCU_PER_SHARD = 250
+
+
+def health_report_shards(max_containers: int) -> int:
+    """``HEALTH_REPORT_SHARDS`` for a fleet of at most ``max_containers`` worker containers."""
+    per_s = max_containers / (REPORT_INTERVAL_MS / 1000)
+    return min(MAX_HEALTH_SHARDS, max(1, math.ceil(per_s / HEALTH_WCU_PER_SHARD)))
 
 
 @dataclass
@@ -105,6 +117,14 @@ class System:
             for tenant, name in scenario.tenant_tiers.items()
         }
         self.table = StateTable(scenario.tenants, limits, seed=scenario.seed + 2)
+        worker = config.worker
+        # every worker container the mappings allow: the live queues and the surge queue's, and the
+        # two sideline queues' drainers
+        live_mappings = setup.queue_count + (1 if setup.practices else 0)
+        containers = live_mappings * setup.live_max_concurrency
+        if setup.practices:
+            containers += 2 * worker.mapping_concurrency
+        self.health_shards = health_report_shards(containers)
         self.state = ControllerState(
             scenario.tenants,
             self.limits,
@@ -112,6 +132,7 @@ class System:
             self.billing,
             self.table if setup.practices else None,
             lambda: self.env.now,
+            health_shards=self.health_shards,
         )
         visibility = config.worker.visibility_timeout_seconds
         receives = config.queue_set.max_receive_count
@@ -136,7 +157,6 @@ class System:
         practices = self._practices = setup.practices
         live_function = FunctionConcurrency(env, function_concurrency)
         sideline_function = FunctionConcurrency(env, function_concurrency)
-        worker = config.worker
         breaker = (worker.outage_backoff_seconds, worker.outage_backoff_max_seconds) if practices else None
         sideline_cfg = config.sideline
 
@@ -150,7 +170,15 @@ class System:
             )
 
         def worker_setup(mode: str) -> WorkerSetup:
-            return WorkerSetup(decision(mode), practices, breaker, receives, worker.timeout_seconds, costs)
+            return WorkerSetup(
+                decision(mode),
+                practices,
+                breaker,
+                receives,
+                worker.timeout_seconds,
+                costs,
+                self.health_shards,
+            )
 
         table = self.table
         rate = ConsumerBuckets(self.limits, table) if practices else None
@@ -289,8 +317,8 @@ class System:
         rec.served_tenant.append(message.tenant)
         return "ok", message.work_ms / 1000
 
-    def send_move(self, message: Message, destination: Origin, delay_s: int) -> None:
-        self.by_role[destination].send(message, float(delay_s))
+    def send_move(self, message: Message, destination: Origin, delay_s: int, after_s: float = 0.0) -> None:
+        self.by_role[destination].send(message, delay_s + after_s)
 
     def count(self, tenant: int, counter: str, amount: int = 1) -> None:
         totals = self.rec.totals
@@ -298,8 +326,8 @@ class System:
         if self._practices:
             self.state.add(tenant, counter, amount)
 
-    def report_oldest(self, role: str, age_ms: int, now_ms: int) -> None:
-        self.state.record_oldest_age(role, age_ms, now_ms)
+    def report_oldest(self, role: str, age_ms: int, now_ms: int, shard: int = 0) -> None:
+        self.state.record_oldest_age(role, age_ms, now_ms, shard)
 
     def report_outage(self, until_ms: int) -> None:
         self.meter.dynamodb_writes += 1  # the health item's outage mark
@@ -575,6 +603,7 @@ class System:
             rec.add("health_reports_throttled", worker.health_throttled)
             if worker.leases is not None:
                 rec.add("burst_transactions_cancelled", worker.leases.conflicts)
+                rec.add("leases_refused_on_error", worker.leases.refused_on_error)
                 rec.add("pool_places_unreleased", worker.leases.unreleased)
         if self.live_worker.rate is not None:
             rec.add("consumer_bucket_failed_open", self.live_worker.rate.failed_open)

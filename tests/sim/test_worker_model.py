@@ -24,9 +24,10 @@ from breakwater.settings import TierLimits
 from breakwater.sideline import DecisionConfig, Move
 from breakwater.worker.batch import Worker, WorkerOptions
 from breakwater.worker.ports import WorkerPorts
+from sim.gates import ConsumerBuckets, LeaseTable
 from sim.messages import Message
 from sim.sqs import SqsQueue
-from sim.worker import ConsumerBuckets, Costs, LeaseTable, Outcome, WorkerModel, WorkerSetup
+from sim.worker import Costs, Outcome, WorkerModel, WorkerSetup
 
 NOW_MS = 1_700_000_000_000
 LIMITS = TierLimits(rate=50, burst=100, consumer_rate=3, concurrency=2, concurrency_floor=1)
@@ -208,11 +209,11 @@ class Sink:
         self.processed.append(message)
         return "ok", 0.0
 
-    def send_move(self, message: Message, destination: Origin, delay_s: int) -> None:
+    def send_move(self, message: Message, destination: Origin, delay_s: int, after_s: float = 0.0) -> None:
         self.moves.append((message, destination, delay_s))
 
     def count(self, tenant: int, counter: str, amount: int = 1) -> None: ...
-    def report_oldest(self, role: str, age_ms: int, now_ms: int) -> None: ...
+    def report_oldest(self, role: str, age_ms: int, now_ms: int, shard: int = 0) -> None: ...
     def report_outage(self, until_ms: int) -> None: ...
 
 

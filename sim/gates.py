@@ -1,0 +1,411 @@
+"""The worker's gates in memory: the consumer buckets and the concurrency leases with the burst pool.
+
+:class:`ConsumerBuckets` mirrors ``RateGate`` (one ask per tenant and batch), :class:`LeaseTable`
+``breakwater.aws.concurrency.ConcurrencyLeases``: a tenant's leases on its counters item, the burst
+pool spread over shard items of at most ``breakwater.concurrency.POOL_SHARD_PLACES`` places
+(``pool_shard_capacities``), each container taking its burst places only in its own shard
+(``pool_shard_of``). With a :class:`sim.dynamodb.StateTable`, every read and write is made against
+its item at its virtual time, and a call still throttled after botocore's retries takes the path the
+real adapter takes: a consumer bucket fails open; a tenant whose lease could not be read or written
+is acquired on its own and, failing that, refused, so only its messages are deferred.
+"""
+
+from __future__ import annotations
+
+import heapq
+import random
+from collections.abc import Callable
+
+from breakwater.concurrency import (
+    CROWDED_MS,
+    ConcurrencyLimits,
+    Grant,
+    Lease,
+    grant_for,
+    live_leases,
+    pool_shard_capacities,
+    pool_shard_of,
+)
+from breakwater.fairness import BucketLimits, BucketState, take_lease
+from breakwater.settings import TierLimits
+from breakwater.worker.options import consumer_bucket_limits
+from sim.dynamodb import BURST_POOL, CONSUMER_BUCKET, COUNTERS, STANDARD, Item, StateTable
+
+_BURST, _FLOOR, _REFUSED = Grant.BURST, Grant.FLOOR, Grant.REFUSED
+_NO_LEASES: dict[str, Lease] = {}  # a tenant nobody leased yet (read, never written)
+ATTEMPTS = 3  # ConcurrencyLeases.acquire: a tenant on its own, read then write, this many times
+# breakwater.aws.conflicts.pause_before_retry: a lost race waits a random pause in a window that
+# doubles per attempt, from this base up to this most
+BASE_PAUSE_S = 0.01
+MAX_PAUSE_S = 0.1
+BATCH_GET_CALLS = 2  # a BatchGetItem's unprocessed keys are asked once more, then left to the caller
+
+
+class ConsumerBuckets:
+    """The consumer-side token bucket per tenant (``RateGate``): one shared bucket, asked once per batch.
+
+    With a ``table``, each ask is a write of the tenant's ``bucket#consumer`` item; one still throttled
+    after botocore's retries is answered from the container's own view, as ``LeasedTokenBucket``
+    fails open (here: the shared state's decision, not written back).
+    """
+
+    def __init__(self, limits: Callable[[int], TierLimits], table: StateTable | None = None) -> None:
+        self._limits = limits
+        self._state: dict[int, BucketState] = {}
+        self._bucket_limits: dict[int, BucketLimits] = {}
+        self.table = table
+        self.writes = 0  # one conditional UpdateItem of the bucket's item per ask
+        self.waited_s = 0.0  # botocore's waits on throttled asks, since the caller last took them
+        self.failed_open = 0  # asks answered from the local view after the retries
+
+    def try_acquire_up_to(self, tenant: int, count: int, now_s: float) -> int:
+        self.writes += 1
+        limits = self._bucket_limits.get(tenant)
+        if limits is None:
+            limits = self._bucket_limits[tenant] = consumer_bucket_limits(self._limits(tenant))
+        state = self._state.get(tenant) or BucketState.full(limits, now_s)
+        decision = take_lease(state, limits, now_s, count)
+        table = self.table
+        if table is not None:
+            item, units = table.consumer_items[tenant], table.bucket_wcu
+            if not table.write(item, CONSUMER_BUCKET, now_s, units):
+                written, waited = table.retried_write(item, CONSUMER_BUCKET, now_s, units)
+                self.waited_s += waited
+                if not written:
+                    self.failed_open += 1
+                    return decision.granted
+        self._state[tenant] = decision.state
+        return decision.granted
+
+
+class _Shard:
+    """One burst pool shard: its places by (tenant, holder), and their expiries to drop them in place."""
+
+    __slots__ = ("capacity", "expiries", "places")
+
+    def __init__(self, capacity: int) -> None:
+        self.capacity = capacity
+        self.places: dict[tuple[int, str], Lease] = {}
+        # (expiry, place); stale entries (a place renewed or given back since) are skipped
+        self.expiries: list[tuple[int, tuple[int, str]]] = []
+
+    def live(self, now_ms: int) -> int:
+        """Places that still count (``live_leases``), the expired ones dropped."""
+        places, expiries = self.places, self.expiries
+        while expiries and expiries[0][0] <= now_ms:
+            expires_at, place = heapq.heappop(expiries)
+            lease = places.get(place)
+            if lease is not None and lease.expires_at_ms == expires_at:
+                del places[place]
+        return len(places)
+
+    def hold(self, place: tuple[int, str], expires_at_ms: int) -> None:
+        self.places[place] = Lease(expires_at_ms, True)
+        heapq.heappush(self.expiries, (expires_at_ms, place))
+
+
+class LeaseTable:
+    """Per-tenant concurrency leases and the burst pool's shards (``LeaseGate``), as the items hold them.
+
+    Each tenant's leases and each shard's places carry an expiry; a lease given back is ended at the
+    time its release is written (its expiry brought forward), which is how the next batches see it
+    gone, whenever in virtual time they ask.
+    """
+
+    def __init__(self, burst_capacity: int | None, table: StateTable | None = None, seed: int = 7) -> None:
+        self.burst_capacity = burst_capacity
+        self.table = table
+        self.shards: list[_Shard] = (
+            [_Shard(places) for places in pool_shard_capacities(burst_capacity)]
+            if burst_capacity is not None
+            else []
+        )
+        self._shard_of: dict[str, int] = {}  # holder -> its shard (crc32 of the holder, once)
+        self._rng = random.Random(seed)  # the pauses before a lost race is tried again
+        self.waited_s = 0.0  # botocore's waits and the pauses, since the caller last took them
+        self.conflicts = 0  # burst transactions cancelled (a throttle is a lost race to the adapter)
+        self.refused_on_error = 0  # tenants refused because their item stayed throttled
+        self.unreleased = 0  # burst places whose release write was throttled: they expire on their own
+        self._tenants: dict[int, dict[str, Lease]] = {}
+        self._crowded: dict[tuple[str, int], int] = {}  # (holder, tenant) -> read first until (ms)
+        # the items' writes and reads as billed: a lease one write (refused ones too: a failed
+        # condition is billed), the batch's burst leases one transaction with its shard, a consistent
+        # read per item read, a shard's release one write
+        self.writes = 0
+        self.transact_items = 0
+        self.item_reads = 0
+
+    def shard_of(self, holder: str) -> int | None:
+        """The holder's shard of the pool (None: no pool)."""
+        if not self.shards:
+            return None
+        shard = self._shard_of.get(holder)
+        if shard is None:
+            shard = self._shard_of[holder] = pool_shard_of(holder, len(self.shards))
+        return shard
+
+    def acquire_many(
+        self, requests: dict[int, ConcurrencyLimits], holder: str, expires_at_ms: int, now_ms: int
+    ) -> dict[int, Grant]:
+        """Mirrors ``ConcurrencyLeases.acquire_many``: each tenant's grant, burst leases in the shard.
+
+        A lone tenant below its floor tries one conditional write without reading; otherwise one
+        BatchGetItem of the tenants' items and the holder's shard (a key left unprocessed twice: that
+        tenant on its own; the shard: floors only), one transaction of the burst leases with the
+        shard, one conditional write per floor lease. A write that did not go through (a lost race,
+        a throttle) leaves its tenants to be acquired on their own (:meth:`_acquire`).
+        """
+        if len(requests) == 1:
+            tenant, limits = next(iter(requests.items()))
+            if self._floor_without_read(tenant, limits, holder, expires_at_ms, now_ms):
+                return {tenant: _FLOOR}
+        table = self.table
+        at = now_ms / 1000 + self.waited_s
+        shard_index = self.shard_of(holder)
+        shard = self.shards[shard_index] if shard_index is not None else None
+        lost: list[int] = []
+        unread_pool = False
+        self.item_reads += len(requests) + (shard is not None)
+        if table is not None:
+            lost = [tenant for tenant in requests if not self._batch_read(table, tenant, at)]
+            if shard is not None and not self._batch_read_pool(table, shard_index, at):
+                unread_pool = True
+        in_use = shard.live(now_ms) if shard is not None and not unread_pool else 0
+        capacity = shard.capacity if shard is not None and not unread_pool else 0
+        grants: dict[int, Grant] = {}
+        burst: list[int] = []
+        floors: list[int] = []
+        for tenant, limits in requests.items():
+            if lost and tenant in lost:
+                continue
+            leases = self._tenants.get(tenant) or _NO_LEASES
+            grant = grant_for(holder, leases, limits, in_use, capacity if shard is not None else None, now_ms)
+            grants[tenant] = grant
+            if grant is _BURST:
+                in_use += 1
+                burst.append(tenant)
+            elif grant is _FLOOR:
+                floors.append(tenant)
+        if burst and shard is not None:
+            self.transact_items += len(burst) + 1
+            if table is None or self._transact(table, burst, shard_index or 0, at):
+                for tenant in burst:
+                    shard.hold((tenant, holder), expires_at_ms)
+                    self._take(tenant, holder, Lease(expires_at_ms, True), now_ms)
+            else:
+                lost.extend(burst)
+        for tenant in floors:
+            self.writes += 1
+            if table is not None:
+                held = len(self._tenants.get(tenant) or _NO_LEASES)
+                written, waited = table.retried_write(
+                    table.counters_items[tenant], COUNTERS, at, table.counters_units(held + 1)
+                )
+                self.waited_s += waited
+                if not written:
+                    lost.append(tenant)
+                    continue
+            self._take(tenant, holder, Lease(expires_at_ms, False), now_ms)
+        for tenant in lost:
+            grants[tenant] = self._acquire(tenant, requests[tenant], holder, expires_at_ms, now_ms)
+        return grants
+
+    def _floor_without_read(
+        self, tenant: int, limits: ConcurrencyLimits, holder: str, expires_at_ms: int, now_ms: int
+    ) -> bool:
+        """``ConcurrencyLeases._floor_without_read``: one write on condition that the item holds fewer
+        leases than the floor (a failed condition is billed, and the tenant is read first for a while)."""
+        key = (holder, tenant)
+        if self._crowded.get(key, 0) > now_ms:
+            return False
+        leases = self._tenants.get(tenant)
+        self.writes += 1
+        # the condition fails on an item without leases too (the adapter reads it next)
+        taken = leases is None or _held(leases, now_ms) >= limits.floor
+        table = self.table
+        if table is not None:
+            held = len(leases or _NO_LEASES)
+            written, waited = table.retried_write(
+                table.counters_items[tenant], COUNTERS, now_ms / 1000, table.counters_units(held + 1)
+            )
+            self.waited_s += waited
+            if not written:
+                return False  # the read path decides
+        if taken:  # ConditionalCheckFailedException: read first for a while (CrowdedFloors)
+            self._crowded[key] = now_ms + CROWDED_MS
+            return False
+        kept = dict(leases or _NO_LEASES)
+        kept[holder] = Lease(expires_at_ms, False)
+        self._tenants[tenant] = kept
+        return True
+
+    def _acquire(
+        self, tenant: int, limits: ConcurrencyLimits, holder: str, expires_at_ms: int, now_ms: int
+    ) -> Grant:
+        """``ConcurrencyLeases.acquire``: read the tenant (and the shard for a burst lease), then write,
+        a lost race tried again after a jittered pause; any call still throttled after botocore's
+        retries refuses the tenant (its messages are deferred, the batch's others go on)."""
+        table = self.table
+        shard_index = self.shard_of(holder)
+        shard = self.shards[shard_index] if shard_index is not None else None
+        for attempt in range(ATTEMPTS):
+            at = now_ms / 1000 + self.waited_s
+            leases = self._tenants.get(tenant) or _NO_LEASES
+            self.item_reads += 1
+            if table is not None and not self._get(table, table.counters_items[tenant], COUNTERS, at, leases):
+                return self._refused_on_error()
+            grant = grant_for(holder, leases, limits, 0, None, now_ms)
+            if grant is _BURST and shard is not None:
+                self.item_reads += 1
+                if table is not None and not self._get(
+                    table, table.pool_shard(shard_index or 0, len(self.shards)), BURST_POOL, at, None, shard
+                ):
+                    return self._refused_on_error()
+                grant = grant_for(holder, leases, limits, shard.live(now_ms), shard.capacity, now_ms)
+            if grant is _REFUSED:
+                return grant
+            if grant is _BURST and shard is not None:
+                self.transact_items += 2
+                if table is not None and not self._transact(table, [tenant], shard_index or 0, at):
+                    if attempt + 1 < ATTEMPTS:
+                        self.waited_s += self._rng.uniform(0.0, min(MAX_PAUSE_S, BASE_PAUSE_S * 2**attempt))
+                    continue
+                shard.hold((tenant, holder), expires_at_ms)
+            else:
+                self.writes += 1
+                if table is not None:
+                    written, waited = table.retried_write(
+                        table.counters_items[tenant], COUNTERS, at, table.counters_units(len(leases) + 1)
+                    )
+                    self.waited_s += waited
+                    if not written:  # a throttle is not a lost race: the adapter refuses the tenant
+                        return self._refused_on_error()
+            self._take(tenant, holder, Lease(expires_at_ms, grant is _BURST), now_ms)
+            return grant
+        return self._refused_on_error()  # every race lost: behave as full
+
+    def _refused_on_error(self) -> Grant:
+        self.refused_on_error += 1
+        return _REFUSED
+
+    def _take(self, tenant: int, holder: str, lease: Lease, now_ms: int) -> None:
+        """The tenant's item as written: its live leases with the holder's (expired ones dropped)."""
+        leases = self._tenants.get(tenant)
+        kept = live_leases(leases, now_ms) if leases else {}
+        kept[holder] = lease
+        self._tenants[tenant] = kept
+
+    # -- the calls against the items -----------------------------------------------------------------
+    def _batch_read(self, table: StateTable, tenant: int, at: float) -> bool:
+        """The tenant's key in the batch's BatchGetItem (asked again once when left unprocessed)."""
+        item = table.counters_items[tenant]
+        units = table.counters_read_units(len(self._tenants.get(tenant) or _NO_LEASES))
+        return any(table.read(item, COUNTERS, at, units) for _ in range(BATCH_GET_CALLS))
+
+    def _batch_read_pool(self, table: StateTable, shard: int | None, at: float) -> bool:
+        item = table.pool_shard(shard or 0, len(self.shards))
+        units = table.pool_read_units(self.shards[shard or 0].capacity)
+        return any(table.read(item, BURST_POOL, at, units) for _ in range(BATCH_GET_CALLS))
+
+    def _get(
+        self,
+        table: StateTable,
+        item: Item,
+        kind: str,
+        at: float,
+        leases: dict[str, Lease] | None,
+        shard: _Shard | None = None,
+    ) -> bool:
+        """A consistent GetItem with botocore's retries (their waits spent by the invocation)."""
+        if shard is not None:
+            units = table.pool_read_units(len(shard.places))
+        else:
+            units = table.counters_read_units(len(leases or _NO_LEASES))
+        read, waited = table.retried(lambda when: table.read(item, kind, when, units), at, STANDARD)
+        self.waited_s += waited
+        return read
+
+    def _transact(self, table: StateTable, tenants: list[int], shard: int, at: float) -> bool:
+        """The burst leases of ``tenants`` and the shard's put in one TransactWriteItems."""
+        places = len(self.shards[shard].places) + len(tenants)
+        items = [
+            (
+                table.counters_items[tenant],
+                COUNTERS,
+                table.counters_units(len(self._tenants.get(tenant) or _NO_LEASES) + 1, transactional=True),
+            )
+            for tenant in tenants
+        ]
+        items.append(
+            (
+                table.pool_shard(shard, len(self.shards)),
+                BURST_POOL,
+                table.pool_units(places, transactional=True),
+            )
+        )
+        if table.transact(items, at):
+            return True
+        self.conflicts += 1
+        return False
+
+    # -- the release -----------------------------------------------------------------------------------
+    def end(self, holder: str, tenant: int, ended_ms: int) -> None:
+        """The holder's lease of ``tenant`` given back at ``ended_ms`` (its release was written)."""
+        leases = self._tenants.get(tenant)
+        if leases is not None:
+            lease = leases.get(holder)
+            if lease is not None and lease.expires_at_ms > ended_ms:
+                leases[holder] = Lease(ended_ms, lease.burst)
+
+    def holds_place(self, holder: str, tenant: int) -> bool:
+        shard = self.shard_of(holder)
+        return shard is not None and (tenant, holder) in self.shards[shard].places
+
+    def release_place(self, holder: str, tenant: int, at_s: float) -> bool:
+        """The holder's place of ``tenant`` given back in its shard at ``at_s`` (one UpdateItem of the
+        shard); False: the write stayed throttled and the place expires on its own."""
+        shard_index = self.shard_of(holder)
+        if shard_index is None:
+            return False
+        shard = self.shards[shard_index]
+        place = (tenant, holder)
+        lease = shard.places.get(place)
+        if lease is None:
+            return False
+        self.writes += 1
+        table = self.table
+        if table is not None:
+            item = table.pool_shard(shard_index, len(self.shards))
+            written, _ = table.retried_write(item, BURST_POOL, at_s, table.pool_units(len(shard.places)))
+            if not written:
+                self.unreleased += 1
+                return False
+        ended_ms = int(at_s * 1000)
+        if lease.expires_at_ms > ended_ms:
+            shard.hold(place, ended_ms)
+        return True
+
+    def release(self, holder: str, tenants: list[int], now_s: float) -> None:
+        """The holder's leases of ``tenants`` and their places given back at ``now_s`` (the pool's
+        write metered; the tenants' writes are the caller's, with their counters)."""
+        ended_ms = int(now_s * 1000)
+        for tenant in tenants:
+            if self.holds_place(holder, tenant):
+                self.release_place(holder, tenant, now_s)
+            self.end(holder, tenant, ended_ms)
+
+    def held_count(self, tenant: int) -> int:
+        """Leases in the tenant's item (ended ones too, until a write drops them): its size."""
+        return len(self._tenants.get(tenant) or _NO_LEASES)
+
+    def held(self, tenant: int, now_ms: int) -> int:
+        return _held(self._tenants.get(tenant) or _NO_LEASES, now_ms)
+
+    def places(self, shard: int, now_ms: int) -> int:
+        """Places that count in ``shard`` at ``now_ms``."""
+        return self.shards[shard].live(now_ms)
+
+
+def _held(leases: dict[str, Lease], now_ms: int) -> int:
+    """Leases that count: a given-back one is gone from the real item (its REMOVE), an ended one here."""
+    return sum(1 for lease in leases.values() if lease.expires_at_ms > now_ms)
