@@ -6,6 +6,8 @@ in :func:`breakwater.aws.fifo_worker_ports.build_fifo_consumer`.
 
 from __future__ import annotations
 
+from collections import Counter
+
 from aws_lambda_powertools.utilities.data_classes.sqs_event import SQSRecord
 
 from breakwater.envelope import Envelope
@@ -15,6 +17,7 @@ from breakwater.ordered import (
     OrderedMessage,
     Outcome,
     SideEffect,
+    TenantBacklogs,
     WriteAheadStore,
     deduplication_id,
     process_exactly_once,
@@ -40,7 +43,9 @@ def ordered_message(record: SQSRecord) -> OrderedMessage:
 
 class FifoConsumer:
     """``backlogs`` and ``window`` (the same :class:`BacklogWindow` as the ingest's) turn the release
-    on; without them the group bound is off and nothing is released."""
+    on; without them the group bound is off and nothing is released. ``tenants`` (the per-tenant
+    counts over all of a tenant's groups) gets its releases a batch at a time: :meth:`flush` writes
+    each tenant's once, so its item takes one write per tenant per batch."""
 
     def __init__(
         self,
@@ -49,23 +54,41 @@ class FifoConsumer:
         *,
         backlogs: GroupBacklogs | None = None,
         window: BacklogWindow | None = None,
+        tenants: TenantBacklogs | None = None,
     ) -> None:
         if (backlogs is None) != (window is None):
             raise ValueError("the group release needs both its counters (backlogs) and the window")
+        if tenants is not None and window is None:
+            raise ValueError("the tenant release needs the window")
         self.store = store
         self.side_effect = side_effect
         self.backlogs = backlogs
         self.window = window
+        self.tenants = tenants
+        self._tenant_releases: Counter[tuple[str, int]] = Counter()
 
     def consume(self, message: OrderedMessage, now_ms: int) -> Outcome:
         """Process once; every outcome means the message leaves the queue, so each releases its slot.
 
         A processed message, a duplicate (a later copy that was admitted and queued too) and an
-        expired drop all free their group's slot. A failure raises before the release: the message
-        stays in the queue and still counts.
+        expired drop all free their group's slot, and their tenant's at the next :meth:`flush`. A
+        failure raises before the release: the message stays in the queue and still counts.
         """
         outcome = process_exactly_once(message, self.store, self.side_effect, now_ms)
-        if self.backlogs is not None and self.window is not None:
+        if self.window is not None:
             generation = self.window.generation(message.envelope.enqueued_at)
-            self.backlogs.release(message.group_id, generation, now_ms)
+            if self.backlogs is not None:
+                self.backlogs.release(message.group_id, generation, now_ms)
+            if self.tenants is not None:
+                self._tenant_releases[(message.envelope.tenant, generation)] += 1
         return outcome
+
+    def flush(self, now_ms: int) -> int:
+        """Give back the tenants' slots of what was consumed since the last flush; returns how many."""
+        pending, self._tenant_releases = self._tenant_releases, Counter()
+        if self.tenants is None:
+            return 0
+        return sum(
+            self.tenants.release_many(tenant, generation, count, now_ms)
+            for (tenant, generation), count in sorted(pending.items())
+        )

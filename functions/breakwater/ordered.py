@@ -319,3 +319,10 @@ class GroupBacklogs(Protocol):
     def admit(self, group_id: str, generation: int, limit: int, now_ms: int) -> GroupAdmission: ...
 
     def release(self, group_id: str, generation: int, now_ms: int) -> bool: ...
+
+
+class TenantBacklogs(GroupBacklogs, Protocol):
+    """The per-tenant counts over all of a tenant's groups: the same rules, keyed by tenant, and a
+    batch's releases in one write (``breakwater.aws.group_backlogs.tenant_backlogs``)."""
+
+    def release_many(self, counted_id: str, generation: int, count: int, now_ms: int) -> int: ...

@@ -5,7 +5,9 @@ The same steps as :class:`breakwater.ingest.IngestService` with the ordered requ
 FIFO sender in place of the shuffle-sharded router (a group must always land on one queue). Between
 the tenant's rate and the send, the group's backlog bound (:class:`breakwater.ordered.GroupBound`):
 past it the answer is a 429 naming the group and the limit, so no group can grow deep enough to
-fill the FIFO queue's scan window (docs/ordering-and-streams.md).
+fill the FIFO queue's scan window (docs/ordering-and-streams.md). The tenant's bound over all its
+groups (:class:`TenantBound`) comes next: a tenant opening many ordering keys holds no more of the
+queue, and so of the FIFO worker, than its bound, whatever the number of keys.
 """
 
 from __future__ import annotations
@@ -17,7 +19,14 @@ from typing import Any, Protocol
 from breakwater.envelope import Envelope
 from breakwater.errors import BadRequestError, ThrottledError
 from breakwater.ingest import TenantContext, TokenGate, admit, build_envelope
-from breakwater.ordered import GroupBacklogs, GroupBound, deduplication_id, is_sqs_id, message_group_id
+from breakwater.ordered import (
+    GroupBacklogs,
+    GroupBound,
+    TenantBacklogs,
+    deduplication_id,
+    is_sqs_id,
+    message_group_id,
+)
 from breakwater.request_keys import HEADER, request_key
 from breakwater.requests import MAX_SQS_ID_LENGTH, OrderedMessageRequest, RequestLimits, parse_message
 
@@ -54,6 +63,38 @@ class GroupBacklogFullError(ThrottledError):
         return super().body() | {"group": self.group_id, "limit": self.limit, "backlog": self.backlog}
 
 
+class TenantBacklogFullError(ThrottledError):
+    """429: the tenant holds ``limit`` messages accepted and not yet processed over all its groups."""
+
+    code = "tenant_backlog_full"
+
+    def __init__(self, tenant: str, limit: int, backlog: int) -> None:
+        super().__init__(
+            f"tenant '{tenant}' has {backlog} ordered messages accepted and not yet processed over all "
+            f"its ordering keys, its tenant limit is {limit}; retry after the Retry-After header's seconds",
+            retry_after=GROUP_FULL_RETRY_AFTER_SECONDS,
+        )
+        self.tenant = tenant
+        self.limit = limit
+        self.backlog = backlog
+
+    def body(self) -> dict[str, Any]:
+        return super().body() | {"tenant": self.tenant, "limit": self.limit, "backlog": self.backlog}
+
+
+@dataclass(frozen=True)
+class TenantBound:
+    """At most ``limit`` messages per tenant, over all its groups, accepted and not yet released
+    (counted per the group bound's window)."""
+
+    limit: int
+    counters: TenantBacklogs
+
+    def __post_init__(self) -> None:
+        if self.limit < 1:
+            raise ValueError(f"a tenant bound needs limit >= 1, got {self.limit}")
+
+
 @dataclass(frozen=True)
 class AcceptedOrdered:
     envelope: Envelope
@@ -67,7 +108,8 @@ class AcceptedOrdered:
 
 
 class OrderedIngestService:
-    """``backlogs`` and ``bound`` together turn the group bound on; without them only the rate applies."""
+    """``backlogs`` and ``bound`` together turn the group bound on; without them only the rate applies.
+    ``tenant_bound`` (with the group bound only) bounds each tenant over all its groups."""
 
     def __init__(
         self,
@@ -78,9 +120,13 @@ class OrderedIngestService:
         limits: RequestLimits,
         backlogs: GroupBacklogs | None = None,
         bound: GroupBound | None = None,
+        tenant_bound: TenantBound | None = None,
     ) -> None:
         if (backlogs is None) != (bound is None):
             raise ValueError("the group bound needs both its counters (backlogs) and its bound")
+        if tenant_bound is not None and bound is None:
+            raise ValueError("the tenant bound is counted in the group bound's window: set the group bound")
+        self.tenant_bound = tenant_bound
         self.sender = sender
         self.gate = gate
         self.limits = limits
@@ -124,10 +170,23 @@ class OrderedIngestService:
         admission = self.backlogs.admit(group, generation, self.bound.limit, now_ms)
         if not admission.admitted:
             raise GroupBacklogFullError(group, self.bound.limit, admission.backlog)
+        tenant_bound = self.tenant_bound
+        if tenant_bound is not None:
+            try:
+                held = tenant_bound.counters.admit(envelope.tenant, generation, tenant_bound.limit, now_ms)
+            except BaseException:
+                self.backlogs.release(group, generation, now_ms)
+                raise
+            if not held.admitted:
+                # Not admitted by its tenant: the group's slot goes back, or the group would count it.
+                self.backlogs.release(group, generation, now_ms)
+                raise TenantBacklogFullError(envelope.tenant, tenant_bound.limit, held.backlog)
         try:
             self.sender.send(envelope)
         except BaseException:
-            # Not stored: give the slot back, or the group would count a message it never had.
+            # Not stored: give the slots back, or the group and tenant would count a message they never had.
             self.backlogs.release(group, generation, now_ms)
+            if tenant_bound is not None:
+                tenant_bound.counters.release(envelope.tenant, generation, now_ms)
             raise
         return AcceptedOrdered(envelope)

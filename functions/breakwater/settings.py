@@ -243,6 +243,12 @@ class OrderedIngestSettings(_EnvModel):
         validate_default=True,
         description="one generation of the group counters (the FIFO worker's too)",
     )
+    max_tenant_backlog: int | None = Field(
+        default=None,
+        ge=1,
+        description="messages per tenant over all its groups accepted and not yet processed; "
+        "unset with the group bound on, it equals MAX_GROUP_BACKLOG (many keys hold no more than one)",
+    )
 
     _parse_urls = field_validator("fifo_queue_urls", mode="before")(_split_csv)
 
@@ -252,6 +258,13 @@ class OrderedIngestSettings(_EnvModel):
         if (info.data.get("max_group_backlog") is None) != (window is None):
             raise ValueError("MAX_GROUP_BACKLOG and GROUP_BACKLOG_WINDOW_SECONDS are set together")
         return window
+
+    @property
+    def tenant_backlog_limit(self) -> int | None:
+        """The tenant bound in force: its own setting, else the group bound's (None: no bound)."""
+        if self.max_group_backlog is None:
+            return None
+        return self.max_tenant_backlog if self.max_tenant_backlog is not None else self.max_group_backlog
 
 
 class FifoWorkerSettings(_EnvModel):
@@ -267,6 +280,31 @@ class FifoWorkerSettings(_EnvModel):
     processor_handler: str | None = Field(default=None, description="the processor, module.function")
     state_table_name: str | None = Field(default=None, description="the group backlog counters")
     group_backlog_window_seconds: int | None = Field(default=None, ge=1)
+    outage_backoff_seconds: float = Field(
+        default=5, gt=0, description="the circuit breaker's first open window on a dependency outage"
+    )
+    outage_backoff_max_seconds: float = Field(
+        default=60, gt=0, description="its longest open window (it doubles while the outage lasts)"
+    )
+    max_receive_count: int | None = Field(
+        default=None, ge=1, description="the FIFO queues' maxReceiveCount, so a hold spares the last receives"
+    )
+    outage_last_hold_seconds: int = Field(
+        default=900,
+        ge=1,
+        le=42_300,
+        description="how long an outage holds a message with at most one receive to spare",
+    )
+
+    @field_validator("outage_backoff_max_seconds")
+    @classmethod
+    def _backoff_ordered(cls, longest: float, info: Any) -> float:
+        first = info.data.get("outage_backoff_seconds")
+        if first is not None and longest < first:
+            raise ValueError(
+                f"OUTAGE_BACKOFF_MAX_SECONDS {longest:g} is below OUTAGE_BACKOFF_SECONDS {first:g}"
+            )
+        return longest
 
 
 class EventsSettings(_EnvModel):

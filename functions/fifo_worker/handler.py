@@ -1,35 +1,32 @@
 """FIFO consumer: in order per message group, once per deduplication id (while its record is kept).
 
-``SqsFifoPartialProcessor(skip_group_on_error=True)``: when a record fails, the rest of its group in
-the batch is returned unprocessed (order kept) while other groups go on. Each record claims its
-write-ahead record before the side effect, so a duplicate published after SQS's 5-minute window,
-or a redelivery after a lost delete, has no second effect; every message that leaves the queue
-gives back its slot of its group's backlog bound (docs/ordering-and-streams.md).
+When a record fails, the rest of its group in the batch is returned unprocessed (order kept) while
+other groups go on. Each record claims its write-ahead record before the side effect, so a duplicate
+published after SQS's 5-minute window, or a redelivery after a lost delete, has no second effect;
+every message that leaves the queue gives back its slot of its group's and its tenant's backlog
+bounds (docs/ordering-and-streams.md). A dependency outage opens the circuit breaker: the groups it
+meets are held in the queue, in order, until the next probe (:mod:`breakwater.fifo_batch`).
 """
 
 from __future__ import annotations
 
-import time
 from typing import Any
 
 from aws_lambda_powertools.metrics import MetricUnit
-from aws_lambda_powertools.utilities.batch import SqsFifoPartialProcessor, process_partial_response
-from aws_lambda_powertools.utilities.batch.types import PartialItemFailureResponse
-from aws_lambda_powertools.utilities.data_classes.sqs_event import SQSRecord
 from aws_lambda_powertools.utilities.typing import LambdaContext
 
 from breakwater import processor as user_processor
-from breakwater.aws.fifo_worker_ports import build_fifo_consumer
+from breakwater.aws.fifo_worker_ports import build_fifo_worker
 from breakwater.envelope import Envelope
-from breakwater.fifo_consumer import ordered_message
+from breakwater.fifo_batch import BatchReport, FifoRecord
 from breakwater.observability import logger, metrics, tracer
 from breakwater.ordered import Outcome, SideEffect
 from breakwater.settings import FifoWorkerSettings
+from breakwater.worker.record import queue_url_from_arn
 
 SETTINGS = FifoWorkerSettings.from_env()
 if SETTINGS.processor_handler:  # the user's processor, bundled beside this handler
     user_processor.deploy(SETTINGS.processor_handler)
-processor = SqsFifoPartialProcessor(skip_group_on_error=True)
 _OUTCOME_METRIC = {
     Outcome.PROCESSED: "Processed",
     Outcome.DUPLICATE: "Duplicates",
@@ -49,24 +46,36 @@ def run_user_processor(envelope: Envelope) -> list[dict[str, Any]]:
 # return DynamoDB transaction entries to be written with the message's completion.
 SIDE_EFFECT: SideEffect = run_user_processor
 # Looked up at call time, so a SIDE_EFFECT replaced after import is the one that runs.
-CONSUMER = build_fifo_consumer(SETTINGS, lambda envelope: SIDE_EFFECT(envelope))
+WORKER = build_fifo_worker(SETTINGS, lambda envelope: SIDE_EFFECT(envelope))
 
 
-def record_handler(record: SQSRecord) -> None:
-    message = ordered_message(record)
-    logger.append_keys(
-        tenant=message.envelope.tenant, envelope_id=message.envelope.id, group_id=message.group_id
+def fifo_record(record: dict[str, Any]) -> FifoRecord:
+    attributes = record.get("attributes") or {}
+    return FifoRecord(
+        message_id=record["messageId"],
+        receipt_handle=record["receiptHandle"],
+        queue_url=queue_url_from_arn(record["eventSourceARN"]),
+        group_id=attributes.get("MessageGroupId"),
+        receive_count=int(attributes.get("ApproximateReceiveCount", "1")),
+        body=record["body"],
     )
-    outcome = CONSUMER.consume(message, int(time.time() * 1000))
-    metrics.add_metric(name=_OUTCOME_METRIC[outcome], unit=MetricUnit.Count, value=1)
-    if outcome is not Outcome.PROCESSED:
-        logger.info(outcome.value, extra={"dedup_id": message.dedup_id})
+
+
+def _emit(report: BatchReport) -> None:
+    for outcome, count in report.outcomes.items():
+        metrics.add_metric(name=_OUTCOME_METRIC[outcome], unit=MetricUnit.Count, value=count)
+    if report.failed:
+        metrics.add_metric(name="Failed", unit=MetricUnit.Count, value=report.failed)
+    if report.outages:
+        metrics.add_metric(name="DependencyUnavailable", unit=MetricUnit.Count, value=report.outages)
+    if report.held:
+        metrics.add_metric(name="HeldForOutage", unit=MetricUnit.Count, value=report.held)
 
 
 @logger.inject_lambda_context(clear_state=True)
 @metrics.log_metrics
 @tracer.capture_lambda_handler
-def handler(event: dict[str, Any], context: LambdaContext) -> PartialItemFailureResponse:
-    return process_partial_response(
-        event=event, record_handler=record_handler, processor=processor, context=context
-    )
+def handler(event: dict[str, Any], context: LambdaContext) -> dict[str, Any]:
+    report = WORKER.handle([fifo_record(record) for record in event.get("Records", [])])
+    _emit(report)
+    return {"batchItemFailures": [{"itemIdentifier": message_id} for message_id in report.failures]}

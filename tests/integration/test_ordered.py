@@ -251,6 +251,7 @@ def test_post_ordered_sends_to_the_fifo_queue_with_group_and_dedup_ids(
 
 STATE_TABLE = "breakwater-state"
 LIMIT = 3
+TENANT_LIMIT = 3 * LIMIT  # these tests are about the group bound: the tenant's leaves room
 WINDOW_SECONDS = 4 * 86_400 + 60  # the stack's: 4 days of retention plus a minute for the request
 
 
@@ -262,6 +263,7 @@ def _bound_environment(queue_url: str) -> dict[str, str]:
         "STATE_TABLE_NAME": STATE_TABLE,
         "MAX_GROUP_BACKLOG": str(LIMIT),
         "GROUP_BACKLOG_WINDOW_SECONDS": str(WINDOW_SECONDS),
+        "MAX_TENANT_BACKLOG": str(TENANT_LIMIT),
     }
 
 

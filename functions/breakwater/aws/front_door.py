@@ -14,7 +14,7 @@ from breakwater.aws import clients
 from breakwater.aws.buckets import LeasedTokenBucket
 from breakwater.aws.counters import TenantCounters
 from breakwater.aws.fifo_queues import FifoQueues
-from breakwater.aws.group_backlogs import DynamoGroupBacklogs
+from breakwater.aws.group_backlogs import DynamoGroupBacklogs, tenant_backlogs
 from breakwater.aws.kinesis import StreamWriter
 from breakwater.aws.queues import EnqueueError, LiveQueues
 from breakwater.aws.request_keys import DynamoClaimStore
@@ -24,7 +24,7 @@ from breakwater.events import PartitionKeyMode
 from breakwater.events_ingest import EventsService
 from breakwater.ingest import IngestService, Router
 from breakwater.ordered import BacklogWindow, GroupBound
-from breakwater.ordered_ingest import OrderedIngestService
+from breakwater.ordered_ingest import OrderedIngestService, TenantBound
 from breakwater.request_keys import RequestKeys
 from breakwater.requests import RequestLimits
 from breakwater.settings import AuthorizerSettings, EventsSettings, IngestSettings, OrderedIngestSettings
@@ -112,7 +112,7 @@ def build_ordered(
     settings: OrderedIngestSettings, clock: Callable[[], float] = time.time
 ) -> OrderedIngestService:
     """``POST /v1/ordered``: spends a token of the same per-tenant bucket as ``/v1/messages``, then a
-    slot of the message group's backlog bound (both in the state table, when it is set)."""
+    slot of the tenant's and of the message group's backlog bounds (in the state table, when set)."""
     gate = _bucket(settings, "ingest", clock)
     bound = (
         GroupBound(settings.max_group_backlog, BacklogWindow(settings.group_backlog_window_seconds * 1000))
@@ -124,6 +124,14 @@ def build_ordered(
         if settings.state_table_name and bound is not None
         else None
     )
+    tenant_limit = settings.tenant_backlog_limit
+    tenant_bound = (
+        TenantBound(
+            tenant_limit, tenant_backlogs(clients.client("dynamodb"), settings.state_table_name, bound.window)
+        )
+        if settings.state_table_name and bound is not None and tenant_limit is not None
+        else None
+    )
     return OrderedIngestService(
         sender=FifoQueues(clients.client("sqs"), settings.fifo_queue_urls),
         gate=gate,
@@ -133,6 +141,7 @@ def build_ordered(
         ),
         backlogs=backlogs,
         bound=bound if backlogs is not None else None,
+        tenant_bound=tenant_bound,
     )
 
 
