@@ -422,7 +422,9 @@ def _evaluate_tenant(
         )
     if snapshot.limits is not None:
         multiplier = _decide(config, snapshot, estimate.backlog, request.now_ms, report)
-    keep_dirty = multiplier < 1.0
+    # A throttled tenant is looked at until released, a grown one until its growth is given back:
+    # neither may have a counter write to mark it again.
+    keep_dirty = multiplier != 1.0
     report.kept_dirty += int(keep_dirty)
     return TenantWrite(
         tenant=snapshot.tenant,
@@ -448,14 +450,15 @@ def _decide(
     counters = snapshot.counters
     seen_at = counters.get("seen_at")
     elapsed = (now - float(seen_at)) / 1000 if seen_at is not None else 0.0
-    used = utilisation(
-        accepted_delta=_number(counters, "accepted") - _number(counters, "seen_accepted"),
-        throttled_delta=_number(counters, "throttled") - _number(counters, "seen_throttled"),
-        elapsed_s=elapsed,
-        limit_rate=snapshot.limits.rate * snapshot.multiplier,
+    used = (
+        utilisation(
+            accepted_delta=_number(counters, "accepted") - _number(counters, "seen_accepted"),
+            elapsed_s=elapsed,
+            limit_rate=snapshot.limits.rate * snapshot.multiplier,
+        )
+        if seen_at is not None
+        else None  # first sight of this tenant: no interval to measure yet
     )
-    if seen_at is None:
-        used = 0.0  # first sight of this tenant: no interval to measure yet
     decision = next_multiplier(snapshot.multiplier, backlog, used, config.backpressure)
     report.multipliers[snapshot.tenant] = decision.multiplier
     report.changes[decision.change.value] += 1
@@ -468,7 +471,7 @@ def _decide(
                 "multiplier": decision.multiplier,
                 "previous_multiplier": snapshot.multiplier,
                 "backlog": backlog,
-                "utilisation": round(used, 3),
+                "utilisation": round(used, 3) if used is not None else None,
             },
         )
     return decision.multiplier
@@ -505,6 +508,7 @@ def _emit_metrics(report: ControllerReport) -> None:
     metrics.add_metric(name="TenantsThrottled", unit=MetricUnit.Count, value=report.changes["throttle"])
     metrics.add_metric(name="TenantsReleased", unit=MetricUnit.Count, value=report.changes["release"])
     metrics.add_metric(name="TenantsGrown", unit=MetricUnit.Count, value=report.changes["grow"])
+    metrics.add_metric(name="TenantsShrunk", unit=MetricUnit.Count, value=report.changes["shrink"])
     metrics.add_metric(name="ArchiverStarts", unit=MetricUnit.Count, value=len(report.archiving))
     metrics.add_metric(name="TenantsEvaluated", unit=MetricUnit.Count, value=report.shards.evaluated)
     metrics.add_metric(name="ShardsPending", unit=MetricUnit.Count, value=len(report.shards.pending))

@@ -152,9 +152,38 @@ def test_shards_are_stable_and_groups_cover_each_shard_once() -> None:
 
 
 def test_utilisation() -> None:
-    assert utilisation(600, 0, 60, 10) == pytest.approx(1.0)
-    assert utilisation(0, 1, 60, 10) == 1.0
-    assert utilisation(10, 0, 0, 10) == 0.0
+    assert utilisation(600, 60, 10) == pytest.approx(1.0)
+    assert utilisation(10, 0, 10) == 0.0
+    assert utilisation(-5, 60, 10) == 0.0  # counts read out of order: no use, never negative
+
+
+def test_a_throttle_in_a_quiet_minute_is_not_full_use() -> None:
+    """One throttled burst beside 60 admitted requests in a minute at 10/s is 10 % use: no growth."""
+    used = utilisation(60, 60, 10)
+    assert used == pytest.approx(0.1)
+    assert next_multiplier(1.0, 0, used, CONFIG).change is MultiplierChange.HOLD
+
+
+def test_growth_is_given_back_a_step_a_run_when_the_tenant_no_longer_uses_it() -> None:
+    multiplier, runs = 2.0, 0
+    while multiplier > 1.0:
+        decision = next_multiplier(multiplier, 0, 0.2, CONFIG)
+        assert decision.change is MultiplierChange.SHRINK
+        multiplier, runs = decision.multiplier, runs + 1
+    assert (multiplier, runs) == (1.0, 10)  # back to the tier's rate, one growth step a run
+    assert next_multiplier(1.0, 0, 0.0, CONFIG).change is MultiplierChange.HOLD  # never below 1 this way
+
+
+def test_growth_in_use_is_kept_and_unmeasured_use_changes_nothing() -> None:
+    assert next_multiplier(1.5, 0, 0.6, CONFIG) == (1.5, MultiplierChange.HOLD)  # between low and near
+    assert next_multiplier(1.5, 500, 0.9, CONFIG) == (1.5, MultiplierChange.HOLD)  # some backlog: held
+    assert next_multiplier(1.5, 500, 0.1, CONFIG) == (1.4, MultiplierChange.SHRINK)
+    assert next_multiplier(1.5, 0, None, CONFIG) == (1.5, MultiplierChange.HOLD)  # first sight
+
+
+def test_low_use_must_be_below_near_limit() -> None:
+    with pytest.raises(ValueError, match="low_use"):
+        BackpressurePolicy(100, 0.1, 0.1, 2.0, near_limit=0.8, low_use=0.8)
 
 
 def test_live_health() -> None:
