@@ -71,8 +71,8 @@ class VisibilityPort:
 class OutageHolds:
     """How long a held message stays hidden.
 
-    ``base_s``/``max_s``: the hold grows as ``base_s * 2**(receives - 1)``, never past ``max_s``, and
-    is never shorter than the breaker's own wait. ``max_receive_count`` (the queues' redrive policy)
+    ``base_s``/``max_s``: a message received again is held ``base_s * 2**(receives - 2)``, never past
+    ``max_s``, and never shorter than the breaker's own wait (all a first receive waits for). ``max_receive_count`` (the queues' redrive policy)
     and ``last_hold_s``: a message with at most one receive to spare is held ``last_hold_s``, so an
     outage longer than the back-off spends its last receives as slowly as SQS allows.
     """
@@ -93,7 +93,9 @@ class OutageHolds:
     def seconds(self, receive_count: int, breaker_wait_s: int) -> int:
         if self.max_receive_count is not None and self.max_receive_count - receive_count <= 1:
             return self.last_hold_s
-        backoff = min(self.max_s, self.base_s * 2 ** min(max(receive_count - 1, 0), 30))
+        # A first receive waits for this container's probe; a message received again has been held
+        # before, perhaps by another container whose breaker knew more, so it backs off on its own.
+        backoff = 0.0 if receive_count < 2 else min(self.max_s, self.base_s * 2 ** min(receive_count - 2, 30))
         return int(min(MAX_HOLD_S, max(breaker_wait_s, backoff)))
 
 

@@ -147,3 +147,27 @@ def test_a_batch_releases_each_tenant_in_one_write(
     assert tenant_writes == ["ordered-tenant#acme"]  # four messages of four groups, one write
     stored = _tenant_count("acme")
     assert stored is not None and stored.backlog == 0
+
+
+def test_release_many_is_exact_whatever_the_container_saw_last() -> None:
+    """One write when the container's view of the item is right; a second, exact one when it is stale
+    (another container released meanwhile, or the generation rolled over); never below zero."""
+    with mock_aws():
+        create_table(STATE_TABLE, ttl_attribute="ttl")
+        client = boto3.client("dynamodb", region_name=REGION)
+        counts = tenant_backlogs(client, STATE_TABLE, BacklogWindow(WINDOW_SECONDS * 1000))
+        for now in range(5):
+            assert counts.admit("acme", 10, 100, now).admitted
+        assert counts.release_many("acme", 10, 2, 10) == 2
+        assert counts.read("acme") == GroupBacklog(generation=10, backlog=3, previous=0)
+        # Generation 11 begins: generation 10's three remaining move to "previous".
+        assert counts.admit("acme", 11, 100, 20).admitted
+        assert counts.read("acme") == GroupBacklog(generation=11, backlog=4, previous=3)
+        assert (
+            counts.release_many("acme", 11, 1, 21) == 1
+        )  # the cached view was generation 10: refused, redone
+        assert counts.release_many("acme", 10, 5, 22) == 3  # only three of generation 10 are left
+        assert counts.read("acme") == GroupBacklog(generation=11, backlog=0, previous=0)
+        assert counts.release_many("acme", 11, 1, 23) == 0  # a second release of the same message
+        assert counts.release_many("nobody", 11, 2, 24) == 0  # never admitted: no item is created
+        assert counts.read("nobody") is None
