@@ -171,12 +171,6 @@ class ArchiveAndReplay(Construct):
                 "CDK's grantPut on the archive bucket, limited to the archive/ prefix: new objects whose "
                 "keys are not known in advance, and the stack key's data keys for their encryption",
             )
-        acknowledge(
-            archiver.function,
-            "Serverless-LambdaDLQ",
-            "the controller starts it again on its next run while the budget is still exceeded; a failed run "
-            "loses nothing, since messages are deleted from their queue only once archived",
-        )
         return archiver
 
     # -- the replay job ---------------------------------------------------------------------------

@@ -12,7 +12,12 @@ from typing import Any, Literal, Self
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
 
+from breakwater_cdk.ceilings import shared_ceiling_problems
+
 CONTEXT_KEY = "breakwater"
+# A tenant's leases live in a map on its counters item, one per container working on it; this bound
+# keeps that item under a fifth of DynamoDB's item limit (breakwater_cdk/item_sizes.py).
+MAX_TENANT_CONCURRENCY = 1000
 
 
 class _Strict(BaseModel):
@@ -32,6 +37,11 @@ class TierConfig(_Strict):
 
     @model_validator(mode="after")
     def _floor_below_ceiling(self) -> TierConfig:
+        if self.concurrency > MAX_TENANT_CONCURRENCY:
+            raise ValueError(
+                f"concurrency ({self.concurrency}) must be at most {MAX_TENANT_CONCURRENCY}: each lease "
+                "is an entry of the tenant's counters item, which DynamoDB caps at 400 KB"
+            )
         if self.concurrency_floor > self.concurrency:
             raise ValueError(
                 f"concurrency_floor ({self.concurrency_floor}) "
@@ -90,8 +100,11 @@ class IngestConfig(_Strict):
 
 
 class ApiConfig(_Strict):
-    throttle_rate: float = Field(default=1000, gt=0, description="stage-wide steady requests per second")
-    throttle_burst: int = Field(default=2000, ge=1)
+    throttle_rate: float = Field(default=5000, gt=0, description="stage-wide steady requests per second")
+    throttle_burst: int = Field(default=5000, ge=1)
+    throttle_headroom: float = Field(
+        default=4, ge=1, description="the stage carries this many of the largest tier's usage plans at once"
+    )
     authorizer_cache_seconds: int = Field(default=300, ge=0, le=3600)
 
 
@@ -400,10 +413,10 @@ class StreamingConfig(_Strict):
         default="tenant", description="tenant_and_key spreads a hot tenant over shards by the event's key"
     )
     max_events_per_request: int = Field(default=500, ge=1, le=500)
-    max_event_bytes: int = Field(default=64 * 1024, ge=256, le=1_000_000)
+    max_event_bytes: int = Field(default=1024, ge=256, le=1_000_000, description="an event's payload")
     put_attempts: int = Field(default=3, ge=1, le=10, description="PutRecords attempts for the failed subset")
     event_rate_multiplier: float = Field(
-        default=10.0,
+        default=1.0,
         gt=0,
         le=1000,
         description="a tenant's events per second per message per second of its tier's rate (and burst)",
@@ -483,6 +496,13 @@ class BlueprintConfig(_Strict):
                 raise ValueError(f"tier name {name!r} must be letters, digits, '-' or '_'")
         return self
 
+    @model_validator(mode="after")
+    def _shared_ceilings_hold(self) -> Self:
+        problems = shared_ceiling_problems(self)
+        if problems:
+            raise ValueError("\n".join(problems))
+        return self
+
     @property
     def effective_queue_count(self) -> int:
         """Live queues actually built: the naive baseline has exactly one."""
@@ -503,11 +523,16 @@ REMOVED_KEYS = {
 
 
 def _describe(errors: list[Any], raw: dict[str, Any]) -> str:
-    lines = []
+    lines: list[str] = []
     for error in errors:
         path = ".".join(str(p) for p in error["loc"]) or "(root)"
         key = f"{CONTEXT_KEY}.{path}" if error["loc"] else CONTEXT_KEY
-        if error["type"] in {"missing"}:
+        if not error["loc"] and error["type"] == "value_error":  # the whole config: the message names keys
+            problems = str(error["ctx"]["error"]).splitlines()
+            lines.extend(
+                line if line.startswith(f"{CONTEXT_KEY}.") else f"{key}: {line}" for line in problems
+            )
+        elif error["type"] in {"missing"}:
             lines.append(f"{key}: required key is missing")
         elif error["type"] == "extra_forbidden" and path in REMOVED_KEYS:
             lines.append(f"{key}: no longer a setting (value {error['input']!r}); {REMOVED_KEYS[path]}")

@@ -8,11 +8,12 @@ construct's path (:attr:`Breakwater.instance_name`).
 
 from __future__ import annotations
 
-from aws_cdk import CfnOutput, CfnResource, Fn, Stack
+from aws_cdk import CfnOutput, CfnResource, Duration, Fn, Stack
 from constructs import Construct
 
 from breakwater_cdk import environment
 from breakwater_cdk.archive import ArchiveAndReplay
+from breakwater_cdk.async_failures import AsyncFailures
 from breakwater_cdk.config import BlueprintConfig, ConfigError
 from breakwater_cdk.consumers import Consumers
 from breakwater_cdk.control import ControlPlane
@@ -86,6 +87,7 @@ class Breakwater(Construct):
             sideline_mappings=self.consumers.sideline_mappings,
         )
         self.monitoring = self._build_monitoring()
+        self.monitoring.watch_stage(self.ingress.api.deployment_stage)
         self.archive = ArchiveAndReplay(
             self,
             "Archive",
@@ -100,6 +102,7 @@ class Breakwater(Construct):
         self.archive.grant_start(self.control.controller.role)
         for name, value in self.archive.controller_environment().items():
             self.control.controller.function.add_environment(name, value)
+        self.async_failures = self._build_async_failures()
         self.ordered = self._build_ordered() if config.ordered.enabled else None
         self.streaming = self._build_streaming() if config.streaming.enabled else None
         self.insights = self._build_insights()  # after the workloads: their front doors are read too
@@ -140,6 +143,29 @@ class Breakwater(Construct):
             monitoring.watch_fair_queues(self.queues.live)
         monitoring.watch_throttling()
         return monitoring
+
+    def _build_async_failures(self) -> AsyncFailures:
+        failures = AsyncFailures(self, "AsyncFailures", config=self.config, monitoring=self.monitoring)
+        failures.send_failures_of(
+            self.control.controller,
+            retry_attempts=0,
+            max_event_age=Duration.minutes(1),
+            why="A failed or late run is not retried: the next one is a minute away and reads fresh state.",
+        )
+        failures.send_failures_of(
+            self.archive.archiver,
+            retry_attempts=0,
+            max_event_age=Duration.minutes(5),
+            why="A failed run is not retried: the controller starts it again on its next run while the "
+            "budget is still exceeded, and messages leave their queue only once archived.",
+        )
+        failures.send_failures_of(
+            self.control.redrive,
+            retry_attempts=0,
+            max_event_age=Duration.hours(1),
+            why="A failed redrive is for the operator to read and start again, not to repeat unseen.",
+        )
+        return failures
 
     def _build_insights(self) -> TenantInsights:
         front_door = [self.ingest]
@@ -269,6 +295,7 @@ class Breakwater(Construct):
             self._output("EventStreamArn", value=self.streaming.stream.stream_arn)
             self._output("AggregatesTableName", value=self.streaming.aggregates_table.table_name)
             self._output("StreamFailuresQueueUrl", value=self.streaming.failures.queue_url)
+        self._output("AsyncFailuresQueueUrl", value=self.async_failures.queue.queue_url)
 
     def _check_resource_count(self) -> None:
         """A stack CloudFormation would refuse is a config error naming the keys that size it."""

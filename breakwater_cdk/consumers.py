@@ -14,6 +14,7 @@ from aws_cdk import aws_lambda_event_sources as sources
 from constructs import Construct
 
 from breakwater_cdk import environment
+from breakwater_cdk.ceilings import WorkerMode
 from breakwater_cdk.config import BlueprintConfig, ProvisionedPollersConfig
 from breakwater_cdk.functions import BreakwaterFunction, FunctionFactory
 from breakwater_cdk.queue_set import QueueSet, QueueWithDlq
@@ -56,7 +57,7 @@ class Consumers(Construct):
             self._subscribe(self.sideline_worker, pair, enabled=False) for pair in queues.sideline
         ]
 
-    def _build_worker(self, construct_id: str, mode: str) -> BreakwaterFunction:
+    def _build_worker(self, construct_id: str, mode: WorkerMode) -> BreakwaterFunction:
         worker = self._functions.build(
             construct_id,
             handler=WORKER_HANDLER,

@@ -15,6 +15,7 @@ from aws_cdk import aws_s3 as s3
 from aws_cdk import aws_sqs as sqs
 from constructs import IConstruct
 
+from breakwater_cdk import ceilings
 from breakwater_cdk.config import BlueprintConfig
 from breakwater_cdk.queue_set import QueueSet
 from breakwater_cdk.tables import Tables
@@ -72,26 +73,32 @@ def ingest_environment(
     }
 
 
+def health_report_environment(config: BlueprintConfig) -> dict[str, str]:
+    """The items each queue role's oldest-age reports are spread over: the live workers' figure for
+    every worker and the controller, so the controller reads exactly the keys the workers write."""
+    return {"HEALTH_REPORT_SHARDS": str(ceilings.health_report_shards(config))}
+
+
 def worker_environment(
     config: BlueprintConfig,
     *,
-    mode: str,
+    mode: ceilings.WorkerMode,
     tables: Tables,
     queues: QueueSet,
 ) -> dict[str, str]:
     worker, sideline, ingest = config.worker, config.sideline, config.ingest
     burst = {}
-    if worker.burst_share is not None:
-        # Leases above the tenants' floors, over all tenants: the rest of the worker's concurrency
-        # stays free for floors, so a crowd of bursting tenants cannot take a quiet tenant's floor.
-        # The worker's concurrency is what its mappings allow: their maximum concurrency, or in
-        # provisioned mode what their maximum pollers run.
-        mapped = len(queues.live) + 1 if mode == "live" else len(queues.sideline)
-        slots = max(1, int(worker.burst_share * mapped * worker.mapping_concurrency))
+    # Leases above the tenants' floors, over all tenants: the rest of the worker's concurrency stays
+    # free for floors, so a crowd of bursting tenants cannot take a quiet tenant's floor. The worker's
+    # concurrency is what its mappings allow: their maximum concurrency, or in provisioned mode what
+    # their maximum pollers run.
+    slots = ceilings.burst_slots(config, mode)
+    if slots is not None:
         burst["CONCURRENCY_BURST_SLOTS"] = str(slots)
     return {
         **burst,
         **tier_environment(config),
+        **health_report_environment(config),
         "WORKER_MODE": mode,
         "STATE_TABLE_NAME": tables.state.table_name,
         "IDEMPOTENCY_TABLE_NAME": tables.idempotency.table_name,
@@ -125,6 +132,7 @@ def controller_environment(
     backpressure = config.backpressure
     return {
         **tier_environment(config),
+        **health_report_environment(config),
         "STATE_TABLE_NAME": tables.state.table_name,
         "TENANTS_TABLE_NAME": tables.tenants.table_name,
         "LIVE_QUEUE_URLS": queue_urls([pair.queue for pair in queues.live]),

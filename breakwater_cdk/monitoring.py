@@ -7,6 +7,7 @@ the first sign of a backlog that will not drain by itself. Any message in a DLQ 
 from __future__ import annotations
 
 from aws_cdk import Duration
+from aws_cdk import aws_apigateway as apigw
 from aws_cdk import aws_cloudwatch as cloudwatch
 from aws_cdk import aws_cloudwatch_actions as actions
 from aws_cdk import aws_kinesis as kinesis
@@ -20,6 +21,7 @@ from breakwater_cdk.insights import TenantInsights
 from breakwater_cdk.queue_set import QueueWithDlq
 
 _MINUTE = Duration.minutes(1)
+STAGE_ALARM_SHARE = 0.8  # of the stage throttle: room to react before every tenant is refused
 # What SQS publishes per queue (AWS/SQS, dimension QueueName) for messages with a MessageGroupId, which
 # ingest and the worker's moves set to the tenant: a noisy group is a tenant SQS found holding a
 # disproportionate share of the consumers; the quiet groups are every other tenant.
@@ -278,6 +280,38 @@ class Monitoring(Construct):
                     for name in ("Accepted", "Throttled", "Rejected")
                 ],
                 left_annotations=[alarm.to_annotation()],
+                width=12,
+            )
+        )
+
+    def watch_stage(self, stage: apigw.Stage) -> None:
+        """The stage throttle is one cap for every tenant, and requests the authorizer refuses spend it
+        too (an unauthenticated flood included): alarm while a minute's requests are past
+        :data:`STAGE_ALARM_SHARE` of it, before API Gateway starts refusing everyone."""
+        per_minute = self._config.api.throttle_rate * 60
+        requests = stage.metric_count(period=_MINUTE, statistic="Sum")
+        alarm = self.alarm(
+            "StageNearThrottle",
+            description=(
+                f"the API stage took more than {STAGE_ALARM_SHARE:.0%} of its throttle "
+                f"({self._config.api.throttle_rate:g}/s, shared by every tenant and every unauthenticated "
+                "request) in 2 of 3 minutes: find who sends it (access logs), raise api.throttle_rate, or "
+                "put a web ACL in front"
+            ),
+            metric=requests,
+            threshold=STAGE_ALARM_SHARE * per_minute,
+            comparison=cloudwatch.ComparisonOperator.GREATER_THAN_THRESHOLD,
+            evaluation_periods=3,
+            datapoints_to_alarm=2,
+        )
+        self.dashboard.add_widgets(
+            cloudwatch.GraphWidget(
+                title="API stage: requests per minute, against its throttle",
+                left=[requests],
+                left_annotations=[
+                    alarm.to_annotation(),
+                    cloudwatch.HorizontalAnnotation(value=per_minute, label="stage throttle"),
+                ],
                 width=12,
             )
         )

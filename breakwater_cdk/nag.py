@@ -19,7 +19,8 @@ if TYPE_CHECKING:  # the constructs import acknowledge() from here
     from breakwater_cdk.construct import Breakwater
     from breakwater_cdk.functions import BreakwaterFunction
 
-# Why each function has no asynchronous-invocation DLQ (Serverless-LambdaDLQ).
+# Why each function has no asynchronous-invocation DLQ (Serverless-LambdaDLQ); those invoked
+# asynchronously have an on-failure destination instead (breakwater_cdk/async_failures.py).
 _NO_ASYNC_DLQ = {
     "Authorizer": "invoked synchronously by API Gateway: a failure is a 5xx to the client, not a lost event",
     "Ingest": "invoked synchronously by API Gateway: a failure is a 5xx the client retries, not a lost event",
@@ -27,9 +28,6 @@ _NO_ASYNC_DLQ = {
     "by SQS and lands in its queue's own DLQ (alarmed)",
     "SidelineWorker": "invoked by SQS event source mappings, never asynchronously: a failed message is "
     "retried by SQS and lands in its queue's own DLQ (alarmed)",
-    "Controller": "a missed run is superseded by the next one a minute later (EventBridge retries twice, "
-    "events older than a minute are dropped on purpose); keeping stale runs would only replay old state",
-    "Redrive": "invoked synchronously by the operator (bin/redrive), who reads the result; nothing to keep",
     "OrderedIngest": "invoked synchronously by API Gateway (POST /v1/ordered): a failure is a 5xx the client "
     "retries with the same dedup_key, not a lost event",
     "Events": "invoked synchronously by API Gateway (POST /v1/events): the answer says per event what was "

@@ -83,6 +83,46 @@ ROOT = Path(__file__).resolve().parents[2]
             {"ordered": {"max_concurrency": 5, "provisioned_pollers": {}}},
             ["breakwater.ordered", "max_concurrency (5) and provisioned_pollers are exclusive"],
         ),
+        # The stage throttle every tenant shares must carry api.throttle_headroom premium tenants at
+        # their usage plan (500/s x max_multiplier 2, burst 1000): the old defaults equalled one.
+        (
+            {"api": {"throttle_rate": 1000}},
+            ["breakwater.api.throttle_rate = 1000", "'premium' tier's usage plan", "= 4000/s"],
+        ),
+        (
+            {"api": {"throttle_burst": 2000}},
+            ["breakwater.api.throttle_burst = 2000", "'premium' tier's burst (1000) = 4000"],
+        ),
+        (
+            {"api": {"throttle_headroom": 6}},
+            ["breakwater.api.throttle_rate = 5000", "api.throttle_headroom (6)", "= 6000/s"],
+        ),
+        # One tenant's events reach one shard with partition_key tenant: 1,000 records/s and 1 MiB/s.
+        (
+            {"streaming": {"event_rate_multiplier": 10}},
+            ["breakwater.streaming.event_rate_multiplier = 10", "5000 records/s", "1,000 records/s"],
+        ),
+        (
+            {"streaming": {"max_event_bytes": 64 * 1024}},
+            ["breakwater.streaming.max_event_bytes = 65536", "1,048,576 B/s"],
+        ),
+        (
+            {"streaming": {"partition_key": "tenant_and_key", "shard_count": 2, "event_rate_multiplier": 5}},
+            ["breakwater.streaming.event_rate_multiplier = 5", "2 shards", "2,000 records/s"],
+        ),
+        # A tenant's leases are entries of its counters item, which DynamoDB caps at 400 KB.
+        (
+            {"tiers": {"premium": {"concurrency": 1001}}},
+            ["breakwater.tiers.premium", "concurrency (1001) must be at most 1000"],
+        ),
+        # More live containers than 100 health items take at a partition's write units each.
+        (
+            {
+                "queue_set": {"size": 60},
+                "worker": {"max_concurrency": None, "provisioned_pollers": {"maximum_pollers": 2000}},
+            },
+            ["breakwater.worker.provisioned_pollers.maximum_pollers = 2000", "queue_set.size = 60"],
+        ),
     ],
 )
 def test_invalid_context_names_key_and_value(override: dict[str, object], expected: list[str]) -> None:
