@@ -72,9 +72,10 @@ class OutageHolds:
     """How long a held message stays hidden.
 
     ``base_s``/``max_s``: a message received again is held ``base_s * 2**(receives - 2)``, never past
-    ``max_s``, and never shorter than the breaker's own wait (all a first receive waits for). ``max_receive_count`` (the queues' redrive policy)
-    and ``last_hold_s``: a message with at most one receive to spare is held ``last_hold_s``, so an
-    outage longer than the back-off spends its last receives as slowly as SQS allows.
+    ``max_s``, and never shorter than the breaker's own wait (all a first receive waits for).
+    ``max_receive_count`` (the queues' redrive policy) and ``last_hold_s``: a message with at most one
+    receive to spare is held ``last_hold_s``, so an outage longer than the back-off spends its last
+    receives as slowly as SQS allows.
     """
 
     base_s: float

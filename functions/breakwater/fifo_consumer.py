@@ -13,7 +13,6 @@ from aws_lambda_powertools.utilities.data_classes.sqs_event import SQSRecord
 from breakwater.envelope import Envelope
 from breakwater.ordered import (
     BacklogWindow,
-    GroupBacklogs,
     OrderedMessage,
     Outcome,
     SideEffect,
@@ -43,16 +42,16 @@ def ordered_message(record: SQSRecord) -> OrderedMessage:
 
 class FifoConsumer:
     """``backlogs`` and ``window`` (the same :class:`BacklogWindow` as the ingest's) turn the release
-    on; without them the group bound is off and nothing is released. ``tenants`` (the per-tenant
-    counts over all of a tenant's groups) gets its releases a batch at a time: :meth:`flush` writes
-    each tenant's once, so its item takes one write per tenant per batch."""
+    on; without them the group bound is off and nothing is released. ``tenants`` adds the per-tenant
+    counts over all of a tenant's groups. Releases are given back a batch at a time (:meth:`flush`):
+    one write per group and one per tenant per batch, whatever the number of its messages."""
 
     def __init__(
         self,
         store: WriteAheadStore,
         side_effect: SideEffect,
         *,
-        backlogs: GroupBacklogs | None = None,
+        backlogs: TenantBacklogs | None = None,
         window: BacklogWindow | None = None,
         tenants: TenantBacklogs | None = None,
     ) -> None:
@@ -65,30 +64,39 @@ class FifoConsumer:
         self.backlogs = backlogs
         self.window = window
         self.tenants = tenants
+        self._group_releases: Counter[tuple[str, int]] = Counter()
         self._tenant_releases: Counter[tuple[str, int]] = Counter()
 
     def consume(self, message: OrderedMessage, now_ms: int) -> Outcome:
-        """Process once; every outcome means the message leaves the queue, so each releases its slot.
+        """Process once; every outcome means the message leaves the queue, so each releases its slots.
 
         A processed message, a duplicate (a later copy that was admitted and queued too) and an
-        expired drop all free their group's slot, and their tenant's at the next :meth:`flush`. A
-        failure raises before the release: the message stays in the queue and still counts.
+        expired drop all free their group's and tenant's slots at the next :meth:`flush`. A failure
+        raises before: the message stays in the queue and still counts.
         """
         outcome = process_exactly_once(message, self.store, self.side_effect, now_ms)
         if self.window is not None:
             generation = self.window.generation(message.envelope.enqueued_at)
             if self.backlogs is not None:
-                self.backlogs.release(message.group_id, generation, now_ms)
+                self._group_releases[(message.group_id, generation)] += 1
             if self.tenants is not None:
                 self._tenant_releases[(message.envelope.tenant, generation)] += 1
         return outcome
 
     def flush(self, now_ms: int) -> int:
-        """Give back the tenants' slots of what was consumed since the last flush; returns how many."""
-        pending, self._tenant_releases = self._tenant_releases, Counter()
-        if self.tenants is None:
-            return 0
-        return sum(
-            self.tenants.release_many(tenant, generation, count, now_ms)
-            for (tenant, generation), count in sorted(pending.items())
-        )
+        """Give back the slots of what was consumed since the last flush (how many, groups and tenants).
+
+        A release that cannot be written is lost (the counters never raise): its count stays one too
+        high until its generation ages out, which refuses early at worst.
+        """
+        released = 0
+        for counters, pending in (
+            (self.backlogs, self._group_releases),
+            (self.tenants, self._tenant_releases),
+        ):
+            if counters is None:
+                continue
+            for (counted_id, generation), count in sorted(pending.items()):
+                released += counters.release_many(counted_id, generation, count, now_ms)
+        self._group_releases, self._tenant_releases = Counter(), Counter()
+        return released

@@ -35,6 +35,35 @@ GROUP_FULL_RETRY_AFTER_SECONDS = 5.0
 client to wait a few seconds lets it drain instead of spending the tenant's tokens on refusals."""
 
 
+class RecentRefusals:
+    """The groups and tenants this container refused for a full backlog, until the Retry-After it
+    answered: asked again meanwhile, it refuses from memory without a write, so a client hammering a
+    full bound costs its counter item one write per container per Retry-After, not one per request."""
+
+    def __init__(self, clock: Callable[[], float], *, capacity: int = 10_000) -> None:
+        self._clock = clock
+        self._capacity = capacity
+        self._until: dict[str, tuple[float, int]] = {}
+
+    def backlog(self, key: str) -> int | None:
+        """The backlog that refused ``key``, while its refusal stands; else None."""
+        seen = self._until.get(key)
+        if seen is None:
+            return None
+        if self._clock() >= seen[0]:
+            del self._until[key]
+            return None
+        return seen[1]
+
+    def remember(self, key: str, backlog: int) -> None:
+        if len(self._until) >= self._capacity:
+            now = self._clock()
+            self._until = {k: v for k, v in self._until.items() if v[0] > now}
+            while len(self._until) >= self._capacity:  # the oldest refusal goes first
+                del self._until[next(iter(self._until))]
+        self._until[key] = (self._clock() + GROUP_FULL_RETRY_AFTER_SECONDS, backlog)
+
+
 class OrderedSender(Protocol):
     """Sends an envelope to its group's FIFO queue (``breakwater.aws.fifo_queues.FifoQueues``).
 
@@ -127,6 +156,7 @@ class OrderedIngestService:
         if tenant_bound is not None and bound is None:
             raise ValueError("the tenant bound is counted in the group bound's window: set the group bound")
         self.tenant_bound = tenant_bound
+        self.refusals = RecentRefusals(clock)
         self.sender = sender
         self.gate = gate
         self.limits = limits
@@ -167,10 +197,16 @@ class OrderedIngestService:
             return AcceptedOrdered(envelope)
         group = message_group_id(envelope.tenant, request.ordering_key)
         generation = self.bound.window.generation(envelope.enqueued_at)
+        tenant_bound = self.tenant_bound
+        tenant_key = f"tenant:{envelope.tenant}"
+        if tenant_bound is not None and (seen := self.refusals.backlog(tenant_key)) is not None:
+            raise TenantBacklogFullError(envelope.tenant, tenant_bound.limit, seen)
+        if (seen := self.refusals.backlog(f"group:{group}")) is not None:
+            raise GroupBacklogFullError(group, self.bound.limit, seen)
         admission = self.backlogs.admit(group, generation, self.bound.limit, now_ms)
         if not admission.admitted:
+            self.refusals.remember(f"group:{group}", admission.backlog)
             raise GroupBacklogFullError(group, self.bound.limit, admission.backlog)
-        tenant_bound = self.tenant_bound
         if tenant_bound is not None:
             try:
                 held = tenant_bound.counters.admit(envelope.tenant, generation, tenant_bound.limit, now_ms)
@@ -180,6 +216,7 @@ class OrderedIngestService:
             if not held.admitted:
                 # Not admitted by its tenant: the group's slot goes back, or the group would count it.
                 self.backlogs.release(group, generation, now_ms)
+                self.refusals.remember(tenant_key, held.backlog)
                 raise TenantBacklogFullError(envelope.tenant, tenant_bound.limit, held.backlog)
         try:
             self.sender.send(envelope)

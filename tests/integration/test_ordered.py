@@ -31,7 +31,7 @@ from breakwater.ordered import (
     message_group_id,
     release_order,
 )
-from breakwater.ordered_ingest import GroupBacklogFullError
+from breakwater.ordered_ingest import GROUP_FULL_RETRY_AFTER_SECONDS, GroupBacklogFullError, RecentRefusals
 from breakwater.settings import OrderedIngestSettings
 from tests.integration.conftest import create_table
 from tests.integration.streaming_fixtures import (
@@ -297,6 +297,11 @@ def _post(ingest: ModuleType, key: str, seq: int, tenant: str = "acme", **extra:
     return response
 
 
+def _wait_retry_after(ingest: ModuleType) -> None:
+    """The client waits the Retry-After it was given: the container's memory of the refusal lapses."""
+    ingest.SERVICE.refusals = RecentRefusals(lambda: time.time() + GROUP_FULL_RETRY_AFTER_SECONDS)
+
+
 def _counters() -> DynamoGroupBacklogs:
     return DynamoGroupBacklogs(
         boto3.client("dynamodb", region_name=REGION), STATE_TABLE, BacklogWindow(WINDOW_SECONDS * 1000)
@@ -342,6 +347,7 @@ def test_processing_releases_the_group(
     assert _post(ingest, "A", LIMIT + 1)["statusCode"] == 429
     FifoMapping(fifo[0], worker.handler).drain()
     assert effects.of("A") == [1, 2, 3] and _backlog("acme:A") == 0
+    _wait_retry_after(ingest)
     assert [_post(ingest, "A", seq)["statusCode"] for seq in range(4, 4 + LIMIT)] == [202] * LIMIT
 
 

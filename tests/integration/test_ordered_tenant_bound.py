@@ -5,6 +5,7 @@ no more of its worker, than a tenant with one key."""
 from __future__ import annotations
 
 import json
+import time
 from collections import Counter
 from collections.abc import Iterator
 from types import ModuleType
@@ -17,6 +18,7 @@ from moto import mock_aws
 from breakwater.aws.group_backlogs import DynamoGroupBacklogs, tenant_backlogs
 from breakwater.envelope import Envelope
 from breakwater.ordered import BacklogWindow, GroupBacklog
+from breakwater.ordered_ingest import GROUP_FULL_RETRY_AFTER_SECONDS, RecentRefusals
 from tests.integration.conftest import create_table
 from tests.integration.streaming_fixtures import (
     REGION,
@@ -77,6 +79,11 @@ def _post(ingest: ModuleType, tenant: str, key: str, seq: int) -> dict[str, Any]
     return response
 
 
+def _wait_retry_after(ingest: ModuleType) -> None:
+    """The client waits the Retry-After it was given: the container's memory of the refusal lapses."""
+    ingest.SERVICE.refusals = RecentRefusals(lambda: time.time() + GROUP_FULL_RETRY_AFTER_SECONDS)
+
+
 def _tenant_count(tenant: str) -> GroupBacklog | None:
     client = boto3.client("dynamodb", region_name=REGION)
     return tenant_backlogs(client, STATE_TABLE, BacklogWindow(WINDOW_SECONDS * 1000)).read(tenant)
@@ -106,6 +113,29 @@ def test_a_tenant_past_its_bound_over_all_its_keys_is_refused_with_the_tenant_na
     assert _post(ingest, "globex", "key-0", 1)["statusCode"] == 202
 
 
+def test_a_client_hammering_a_full_tenant_costs_its_item_no_write_until_the_retry_after(
+    world: tuple[str, ModuleType, ModuleType, list[Envelope]],
+) -> None:
+    _, ingest, _, _ = world
+    for n in range(GROUP_LIMIT):
+        assert _post(ingest, "acme", f"key-{n}", 1)["statusCode"] == 202
+    writes: list[str] = []
+
+    def count(params: dict[str, Any], **_: Any) -> None:
+        writes.append(params["Key"]["pk"]["S"])
+
+    ingest.SERVICE.backlogs._client.meta.events.register("provide-client-params.dynamodb.UpdateItem", count)
+    ingest.SERVICE.tenant_bound.counters._client.meta.events.register(
+        "provide-client-params.dynamodb.UpdateItem", count
+    )
+    assert [_post(ingest, "acme", f"key-{n}", 2)["statusCode"] for n in range(20)] == [429] * 20
+    # The first refusal: the group's admission, the tenant's refusal, the group's slot given back.
+    assert writes == ["group#acme:key-0", "ordered-tenant#acme", "group#acme:key-0"]
+    _wait_retry_after(ingest)
+    assert _post(ingest, "acme", "key-0", 3)["statusCode"] == 429
+    assert writes[3:] == ["group#acme:key-0", "ordered-tenant#acme", "group#acme:key-0"]  # asked again
+
+
 def test_many_keys_take_no_more_of_the_queue_or_the_worker_than_one_key(
     world: tuple[str, ModuleType, ModuleType, list[Envelope]],
 ) -> None:
@@ -117,6 +147,7 @@ def test_many_keys_take_no_more_of_the_queue_or_the_worker_than_one_key(
     attributes = sqs.get_queue_attributes(QueueUrl=queue_url, AttributeNames=["ApproximateNumberOfMessages"])
     assert int(attributes["Attributes"]["ApproximateNumberOfMessages"]) == 2 * GROUP_LIMIT
     FifoMapping(queue_url, worker.handler).drain()
+    _wait_retry_after(ingest)
     # The worker got as many of one tenant's messages as of the other's.
     assert Counter(envelope.tenant for envelope in processed) == {
         "one-key": GROUP_LIMIT,

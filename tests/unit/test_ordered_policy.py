@@ -4,7 +4,9 @@ and the group backlog bound (counters by generation, the ingest's admission, the
 from __future__ import annotations
 
 import json
+from collections.abc import Sequence
 from dataclasses import dataclass, field
+from typing import Any
 
 import pytest
 from pydantic import ValidationError
@@ -129,6 +131,11 @@ class FakeStore:
         assert self.records[(group_id, dedup_id)][1] == owner
         self.records[(group_id, dedup_id)] = (WriteAheadRecord(WriteAheadState.DONE, 0), owner)
 
+    def complete_with_effects(
+        self, group_id: str, dedup_id: str, owner: str, now_ms: int, effects: Sequence[dict[str, Any]]
+    ) -> None:
+        self.complete(group_id, dedup_id, owner, now_ms)
+
     def release(self, group_id: str, dedup_id: str, owner: str) -> None:
         if self.records.get((group_id, dedup_id), (None, None))[1] == owner:
             del self.records[(group_id, dedup_id)]
@@ -249,6 +256,9 @@ class FakeBacklogs:
         self.items[group_id] = GroupBacklog(stored.generation, stored.backlog - 1, previous)
         return True
 
+    def release_many(self, group_id: str, generation: int, count: int, now_ms: int) -> int:
+        return sum(self.release(group_id, generation, now_ms) for _ in range(count))
+
     def backlog(self, group_id: str) -> int:
         stored = self.items.get(group_id)
         return stored.backlog if stored else 0
@@ -363,6 +373,8 @@ def test_the_consumer_releases_on_every_outcome_and_never_on_a_failure() -> None
     assert consumer.consume(_message(first, "m:2"), 2_000) is Outcome.PROCESSED
     assert consumer.consume(_message(first, "m:3"), 2_000) is Outcome.DUPLICATE  # a later copy, queued too
     assert consumer.consume(_message(expired), 2_000) is Outcome.EXPIRED
+    assert backlogs.backlog("acme:k") == 4  # given back a batch at a time
+    assert consumer.flush(2_000) == 3
     assert backlogs.backlog("acme:k") == 1
     assert {g for _, g in backlogs.released} == {generation}
 
