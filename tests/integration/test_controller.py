@@ -191,6 +191,29 @@ def test_a_drifted_estimate_is_corrected_by_the_queues_depth(
     assert multiplier(world, "victim") == pytest.approx(100 / 550, abs=0.02)
 
 
+def test_a_phantom_beside_a_large_real_backlog_is_capped_by_the_tenants_own_queues(
+    world: WorkerWorld, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Four live queues, one per tenant (SHARD_SIZE 1): the total is within its tolerance of the
+    estimates' sum, but the small tenant's own queue is empty, so its phantom goes in one run."""
+    add_tenant("noisy", "standard")  # routed to live queue 3
+    add_tenant("tiny", "standard")  # routed to live queue 1
+    for index in (1, 2, 3):
+        world.urls[f"live-{index}"] = world.sqs.create_queue(QueueName=f"bw-live-{index}")["QueueUrl"]
+    live = ",".join(world.urls[f"live-{index}"] for index in range(4))
+    env = environment(world, sideline_mapping(world)) | {"LIVE_QUEUE_URLS": live, "SHARD_SIZE": "1"}
+    controller = load(monkeypatch, "controller.handler", env)
+    add_counters(world.dynamodb, STATE_TABLE, "noisy", {"accepted": 300})
+    enqueue(world, 300, queue="live-3")
+    add_counters(world.dynamodb, STATE_TABLE, "tiny", {"accepted": 140})  # never sent: a lost count
+
+    report = controller.handler({}, worker_fixtures.FakeLambdaContext())
+
+    assert report["backlogs"] == {"noisy": 300, "tiny": 10}  # its empty queue plus the tolerance
+    assert multiplier(world, "tiny") == 1.0
+    assert multiplier(world, "noisy") == pytest.approx(100 / 300, abs=1e-3)
+
+
 @pytest.fixture
 def invocations() -> Any:
     """Lambda Invoke requests as moto receives them (its own runner would start Docker)."""
