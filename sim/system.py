@@ -28,9 +28,7 @@ import numpy as np
 import simpy
 from botocore.exceptions import ClientError
 
-from breakwater.age_reports import REPORT_INTERVAL_MS
 from breakwater.archive_budget import ArchiveBudget, ArchiveDue
-from breakwater.aws.health import MAX_HEALTH_SHARDS
 from breakwater.backlog import DriftLimits
 from breakwater.backpressure import BackpressurePolicy
 from breakwater.controller import ControllerConfig, run_controller
@@ -40,6 +38,7 @@ from breakwater.observability import logger, metrics
 from breakwater.routing import QueueDepths, choose_queue, shard_for
 from breakwater.settings import TierLimits
 from breakwater.sideline import DecisionConfig
+from breakwater_cdk.ceilings import burst_slots, health_report_shards
 from breakwater_cdk.config import TierConfig
 from local.aws_limits import AwsLimits
 from sim.billing import RECEIVE_MAX, Billing, Meter, usage
@@ -54,15 +53,6 @@ from sim.sqs import SqsQueue
 from sim.worker import Costs, Outcome, WorkerModel, WorkerSetup
 
 ARCHIVER_START_S = 1.0  # an asynchronous invoke, then the archiver reads and parks what waits
-# The stack spreads the workers' oldest-age reports so that a health item takes at most this many
-# writes a second when every container reports once per age_reports.REPORT_INTERVAL_MS.
-HEALTH_WCU_PER_SHARD = 250
-
-
-def health_report_shards(max_containers: int) -> int:
-    """``HEALTH_REPORT_SHARDS`` for a fleet of at most ``max_containers`` worker containers."""
-    per_s = max_containers / (REPORT_INTERVAL_MS / 1000)
-    return min(MAX_HEALTH_SHARDS, max(1, math.ceil(per_s / HEALTH_WCU_PER_SHARD)))
 
 
 @dataclass
@@ -118,13 +108,8 @@ class System:
         }
         self.table = StateTable(scenario.tenants, limits, seed=scenario.seed + 2)
         worker = config.worker
-        # every worker container the mappings allow: the live queues and the surge queue's, and the
-        # two sideline queues' drainers
-        live_mappings = setup.queue_count + (1 if setup.practices else 0)
-        containers = live_mappings * setup.live_max_concurrency
-        if setup.practices:
-            containers += 2 * worker.mapping_concurrency
-        self.health_shards = health_report_shards(containers)
+        # HEALTH_REPORT_SHARDS as the stack sets it (its live containers' reports, 250 WCU/s a shard)
+        self.health_shards = health_report_shards(config) if setup.practices else 1
         self.state = ControllerState(
             scenario.tenants,
             self.limits,
@@ -183,11 +168,9 @@ class System:
         table = self.table
         rate = ConsumerBuckets(self.limits, table) if practices else None
         concurrency = worker.mapping_concurrency
-        burst = worker.burst_share
-        # the burst pools as breakwater_cdk/environment.py sizes them: a share of what the worker's
-        # mappings allow
-        live_slots = max(1, int(burst * (setup.queue_count + 1) * concurrency)) if burst is not None else None
-        sideline_slots = max(1, int(burst * 2 * concurrency)) if burst is not None else None
+        # the burst pools as the stack sizes them: a share of what the worker's mappings allow
+        live_slots = burst_slots(config, "live")
+        sideline_slots = burst_slots(config, "sideline")
         self.live_worker = WorkerModel(
             "live",
             worker_setup("live"),

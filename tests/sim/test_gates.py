@@ -18,13 +18,16 @@ import simpy
 import sim  # noqa: F401
 from breakwater.concurrency import POOL_SHARD_PLACES, ConcurrencyLimits, Grant
 from breakwater.envelope import Origin
+from breakwater_cdk.ceilings import health_report_shards
 from local.aws_limits import AwsLimits
+from sim.config import blueprint, load_context, setups
 from sim.control import ControllerState
 from sim.dynamodb import BURST_POOL, CONSUMER_BUCKET, COUNTERS, QUEUE_HEALTH, StateTable
 from sim.gates import ConsumerBuckets, LeaseTable
 from sim.messages import Message
+from sim.scale import scale_scenario, sizing
 from sim.sqs import SqsQueue
-from sim.system import health_report_shards
+from sim.system import System
 from sim.worker import Costs, Outcome, WorkerModel, WorkerSetup
 from tests.sim.test_worker_model import LIMITS, decision_config
 
@@ -247,8 +250,10 @@ def test_the_health_reports_spread_over_shards_and_the_controller_reads_them_all
     assert state.oldest_age("live", NOW_MS) == (1_199, NOW_MS)
 
 
-def test_the_stack_sizes_the_health_shards_for_its_fleet() -> None:
-    assert health_report_shards(90) == 1
-    assert health_report_shards(1_250) == 1  # 250 reports a second at most
-    assert health_report_shards(1_251) == 2
-    assert health_report_shards(5_225) == 5  # the scale scenario's 19 mappings of 275
+def test_a_run_spreads_the_health_reports_as_the_stack_sets_them() -> None:
+    config = blueprint(load_context(), [sizing(total_rate=20_000)])
+    scenario = scale_scenario(config, tenants=100, total_rate=20_000)
+    system = System(scenario, setups(config, same_fleet=True)["breakwater"], Costs())
+    assert system.health_shards == health_report_shards(config) == 4  # 17 mappings of 275: 935 reports/s
+    assert system.live_worker.setup.health_shards == 4
+    assert system.state.health_shards == 4
