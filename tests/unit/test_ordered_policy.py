@@ -407,3 +407,17 @@ def test_a_redriven_message_keeps_the_exactly_once_key_it_was_first_processed_un
         }
     )
     assert ordered_message(record).dedup_id == "inv-1" == deduplication_id(envelope)
+
+
+def test_recent_refusals_lapse_at_the_retry_after_and_stay_bounded() -> None:
+    from breakwater.ordered_ingest import GROUP_FULL_RETRY_AFTER_SECONDS, RecentRefusals
+
+    clock = {"now": 0.0}
+    refusals = RecentRefusals(lambda: clock["now"], capacity=2)
+    refusals.remember("tenant:acme", 7)
+    assert refusals.backlog("tenant:acme") == 7 and refusals.backlog("tenant:globex") is None
+    clock["now"] += GROUP_FULL_RETRY_AFTER_SECONDS
+    assert refusals.backlog("tenant:acme") is None  # the client waited: ask the counter again
+    for n in range(3):
+        refusals.remember(f"group:{n}", n)
+    assert [refusals.backlog(f"group:{n}") for n in range(3)] == [None, 1, 2]  # the oldest went first
