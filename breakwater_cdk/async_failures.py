@@ -6,15 +6,19 @@ asynchronously: Lambda retries a failed event itself and then drops it, so witho
 control plane that keeps failing is silent. Their on-failure destination keeps each event Lambda gave
 up on, with its error and the request, and an alarm fires on the first one.
 
-Each function may send there and do nothing else with it (the destination's ``sqs:SendMessage``
-grant); it reads nothing back. The queue is the last stop, so it has no DLQ of its own.
+Each function may send there and do nothing else with it: ``sqs:SendMessage``, all Lambda needs of an
+SQS destination (CDK's own destination would add the queue's attributes and URL). The queue is the last
+stop, so it has no DLQ of its own.
 """
 
 from __future__ import annotations
 
+import jsii
 from aws_cdk import Duration
 from aws_cdk import aws_cloudwatch as cloudwatch
-from aws_cdk import aws_lambda_destinations as destinations
+from aws_cdk import aws_iam as iam
+from aws_cdk import aws_lambda as lambda_
+from aws_cdk import aws_sqs as sqs
 from constructs import Construct
 
 from breakwater_cdk.config import BlueprintConfig
@@ -22,6 +26,24 @@ from breakwater_cdk.functions import BreakwaterFunction
 from breakwater_cdk.monitoring import Monitoring
 from breakwater_cdk.nag import acknowledge
 from breakwater_cdk.queue_set import dead_letter_queue
+
+
+@jsii.implements(lambda_.IDestination)
+class SendOnlyDestination:
+    """An SQS on-failure destination whose function may only send to the queue."""
+
+    def __init__(self, queue: sqs.IQueue) -> None:
+        self.queue = queue
+
+    def bind(
+        self, scope: Construct, fn: lambda_.IFunction, *, type: lambda_.DestinationType
+    ) -> lambda_.DestinationConfig:
+        fn.add_to_role_policy(
+            iam.PolicyStatement(
+                sid="SendAsyncFailures", actions=["sqs:SendMessage"], resources=[self.queue.queue_arn]
+            )
+        )
+        return lambda_.DestinationConfig(destination=self.queue.queue_arn)
 
 
 class AsyncFailures(Construct):
@@ -61,7 +83,7 @@ class AsyncFailures(Construct):
         """``function``'s asynchronous events that fail ``retry_attempts`` + 1 times, or wait longer than
         ``max_event_age``, go to the queue; ``why`` explains those two choices."""
         function.function.configure_async_invoke(
-            on_failure=destinations.SqsDestination(self.queue),
+            on_failure=SendOnlyDestination(self.queue),
             retry_attempts=retry_attempts,
             max_event_age=max_event_age,
         )
