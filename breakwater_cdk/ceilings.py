@@ -29,9 +29,9 @@ SHARD_RECORDS_PER_SECOND = 1000
 SHARD_BYTES_PER_SECOND = 1024 * 1024
 # An on-demand stream starts with the write capacity of this many shards and grows from there.
 ON_DEMAND_START_SHARDS = 4
-# What ingest adds to an event's payload in its record: the stamped fields (id, tenant, type, key,
-# times, request and trace ids) and the partition key.
-EVENT_STAMP_BYTES = 512
+# What a record holds beside the event's payload, at its longest: the fields ingest stamps (id, tenant,
+# type, key, value, times, request and trace ids) and the partition key.
+EVENT_STAMP_BYTES = 1024
 PARTITION_WRITE_UNITS = 1000  # a DynamoDB partition's write units per second
 HEALTH_SHARD_WRITE_UNITS = PARTITION_WRITE_UNITS // 4
 MAX_HEALTH_REPORT_SHARDS = 100  # the controller reads every shard of a role in one BatchGetItem

@@ -14,6 +14,8 @@ import pytest
 
 from app import cdk_json_context, merge_context
 from breakwater.concurrency import POOL_SHARD_PLACES, pool_shard_capacities
+from breakwater.events import PartitionKeyMode, StreamEvent, to_record
+from breakwater.requests import MAX_KEY_LENGTH
 from breakwater_cdk import ceilings
 from breakwater_cdk.config import MAX_TENANT_CONCURRENCY, BlueprintConfig, TierConfig, load_config
 from breakwater_cdk.item_sizes import (
@@ -84,16 +86,34 @@ def test_one_tenants_events_fit_the_shards_its_partition_keys_reach() -> None:
         {
             "streaming": {
                 "partition_key": "tenant_and_key",
-                "shard_count": 5,
+                "shard_count": 7,
                 "event_rate_multiplier": 10,
                 "max_event_bytes": 256,
             }
         }
     )
-    assert ceilings.reachable_shards(spread) == 5
+    assert ceilings.reachable_shards(spread) == 7
     # events are not checked where they are not built, or admitted without limits (naive)
     assert config_with({"streaming": {"enabled": False, "event_rate_multiplier": 100}})
     assert config_with({"mode": "naive", "streaming": {"event_rate_multiplier": 100}})
+
+
+def test_a_record_holds_at_most_the_stamp_allowance_beside_its_payload() -> None:
+    """The longest type, key, tenant and trace id ingest writes, keyed by tenant and key."""
+    longest = StreamEvent(
+        id="0" * 26,
+        tenant="t" * TENANT_ID_BYTES,
+        type="y" * MAX_KEY_LENGTH,
+        key="k" * MAX_KEY_LENGTH,
+        value=-1.2345678901234567e-300,
+        payload=None,
+        occurred_at=10**13 - 1,
+        received_at=10**13 - 1,
+        request_id="r" * 36,
+        trace_id="Root=1-67891233-abcdef012345678912345678;Parent=53995c3f42cd8ad8;Sampled=1",
+    )
+    record = to_record(longest, PartitionKeyMode.TENANT_AND_KEY)
+    assert record.size - len(b"null") <= ceilings.EVENT_STAMP_BYTES
 
 
 @pytest.mark.parametrize(
