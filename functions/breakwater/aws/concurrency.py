@@ -87,6 +87,11 @@ def _lease_value(lease: Lease) -> dict[str, Any]:
     return {"M": {"exp": {"N": str(lease.expires_at_ms)}, "burst": {"BOOL": lease.burst}}}
 
 
+def _expired(leases: Mapping[str, Lease], now_ms: int) -> bool:
+    """Whether the map holds a lease that no longer counts (a write that sets one lease keeps it)."""
+    return any(lease.expires_at_ms <= now_ms for lease in leases.values())
+
+
 def _conflict(exc: ClientError) -> bool:
     return exc.response.get("Error", {}).get("Code") in _CONFLICTS
 
@@ -145,6 +150,12 @@ class ConcurrencyLeases:
             item = self._get(tenant_pk(tenant), CONCURRENCY_SK)
             leases = _leases_from(item)
             grant = grant_for(self.holder, leases, limits, 0, None, now)
+            if grant is Grant.FLOOR and self._floor_in_one_write(
+                tenant, item, leases, limits, expires_at_ms, now
+            ):
+                return grant
+            if grant is Grant.FLOOR and not _expired(leases, now):
+                continue  # the one write lost to the floor filling meanwhile: read again
             pool: dict[str, Any] | None = None
             if grant is Grant.BURST and self._pool_places is not None:
                 pool = self._get(POOL_PK, self._pool_sk)
@@ -221,7 +232,15 @@ class ConcurrencyLeases:
             if grant is Grant.BURST:
                 pool_leases[f"{tenant}#{self.holder}"] = Lease(expires_at_ms=expires_at_ms, burst=True)
             grants[tenant] = grant
-            if grant is not Grant.REFUSED:
+            if grant is Grant.FLOOR and not _expired(leases, now):
+                try:
+                    taken = self._floor_in_one_write(tenant, item, leases, limits, expires_at_ms, now)
+                except (ClientError, BotoCoreError) as exc:
+                    logger.warning("lease not written", extra={"tenant": tenant, "error": str(exc)})
+                    taken = False
+                if not taken:
+                    lost.append(tenant)
+            elif grant is not Grant.REFUSED:
                 writes[tenant] = self._tenant_update(tenant, item, leases, grant, expires_at_ms, now)
         burst = [tenant for tenant in writes if grants[tenant] is Grant.BURST]
         if pool is not None and burst:
@@ -259,7 +278,9 @@ class ConcurrencyLeases:
             found[(str(value["pk"]), str(value["sk"]))] = value
         return found, {(key["pk"]["S"], key["sk"]["S"]) for key in left}
 
-    def _floor_without_read(self, tenant: str, limits: ConcurrencyLimits, expires_at_ms: int) -> bool:
+    def _floor_without_read(
+        self, tenant: str, limits: ConcurrencyLimits, expires_at_ms: int, *, fresh: bool = False
+    ) -> bool:
         """A floor lease of ``tenant`` in one write, without reading the item first.
 
         The condition ``size(leases) < floor`` counts every lease in the item, expired ones and an
@@ -267,9 +288,10 @@ class ConcurrencyLeases:
         as FLOOR (the read path cleans expired leases up); ``version`` moves, so a read-then-write
         of another container made meanwhile fails its condition, as with any write. False: not
         granted this way (the floor is taken, the item holds no leases yet, a conflict), the caller reads.
+        ``fresh``: the map was just made (:meth:`_make_room`), try even if the tenant looked crowded.
         """
         now = self._clock_ms()
-        if self._crowded.crowded(tenant, now):
+        if not fresh and self._crowded.crowded(tenant, now):
             return False
         try:
             self._client.update_item(
@@ -278,21 +300,58 @@ class ConcurrencyLeases:
                 UpdateExpression="SET leases.#h = :lease ADD version :one",
                 # attribute_exists first: an item without leases fails as size() of nothing does (and
                 # moto, which cannot size a missing attribute, never has to)
-                ConditionExpression="attribute_exists(leases) AND size(leases) < :floor",
-                ExpressionAttributeNames={"#h": self.holder},
+                # (or renewing this holder's own live lease, which adds none)
+                ConditionExpression=(
+                    "attribute_exists(leases) AND (size(leases) < :floor OR leases.#h.#exp > :now)"
+                ),
+                ExpressionAttributeNames={"#h": self.holder, "#exp": "exp"},
                 ExpressionAttributeValues={
                     ":lease": _lease_value(Lease(expires_at_ms=expires_at_ms)),
                     ":floor": {"N": str(limits.floor)},
                     ":one": {"N": "1"},
+                    ":now": {"N": str(now)},
                 },
+                ReturnValuesOnConditionCheckFailure="ALL_OLD",
             )
         except ClientError as exc:
-            if exc.response.get("Error", {}).get("Code") == "ConditionalCheckFailedException":
+            old: Mapping[str, Any] = exc.response.get("Item") or {}  # type: ignore[assignment]
+            taken = "leases" in old  # not merely an item without a map of leases yet
+            if exc.response.get("Error", {}).get("Code") == "ConditionalCheckFailedException" and taken:
                 self._crowded.found_taken(tenant, now)
             return False  # taken, a race, or the item unavailable: the read path decides
         except BotoCoreError:
             return False
         return True
+
+    def _make_room(self, tenant: str) -> None:
+        """Give the tenant's item an (empty) map of leases if it has none, so floor leases can be taken
+        without reading (:meth:`_floor_without_read`). Unconditional and idempotent: containers that
+        all meet a new tenant at once all succeed, where creating the item on its ``version`` would
+        make all but one lose the race."""
+        self._client.update_item(
+            TableName=self._table,
+            Key={"pk": {"S": tenant_pk(tenant)}, "sk": {"S": CONCURRENCY_SK}},
+            UpdateExpression="SET leases = if_not_exists(leases, :none)",
+            ExpressionAttributeValues={":none": {"M": {}}},
+        )
+
+    def _floor_in_one_write(
+        self,
+        tenant: str,
+        item: Mapping[str, Any],
+        leases: Mapping[str, Lease],
+        limits: ConcurrencyLimits,
+        expires_at_ms: int,
+        now: int,
+    ) -> bool:
+        """A floor lease the read says is free, taken with the write that races no other such write
+        (:meth:`_floor_without_read`); the map made first if the item has none. False when it holds
+        expired leases (only a write of the whole map on its ``version`` drops them) or lost."""
+        if _expired(leases, now):
+            return False
+        if "leases" not in item:
+            self._make_room(tenant)
+        return self._floor_without_read(tenant, limits, expires_at_ms, fresh=True)
 
     def _one_by_one(self, requests: Mapping[str, ConcurrencyLimits], expires_at_ms: int) -> dict[str, Grant]:
         """Each tenant acquired on its own (:meth:`acquire`)."""
