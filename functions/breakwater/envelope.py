@@ -19,6 +19,10 @@ ENVELOPE_VERSION: Literal[1] = 1
 # (``breakwater.aws.redrive``), beside the body it sends back unchanged: workers measure such work
 # apart and count it back into the backlog estimate.
 REDRIVEN_ATTRIBUTE = "breakwater-redriven"
+# The attribute a worker puts on the copy it sends elsewhere (deferred, spilled, sidelined) of a
+# redriven message: the copy is still measured apart, but it was counted back into the estimate
+# already, when its original arrived.
+REDRIVEN_COPY_ATTRIBUTE = "breakwater-redriven-copy"
 
 _CROCKFORD = "0123456789ABCDEFGHJKMNPQRSTVWXYZ"
 

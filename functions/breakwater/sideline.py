@@ -136,6 +136,7 @@ class Move:
     body: str
     delay_seconds: int = 0
     group_id: str | None = None  # MessageGroupId (the tenant) so SQS fair queues apply at the destination
+    redriven: bool = False  # a copy of redriven work: marked, so it is never measured as live
 
 
 def defer_delay_seconds(attempt: int, config: DecisionConfig) -> int:

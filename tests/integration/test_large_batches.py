@@ -1,4 +1,5 @@
-"""Moves and redrives of large messages: each SendMessageBatch stays within SQS's summed size.
+"""Moves and redrives of large messages: each SendMessageBatch stays within SQS's summed size (and a
+moved copy of redriven work keeps its mark).
 
 moto refuses a batch whose messages add up to more than 1 MiB (``BatchRequestTooLong``), as SQS does;
 ten large messages cut by count alone were one call that could never succeed.
@@ -8,6 +9,7 @@ from __future__ import annotations
 
 from breakwater.aws.moves import send_moves
 from breakwater.aws.redrive import move_by_hand
+from breakwater.envelope import REDRIVEN_COPY_ATTRIBUTE
 from breakwater.sideline import Move
 from tests.integration import worker_fixtures
 from tests.integration.worker_fixtures import WorkerWorld
@@ -32,3 +34,14 @@ def test_large_dead_letters_are_all_redriven(world: WorkerWorld) -> None:
     assert (result.moved, result.failed) == (7, 0)
     assert world.depth("live-0")["Visible"] == 7
     assert world.depth("live-0", dlq=True)["Visible"] == 0
+
+
+def test_a_moved_copy_of_redriven_work_carries_its_mark(world: WorkerWorld) -> None:
+    url = world.urls["surge"]
+    moves = [
+        Move(key="m0", queue_url=url, body="copy", redriven=True),
+        Move(key="m1", queue_url=url, body="plain"),
+    ]
+    assert send_moves(world.sqs, moves) == set()
+    received = {m["Body"]: m.get("MessageAttributes", {}) for m in world.receive(url)}
+    assert set(received["copy"]) == {REDRIVEN_COPY_ATTRIBUTE} and received["plain"] == {}

@@ -15,7 +15,7 @@ import pytest
 from aws_lambda_powertools.utilities.typing import LambdaContext
 
 from breakwater.concurrency import ConcurrencyLimits, Grant
-from breakwater.envelope import REDRIVEN_ATTRIBUTE, Envelope, Origin, new_envelope_id
+from breakwater.envelope import REDRIVEN_ATTRIBUTE, REDRIVEN_COPY_ATTRIBUTE, Envelope, Origin, new_envelope_id
 from breakwater.fairness import BucketLimits
 from breakwater.processor import DependencyUnavailableError, WorkContext
 from breakwater.settings import TierLimits
@@ -685,17 +685,45 @@ def test_redriven_work_is_measured_apart_and_counted_back_on_its_first_receive(w
     assert world.metrics.values("Processed", QueueRole="redrive") == [1]
 
 
-def test_old_redriven_work_is_sidelined_like_any_old_work_and_its_copy_is_plain_backlog(world: World) -> None:
+def test_old_redriven_work_is_sidelined_like_any_old_work_and_its_copy_stays_marked(world: World) -> None:
     # A redrive can put days of work back into a live queue at once: the backlog keeps it from
-    # crowding out fresh messages. The copy carries no mark, so it is not counted back twice.
+    # crowding out fresh messages. Its copy is marked as a copy: measured apart, not counted back twice.
     back = envelope(age_ms=2 * DAY_MS)
 
     world.worker().handle(redriven(event(back)), context())
 
     (move,) = world.moves
+    assert move.redriven
     assert move.queue_url == QUEUE_URLS[Origin.BACKLOG]
     assert world.counters() == {"acme": {"redriven": 1, "sidelined": 1}}
     assert world.metrics.values("Sidelined", QueueRole="redrive") == [1]
+
+
+def test_a_copy_of_redriven_work_sent_elsewhere_stays_marked_and_is_not_counted_back_again(
+    world: World,
+) -> None:
+    world.leases.full = {"acme"}  # deferred to the surge queue
+    back = envelope(age_ms=1_000)
+
+    world.worker().handle(redriven(event(back)), context())
+
+    (move,) = world.moves
+    assert move.redriven  # its copy is marked: never measured as live work
+    assert world.counters() == {"acme": {"redriven": 1, "deferred": 1}}
+
+    world.leases.full = set()
+    copy = event(Envelope.from_json(move.body))
+    copy["Records"][0]["messageAttributes"][REDRIVEN_COPY_ATTRIBUTE] = {
+        "stringValue": "1",
+        "stringListValues": [],
+        "binaryListValues": [],
+        "dataType": "String",
+    }
+    world.worker("live").handle(copy, context())
+
+    assert world.counters() == {"acme": {"redriven": 1, "deferred": 1, "processed": 1}}
+    assert world.ages == []  # no queue's oldest age from it
+    assert world.metrics.values("AgeOfFirstAttempt", QueueRole="live") == []
 
 
 def test_redriven_work_is_counted_back_once_however_often_it_is_received(world: World) -> None:

@@ -14,6 +14,7 @@ from collections import defaultdict
 from collections.abc import Iterable
 from typing import TYPE_CHECKING, Any
 
+from breakwater.envelope import REDRIVEN_COPY_ATTRIBUTE
 from breakwater.sideline import Move
 from breakwater.sqs_batches import batches, message_size
 
@@ -38,6 +39,8 @@ def send_moves(client: SQSClient, moves: Iterable[Move]) -> set[str]:
                     entry["DelaySeconds"] = move.delay_seconds
                 if move.group_id:
                     entry["MessageGroupId"] = move.group_id
+                if move.redriven:
+                    entry["MessageAttributes"] = _REDRIVEN_COPY
                 entries.append(entry)
             try:
                 response = client.send_message_batch(QueueUrl=queue_url, Entries=entries)  # type: ignore[arg-type]
@@ -48,5 +51,8 @@ def send_moves(client: SQSClient, moves: Iterable[Move]) -> set[str]:
     return failed
 
 
+_REDRIVEN_COPY = {REDRIVEN_COPY_ATTRIBUTE: {"DataType": "String", "StringValue": "1"}}
+
+
 def _size(move: Move) -> int:
-    return message_size(move.body)
+    return message_size(move.body, _REDRIVEN_COPY if move.redriven else None)

@@ -138,7 +138,7 @@ class Worker:
         assert batch is not None
         envelope = record.body
         batch.received[record.messageId] = (envelope.tenant, record.receive_count)
-        if record.redriven and record.first_attempt:
+        if record.redrive_arrival and record.first_attempt:
             # Back from a dead-letter queue, where it was counted dead_lettered: in the estimate again.
             batch.counters[envelope.tenant]["redriven"] += 1
         self._log_keys(envelope)
@@ -357,6 +357,7 @@ class Worker:
                 body=envelope.moved(decision.destination, attempt=attempt).to_json(),
                 delay_seconds=decision.delay_seconds,
                 group_id=envelope.tenant if self.config.fair_queues else None,
+                redriven=record.redriven,
             )
         )
         batch.moved[record.messageId] = (envelope.tenant, role, decision.action)

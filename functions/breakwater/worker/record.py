@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from pydantic import BaseModel, Field, Json
 
-from breakwater.envelope import REDRIVEN_ATTRIBUTE, Envelope
+from breakwater.envelope import REDRIVEN_ATTRIBUTE, REDRIVEN_COPY_ATTRIBUTE, Envelope
 
 
 class SqsRecordAttributes(BaseModel):
@@ -48,8 +48,16 @@ class EnvelopeSqsRecord(BaseModel):
     def redriven(self) -> bool:
         """Whether the redrive moved this message back from a dead-letter queue.
 
-        Only the redrive's move by hand marks what it moves; a move task copies messages as they are.
+        The redrive marks what it moves back, and a worker marks the copy it sends elsewhere of such
+        a message (:attr:`redrive_arrival` tells the two apart).
         """
+        return (
+            REDRIVEN_ATTRIBUTE in self.messageAttributes or REDRIVEN_COPY_ATTRIBUTE in self.messageAttributes
+        )
+
+    @property
+    def redrive_arrival(self) -> bool:
+        """Whether this is the message the redrive sent back itself (not a worker's copy of it)."""
         return REDRIVEN_ATTRIBUTE in self.messageAttributes
 
     @property
