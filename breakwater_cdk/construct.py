@@ -210,8 +210,7 @@ class Breakwater(Construct):
         )
         redrive.function.add_environment("REDRIVE_PAIRS", values["REDRIVE_PAIRS"])
         for dlq, queue in pairs:
-            dlq.grant_consume_messages(redrive.role)
-            dlq.grant(redrive.role, "sqs:StartMessageMoveTask", "sqs:ListMessageMoveTasks")
+            dlq.grant_consume_messages(redrive.role)  # moved by hand, each message marked redriven
             queue.grant_send_messages(redrive.role)
 
     def _build_streaming(self) -> StreamingWorkload:

@@ -127,7 +127,7 @@ class ControlPlane(Construct):
         )
         grant_items(self._tables.state, redrive.role, REDRIVE_STATE)  # markers of the fallback move
         for pair in self._queues.all:
+            # moved by hand, each message marked redriven: a move task's copies could not be told apart
             pair.dlq.grant_consume_messages(redrive.role)
-            pair.dlq.grant(redrive.role, "sqs:StartMessageMoveTask", "sqs:ListMessageMoveTasks")
             pair.queue.grant_send_messages(redrive.role)
         return redrive

@@ -136,6 +136,9 @@ def controller_environment(
         "STATE_TABLE_NAME": tables.state.table_name,
         "TENANTS_TABLE_NAME": tables.tenants.table_name,
         "LIVE_QUEUE_URLS": queue_urls([pair.queue for pair in queues.live]),
+        # a tenant's messages wait only in its own live queues (ingest's order): each estimate is capped
+        # by their depth, so a phantom backlog beside a large real one is corrected too
+        "SHARD_SIZE": str(min(config.queue_set.shard_size, len(queues.live))),
         "SIDELINE_QUEUE_URLS": queue_urls([pair.queue for pair in queues.sideline]),
         "SIDELINE_QUEUE_ROLES": ",".join(pair.role for pair in queues.sideline),  # their workers' age reports
         # Past either budget a sideline queue is parked in S3 (ARCHIVER_FUNCTION_NAME: archive.py).
