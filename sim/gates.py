@@ -14,7 +14,7 @@ from __future__ import annotations
 
 import heapq
 import random
-from collections.abc import Callable
+from collections.abc import Callable, Hashable
 
 from breakwater.concurrency import (
     CROWDED_MS,
@@ -38,7 +38,41 @@ ATTEMPTS = 3  # ConcurrencyLeases.acquire: a tenant on its own, read then write,
 # doubles per attempt, from this base up to this most
 BASE_PAUSE_S = 0.01
 MAX_PAUSE_S = 0.1
-BATCH_GET_CALLS = 2  # a BatchGetItem's unprocessed keys are asked once more, then left to the caller
+# A container refused a tenant's tokens refuses it locally until the bucket holds what it asks for
+# again, stretched by up to this share at random so the refused containers do not all come back at once.
+REFUSAL_JITTER = 0.2
+
+
+class LocalRefusals:
+    """Who was refused a bucket's tokens, and until when they refuse the tenant without asking the table.
+
+    ``LeasedTokenBucket``'s rule on a refusal: the container computes from the bucket it read when it
+    holds the tokens it asks for again (at least one, at most a lease), and makes no DynamoDB call for
+    the tenant before then. The contention backoff on top of it (for containers that keep losing the
+    tokens to others) is not modelled: each bucket here is asked as one shared state.
+    """
+
+    def __init__(self, lease_s: float = 1.0, seed: int = 11) -> None:
+        self.lease_s = lease_s  # a lease is this many seconds of the bucket's rate
+        self._until: dict[Hashable, float] = {}
+        self._rng = random.Random(seed)
+        self.refused_locally = 0  # asks answered with a refusal and no call
+
+    def blocked(self, key: Hashable, now_s: float) -> bool:
+        until = self._until.get(key)
+        if until is None:
+            return False
+        if now_s < until:
+            self.refused_locally += 1
+            return True
+        del self._until[key]
+        return False
+
+    def refused(self, key: Hashable, now_s: float, state: BucketState, limits: BucketLimits) -> None:
+        """The table refused ``key``'s ask at ``now_s``, leaving the bucket at ``state``."""
+        lease = max(1.0, min(limits.rate * self.lease_s, limits.burst))
+        wait = max((lease - state.tokens) / limits.rate, 0.001)
+        self._until[key] = now_s + wait * (1.0 + REFUSAL_JITTER * self._rng.random())
 
 
 class ConsumerBuckets:
@@ -57,14 +91,21 @@ class ConsumerBuckets:
         self.writes = 0  # one conditional UpdateItem of the bucket's item per ask
         self.waited_s = 0.0  # botocore's waits on throttled asks, since the caller last took them
         self.failed_open = 0  # asks answered from the local view after the retries
+        self.refusals = LocalRefusals()  # by (container, tenant)
 
-    def try_acquire_up_to(self, tenant: int, count: int, now_s: float) -> int:
+    def try_acquire_up_to(self, tenant: int, count: int, now_s: float, holder: str = "") -> int:
+        """Up to ``count`` tokens of ``tenant`` for the container ``holder``."""
+        refusals = self.refusals
+        if refusals._until and refusals.blocked((holder, tenant), now_s):
+            return 0
         self.writes += 1
         limits = self._bucket_limits.get(tenant)
         if limits is None:
             limits = self._bucket_limits[tenant] = consumer_bucket_limits(self._limits(tenant))
         state = self._state.get(tenant) or BucketState.full(limits, now_s)
         decision = take_lease(state, limits, now_s, count)
+        if not decision.granted:
+            refusals.refused((holder, tenant), now_s, decision.state, limits)
         table = self.table
         if table is not None:
             item, units = table.consumer_items[tenant], table.bucket_wcu
@@ -296,16 +337,17 @@ class LeaseTable:
         self._tenants[tenant] = kept
 
     # -- the calls against the items -----------------------------------------------------------------
+    # A BatchGetItem's unprocessed keys are asked once more (a second call), then left to the caller.
     def _batch_read(self, table: StateTable, tenant: int, at: float) -> bool:
-        """The tenant's key in the batch's BatchGetItem (asked again once when left unprocessed)."""
+        """The tenant's key in the batch's BatchGetItem."""
         item = table.counters_items[tenant]
         units = table.counters_read_units(len(self._tenants.get(tenant) or _NO_LEASES))
-        return any(table.read(item, COUNTERS, at, units) for _ in range(BATCH_GET_CALLS))
+        return table.read(item, COUNTERS, at, units) or table.read(item, COUNTERS, at, units)
 
     def _batch_read_pool(self, table: StateTable, shard: int | None, at: float) -> bool:
         item = table.pool_shard(shard or 0, len(self.shards))
         units = table.pool_read_units(self.shards[shard or 0].capacity)
-        return any(table.read(item, BURST_POOL, at, units) for _ in range(BATCH_GET_CALLS))
+        return table.read(item, BURST_POOL, at, units) or table.read(item, BURST_POOL, at, units)
 
     def _get(
         self,

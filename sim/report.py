@@ -140,9 +140,10 @@ def summarize(rec: Recording, scenario: Scenario) -> dict[str, Any]:
 
 
 THROTTLE_EFFECTS = (
-    "batch_failures",  # invocations whose lease call stayed throttled: the whole batch came back
+    "batch_failures",  # invocations a gate's error failed whole (none: a gate's error costs its tenant)
     "batch_failure_messages",  # the messages those batches held
-    "burst_transactions_cancelled",  # burst leases whose transaction was throttled (taken for a lost race)
+    "burst_transactions_cancelled",  # burst transactions throttled (taken for a lost race, tried again)
+    "leases_refused_on_error",  # tenants refused a lease because its item stayed throttled: deferred
     "unreleased_leases",  # leases left to expire: their release write stayed throttled
     "pool_places_unreleased",  # burst places left to expire: the pool's write stayed throttled
     "consumer_bucket_failed_open",  # consumer-rate asks answered from the container's own view
@@ -162,6 +163,12 @@ def _dynamodb(rec: Recording) -> dict[str, Any]:
         "hottest_items": report.get("hottest_items", []),
         "dynamodb_throttles": report.get("dynamodb_throttles", {}),
         "throttle_effects": {name: rec.totals.get(name, 0) for name in THROTTLE_EFFECTS},
+        # asks a bucket had refused shortly before, refused again without a write until its refill:
+        # ingest's per tenant and tick, the workers' per container, tenant and batch
+        "refused_locally": {
+            "ingest": rec.totals.get("ingest_refused_locally", 0),
+            "consumer": rec.totals.get("consumer_refused_locally", 0),
+        },
     }
 
 

@@ -45,7 +45,7 @@ from sim.billing import RECEIVE_MAX, Billing, Meter, usage
 from sim.config import Setup
 from sim.control import ControllerState
 from sim.dynamodb import COUNTERS, DEPENDENCY_HEALTH, INGEST_BUCKET, LEGACY_DYNAMODB, StateTable
-from sim.gates import ConsumerBuckets, LeaseTable
+from sim.gates import ConsumerBuckets, LeaseTable, LocalRefusals
 from sim.lambda_esm import EventSourceMapping, FunctionConcurrency
 from sim.messages import Message
 from sim.scenarios import Load, Scenario
@@ -222,6 +222,8 @@ class System:
         self._ingest_timeout_s = float(config.ingest.timeout_seconds)
         self._edge_state: dict[int, BucketState] = {}
         self._ingest_state: dict[int, BucketState] = {}
+        # tenants ingest refuses locally after the bucket refused them, until its refill
+        self._ingest_refusals = LocalRefusals(config.ingest.lease_seconds, scenario.seed + 3)
         self._ingest_limits: dict[tuple[float, int, float], BucketLimits] = {}  # by tier and multiplier
         shard = min(config.queue_set.shard_size, setup.queue_count)
         self._shards = [shard_for(name, setup.queue_count, shard) for name in scenario.tenants]
@@ -444,16 +446,27 @@ class System:
         if limits is None:
             base = BucketLimits(rate=tier.rate, burst=tier.burst)
             limits = self._ingest_limits[(tier.rate, tier.burst, multiplier)] = base.scaled(multiplier)
+        table = self.table
+        held = self.live_worker.leases.held_count(tenant) if self.live_worker.leases is not None else 0
+        refusals = self._ingest_refusals
+        if refusals._until and refusals.blocked(tenant, now):
+            # refused where it was refused before, until the refill: no bucket write, only the counters
+            self.meter.dynamodb_writes += 1
+            table.retried_write(
+                table.counters(tenant), COUNTERS, now, table.counters_units(held), LEGACY_DYNAMODB
+            )
+            self.state.add(tenant, "throttled", edge.granted)
+            return edge.granted, 0
         state = self._ingest_state.get(tenant) or BucketState.full(limits, now)
         decision = take_lease(state, limits, now, edge.granted)
         # the bucket's conditional write, and the tenant's counters (accepted, throttled) in one write
         self.meter.dynamodb_writes += 2
-        table = self.table
         if not self._bucket_written(tenant, now):
             return edge.granted, -1
         self._ingest_state[tenant] = decision.state
+        if not decision.granted:
+            refusals.refused(tenant, now, decision.state, limits)
         # a throttled flush keeps its counts for the next one (modelled as written: a tick later at most)
-        held = self.live_worker.leases.held_count(tenant) if self.live_worker.leases is not None else 0
         table.retried_write(
             table.counters(tenant), COUNTERS, now, table.counters_units(held), LEGACY_DYNAMODB
         )
@@ -590,6 +603,8 @@ class System:
                 rec.add("pool_places_unreleased", worker.leases.unreleased)
         if self.live_worker.rate is not None:
             rec.add("consumer_bucket_failed_open", self.live_worker.rate.failed_open)
+            rec.add("consumer_refused_locally", self.live_worker.rate.refusals.refused_locally)
+        rec.add("ingest_refused_locally", self._ingest_refusals.refused_locally)
 
     def run(self) -> Recording:
         """Run to the scenario's end (virtual); the policies' logs and metrics stay quiet meanwhile."""

@@ -346,7 +346,7 @@ class WorkerModel:
             tenants: list[int] = []
             short = False
             for tenant, count in wanted.items():
-                granted = tokens[tenant] = acquire(tenant, count, at)
+                granted = tokens[tenant] = acquire(tenant, count, at, holder)
                 if granted > 0:
                     tenants.append(tenant)
                 if granted < count:

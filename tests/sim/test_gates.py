@@ -257,3 +257,20 @@ def test_a_run_spreads_the_health_reports_as_the_stack_sets_them() -> None:
     assert system.health_shards == health_report_shards(config) == 4  # 17 mappings of 275: 935 reports/s
     assert system.live_worker.setup.health_shards == 4
     assert system.state.health_shards == 4
+
+
+# -- a refused container backs off until the refill ----------------------------------------------------------
+
+
+def test_a_container_refused_a_tenants_tokens_asks_the_table_again_only_after_the_refill() -> None:
+    buckets = ConsumerBuckets(lambda _t: LIMITS)  # a consumer rate of 3 a second, a burst of 3
+    assert buckets.try_acquire_up_to(0, 3, NOW_S, "c1") == 3
+    assert buckets.try_acquire_up_to(0, 1, NOW_S, "c1") == 0  # the table refuses: a write all the same
+    writes = buckets.writes
+    assert buckets.try_acquire_up_to(0, 1, NOW_S + 0.5, "c1") == 0
+    assert buckets.writes == writes  # refused by the container itself: no call
+    assert buckets.try_acquire_up_to(0, 1, NOW_S + 0.5, "c2") == 1  # another container asks the table
+    # a lease of 3 tokens refills in a second, stretched by at most a fifth: then c1 asks again
+    assert buckets.try_acquire_up_to(0, 1, NOW_S + 1.3, "c1") == 1
+    assert buckets.writes == writes + 2
+    assert buckets.refusals.refused_locally == 1
