@@ -12,6 +12,9 @@
 - **The queues' health reports** are spread over enough items that none takes more than a quarter
   of a partition's write units, at what the live worker's mappings allow.
 - **Items** stay under DynamoDB's 400 KB (:mod:`breakwater_cdk.item_sizes`).
+- **A tenant's ordered backlog item** (``ordered-tenant#<id>``) takes a write per admitted ordered
+  message, one per FIFO batch that gives slots back, and the ingest containers' refusals: at the
+  largest tier's rate it must stay within a partition's write units.
 """
 
 from __future__ import annotations
@@ -151,6 +154,28 @@ def item_size_problems(config: BlueprintConfig) -> list[str]:
     return oversized(items)
 
 
+# ingest containers' writes on a full tenant's item: each refuses from memory until its Retry-After, so
+# about one write per container every few seconds (a hundred containers, one every five seconds)
+ORDERED_REFUSAL_WRITES = 20
+
+
+def ordered_tenant_writes(config: BlueprintConfig, rate: float) -> float:
+    """Write units per second on one tenant's ordered backlog item at ``rate`` ordered messages/s."""
+    return rate * (1 + 1 / config.ordered.batch_size) + ORDERED_REFUSAL_WRITES
+
+
+def ordered_tenant_problems(config: BlueprintConfig) -> list[str]:
+    if not config.ordered.enabled:
+        return []
+    return [
+        f"breakwater.tiers.{name}.rate = {tier.rate:g}: with breakwater.ordered.enabled its ordered "
+        f"backlog item takes {ordered_tenant_writes(config, tier.rate):,.0f} writes/s (batch_size "
+        f"{config.ordered.batch_size}), over a partition's {PARTITION_WRITE_UNITS:,} write units/s"
+        for name, tier in sorted(config.tiers.items())
+        if ordered_tenant_writes(config, tier.rate) > PARTITION_WRITE_UNITS
+    ]
+
+
 def shared_ceiling_problems(config: BlueprintConfig) -> list[str]:
     """Every shared ceiling ``config`` breaks, each naming its key and value (none: it holds)."""
     return [
@@ -158,4 +183,5 @@ def shared_ceiling_problems(config: BlueprintConfig) -> list[str]:
         *events_problems(config),
         *health_report_problems(config),
         *item_size_problems(config),
+        *ordered_tenant_problems(config),
     ]

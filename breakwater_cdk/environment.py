@@ -202,6 +202,8 @@ def fifo_worker_environment(
         "WRITE_AHEAD_TABLE_NAME": write_ahead.table_name,
         "WRITE_AHEAD_LEASE_SECONDS": str(ordered.lease_seconds),
         "WRITE_AHEAD_RETENTION_SECONDS": str(ordered.write_ahead_retention_days * 86_400),
+        # a group held for an outage waits longest on its last spare receives (the FIFO DLQ's count)
+        "MAX_RECEIVE_COUNT": str(ordered.max_receive_count),
     }
     if state is not None:  # it gives each message's group slot back (the same window as the ingest's)
         values["STATE_TABLE_NAME"] = state.table_name

@@ -97,6 +97,11 @@ ROOT = Path(__file__).resolve().parents[2]
             {"api": {"throttle_headroom": 6}},
             ["breakwater.api.throttle_rate = 5000", "api.throttle_headroom (6)", "= 6000/s"],
         ),
+        # A tenant's ordered backlog item: a write per message, one per batch, the refusals.
+        (
+            {"ordered": {"enabled": True, "batch_size": 1}, "tiers": {"premium": {"rate": 600}}},
+            ["breakwater.tiers.premium.rate = 600", "1,220 writes/s (batch_size 1)", "1,000 write units/s"],
+        ),
         # One tenant's events reach one shard with partition_key tenant: 1,000 records/s and 1 MiB/s.
         (
             {"streaming": {"event_rate_multiplier": 10}},
