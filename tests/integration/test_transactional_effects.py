@@ -251,3 +251,26 @@ def test_an_ordered_attempt_whose_claim_was_taken_over_writes_no_effect(world: W
         process_exactly_once(ordered(message, "a"), store, overtaken, now_ms())
     assert writes(world, message) == 1
     assert world.item("acme#g", message.id)["owner"] == "b"
+
+
+def test_a_commit_that_meets_another_transaction_is_retried_and_written_once(world: WorkerWorld) -> None:
+    idempotent, runs = processor()
+    message = make_envelope("acme")
+    conflicts = [1]
+
+    def conflict_once(**_: Any) -> None:
+        if conflicts[0]:
+            conflicts[0] -= 1
+            reasons = [{"Code": "TransactionConflict"}, {"Code": "None"}]
+            error = {"Error": {"Code": "TransactionCanceledException"}, "CancellationReasons": reasons}
+            raise ClientError(error, "TransactWriteItems")  # type: ignore[arg-type]
+
+    idempotent.persistence.client.meta.events.register(
+        "before-call.dynamodb.TransactWriteItems", conflict_once
+    )
+    idempotent.lock([message])
+    idempotent(message, WorkContext())
+
+    assert conflicts == [0] and runs == [message.id]  # run once, its commit written on the second try
+    assert writes(world, message) == 1
+    assert statuses(world) == ["COMPLETED"]

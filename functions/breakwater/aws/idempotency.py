@@ -32,7 +32,7 @@ import contextlib
 import json
 import time
 from collections.abc import Callable, Iterable, Sequence
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, NoReturn
 
 from aws_lambda_powertools.utilities.idempotency import (
     DynamoDBPersistenceLayer,
@@ -48,6 +48,7 @@ from aws_lambda_powertools.utilities.idempotency.persistence.datarecord import D
 from aws_lambda_powertools.utilities.typing import LambdaContext
 from botocore.exceptions import ClientError
 
+from breakwater.aws.conflicts import pause_before_retry
 from breakwater.aws.counters import batch_get_items
 from breakwater.envelope import Envelope, processing_id
 from breakwater.observability import PowertoolsSettings, logger
@@ -67,6 +68,22 @@ Processor = Callable[[Envelope, WorkContext], dict[str, Any]]
 _LOCK_CONDITION = "attribute_not_exists(#id)"
 # A message's record with its effects: unless another copy has completed it (whoever holds the lock).
 _COMMIT_CONDITION = "attribute_not_exists(#id) OR #status = :in_progress"
+
+
+COMMIT_ATTEMPTS = 4
+
+
+def _conflicted(exc: ClientError) -> bool:
+    """Whether a commit was refused only because another transaction held one of its items."""
+    code = exc.response.get("Error", {}).get("Code")
+    if code == "TransactionConflictException":
+        return True
+    reasons = [reason.get("Code") for reason in exc.response.get("CancellationReasons") or []]
+    return (
+        code == "TransactionCanceledException"
+        and "TransactionConflict" in reasons
+        and all(reason in (None, "None", "TransactionConflict") for reason in reasons)
+    )
 
 
 class EffectsAlreadyCommittedError(IdempotencyItemAlreadyExistsError):
@@ -314,7 +331,8 @@ class BatchedPersistenceLayer(DynamoDBPersistenceLayer):
         The record's condition fails only where another copy completed the message: its effects are
         the ones written, these never are (:class:`EffectsAlreadyCommittedError`). Any other refusal
         or error writes nothing either: the lock is given back (only while it is still a lock, in case
-        the transaction did go through unseen) and the message fails, to be run again.
+        the transaction did go through unseen) and the message fails, to be run again. A transaction
+        cancelled only because another one held an item is retried first (:func:`_conflicted`).
         """
         key = data_record.idempotency_key
         self._running.discard(key)
@@ -327,24 +345,38 @@ class BatchedPersistenceLayer(DynamoDBPersistenceLayer):
                 "ExpressionAttributeValues": {":in_progress": {"S": "INPROGRESS"}},
             }
         }
-        try:
-            self.client.transact_write_items(TransactItems=[*effects, record])  # type: ignore[list-item]
-        except ClientError as exc:
-            reasons = exc.response.get("CancellationReasons") or []
-            if len(reasons) == len(effects) + 1 and reasons[-1].get("Code") == "ConditionalCheckFailed":
-                raise EffectsAlreadyCommittedError(
-                    "another copy of this message committed its effects", old_data_record=data_record
-                ) from exc
-            if locked:
-                self._give_back_lock(key)
-            refused = [
-                f"{index}: {reason.get('Code')} {reason.get('Message', '')}".strip()
-                for index, reason in enumerate(reasons[:-1])
-                if reason.get("Code") not in (None, "None")
-            ]
-            raise EffectsNotCommittedError(
-                f"the effects and the idempotency record were not written ({'; '.join(refused) or exc})"
+        attempt = 0
+        while True:
+            try:
+                self.client.transact_write_items(TransactItems=[*effects, record])  # type: ignore[list-item]
+                return
+            except ClientError as exc:
+                # another writer's transaction held an item for a moment: the same write again, after a
+                # jittered pause, while the invocation has the time
+                if _conflicted(exc) and attempt + 1 < COMMIT_ATTEMPTS and pause_before_retry(attempt):
+                    attempt += 1
+                    continue
+                self._not_committed(exc, data_record, effects, locked=locked)
+
+    def _not_committed(
+        self, exc: ClientError, data_record: DataRecord, effects: Sequence[dict[str, Any]], *, locked: bool
+    ) -> NoReturn:
+        """Raise what a refused commit means: done by another copy, or not written (lock given back)."""
+        reasons = exc.response.get("CancellationReasons") or []
+        if len(reasons) == len(effects) + 1 and reasons[-1].get("Code") == "ConditionalCheckFailed":
+            raise EffectsAlreadyCommittedError(
+                "another copy of this message committed its effects", old_data_record=data_record
             ) from exc
+        if locked:
+            self._give_back_lock(data_record.idempotency_key)
+        refused = [
+            f"{index}: {reason.get('Code')} {reason.get('Message', '')}".strip()
+            for index, reason in enumerate(reasons[:-1])
+            if reason.get("Code") not in (None, "None")
+        ]
+        raise EffectsNotCommittedError(
+            f"the effects and the idempotency record were not written ({'; '.join(refused) or exc})"
+        ) from exc
 
     def _give_back_lock(self, key: str) -> None:
         try:
