@@ -26,7 +26,7 @@ from breakwater.concurrency import (
     pool_shard_capacities,
     pool_shard_of,
 )
-from breakwater.fairness import BucketLimits, BucketState, take_lease
+from breakwater.fairness import BucketLimits, BucketState, lease_size, take_lease
 from breakwater.settings import TierLimits
 from breakwater.worker.options import consumer_bucket_limits
 from sim.dynamodb import BURST_POOL, CONSUMER_BUCKET, COUNTERS, STANDARD, Item, StateTable
@@ -52,8 +52,10 @@ class LocalRefusals:
     tokens to others) is not modelled: each bucket here is asked as one shared state.
     """
 
-    def __init__(self, lease_s: float = 1.0, seed: int = 11) -> None:
-        self.lease_s = lease_s  # a lease is this many seconds of the bucket's rate
+    def __init__(self, lease_seconds: float = 1.0, max_fraction: float = 0.25, seed: int = 11) -> None:
+        # a container's lease: ``fairness.lease_size`` (seconds of the rate, at most a share of the burst)
+        self.lease_seconds = lease_seconds
+        self.max_fraction = max_fraction
         self._until: dict[Hashable, float] = {}
         self._rng = random.Random(seed)
         self.refused_locally = 0  # asks answered with a refusal and no call
@@ -68,10 +70,14 @@ class LocalRefusals:
         del self._until[key]
         return False
 
-    def refused(self, key: Hashable, now_s: float, state: BucketState, limits: BucketLimits) -> None:
-        """The table refused ``key``'s ask at ``now_s``, leaving the bucket at ``state``."""
-        lease = max(1.0, min(limits.rate * self.lease_s, limits.burst))
-        wait = max((lease - state.tokens) / limits.rate, 0.001)
+    def refused(
+        self, key: Hashable, now_s: float, state: BucketState, limits: BucketLimits, wanted: int
+    ) -> None:
+        """The table refused ``key``'s ask for ``wanted`` tokens at ``now_s``, leaving the bucket at
+        ``state``: refused locally until it holds them (at least one, at most a lease) again."""
+        lease = lease_size(limits, self.lease_seconds, self.max_fraction)
+        asked = max(1, min(wanted, lease))
+        wait = max((asked - state.tokens) / limits.rate, 0.001)
         self._until[key] = now_s + wait * (1.0 + REFUSAL_JITTER * self._rng.random())
 
 
@@ -83,7 +89,12 @@ class ConsumerBuckets:
     fails open (here: the shared state's decision, not written back).
     """
 
-    def __init__(self, limits: Callable[[int], TierLimits], table: StateTable | None = None) -> None:
+    def __init__(
+        self,
+        limits: Callable[[int], TierLimits],
+        table: StateTable | None = None,
+        refusals: LocalRefusals | None = None,
+    ) -> None:
         self._limits = limits
         self._state: dict[int, BucketState] = {}
         self._bucket_limits: dict[int, BucketLimits] = {}
@@ -91,7 +102,7 @@ class ConsumerBuckets:
         self.writes = 0  # one conditional UpdateItem of the bucket's item per ask
         self.waited_s = 0.0  # botocore's waits on throttled asks, since the caller last took them
         self.failed_open = 0  # asks answered from the local view after the retries
-        self.refusals = LocalRefusals()  # by (container, tenant)
+        self.refusals = refusals or LocalRefusals()  # by (container, tenant)
 
     def try_acquire_up_to(self, tenant: int, count: int, now_s: float, holder: str = "") -> int:
         """Up to ``count`` tokens of ``tenant`` for the container ``holder``."""
@@ -105,7 +116,7 @@ class ConsumerBuckets:
         state = self._state.get(tenant) or BucketState.full(limits, now_s)
         decision = take_lease(state, limits, now_s, count)
         if not decision.granted:
-            refusals.refused((holder, tenant), now_s, decision.state, limits)
+            refusals.refused((holder, tenant), now_s, decision.state, limits, count)
         table = self.table
         if table is not None:
             item, units = table.consumer_items[tenant], table.bucket_wcu
@@ -236,6 +247,9 @@ class LeaseTable:
             else:
                 lost.extend(burst)
         for tenant in floors:
+            if not self._make_room(tenant, at):
+                lost.append(tenant)
+                continue
             self.writes += 1
             if table is not None:
                 held = len(self._tenants.get(tenant) or _NO_LEASES)
@@ -261,8 +275,11 @@ class LeaseTable:
             return False
         leases = self._tenants.get(tenant)
         self.writes += 1
-        # the condition fails on an item without leases too (the adapter reads it next)
-        taken = leases is None or _held(leases, now_ms) >= limits.floor
+        # the condition fails on an item without a map of leases too (the adapter reads it next), and
+        # passes for a holder renewing its own live lease
+        own = leases.get(holder) if leases else None
+        renewing = own is not None and own.expires_at_ms > now_ms
+        taken = leases is None or (not renewing and _held(leases, now_ms) >= limits.floor)
         table = self.table
         if table is not None:
             held = len(leases or _NO_LEASES)
@@ -272,8 +289,9 @@ class LeaseTable:
             self.waited_s += waited
             if not written:
                 return False  # the read path decides
-        if taken:  # ConditionalCheckFailedException: read first for a while (CrowdedFloors)
-            self._crowded[key] = now_ms + CROWDED_MS
+        if taken:  # ConditionalCheckFailedException: a taken floor is read first for a while
+            if leases is not None:
+                self._crowded[key] = now_ms + CROWDED_MS
             return False
         kept = dict(leases or _NO_LEASES)
         kept[holder] = Lease(expires_at_ms, False)
@@ -313,6 +331,8 @@ class LeaseTable:
                     continue
                 shard.hold((tenant, holder), expires_at_ms)
             else:
+                if not self._make_room(tenant, at):
+                    return self._refused_on_error()
                 self.writes += 1
                 if table is not None:
                     written, waited = table.retried_write(
@@ -324,6 +344,23 @@ class LeaseTable:
             self._take(tenant, holder, Lease(expires_at_ms, grant is _BURST), now_ms)
             return grant
         return self._refused_on_error()  # every race lost: behave as full
+
+    def _make_room(self, tenant: int, at: float) -> bool:
+        """``ConcurrencyLeases._make_room``: a tenant's item without a map of leases gets an empty one
+        (one unconditional write) before its floor lease; False: that write stayed throttled."""
+        if tenant in self._tenants:
+            return True
+        self.writes += 1
+        table = self.table
+        if table is not None:
+            written, waited = table.retried_write(
+                table.counters_items[tenant], COUNTERS, at, table.counters_units(0)
+            )
+            self.waited_s += waited
+            if not written:
+                return False
+        self._tenants[tenant] = {}
+        return True
 
     def _refused_on_error(self) -> Grant:
         self.refused_on_error += 1

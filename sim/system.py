@@ -166,7 +166,9 @@ class System:
             )
 
         table = self.table
-        rate = ConsumerBuckets(self.limits, table) if practices else None
+        ingest = config.ingest  # the workers lease their consumer tokens as ingest does
+        refusals = LocalRefusals(ingest.lease_seconds, ingest.lease_max_fraction, scenario.seed + 4)
+        rate = ConsumerBuckets(self.limits, table, refusals) if practices else None
         concurrency = worker.mapping_concurrency
         # the burst pools as the stack sizes them: a share of what the worker's mappings allow
         live_slots = burst_slots(config, "live")
@@ -223,7 +225,9 @@ class System:
         self._edge_state: dict[int, BucketState] = {}
         self._ingest_state: dict[int, BucketState] = {}
         # tenants ingest refuses locally after the bucket refused them, until its refill
-        self._ingest_refusals = LocalRefusals(config.ingest.lease_seconds, scenario.seed + 3)
+        self._ingest_refusals = LocalRefusals(
+            config.ingest.lease_seconds, config.ingest.lease_max_fraction, scenario.seed + 3
+        )
         self._ingest_limits: dict[tuple[float, int, float], BucketLimits] = {}  # by tier and multiplier
         shard = min(config.queue_set.shard_size, setup.queue_count)
         self._shards = [shard_for(name, setup.queue_count, shard) for name in scenario.tenants]
@@ -465,7 +469,7 @@ class System:
             return edge.granted, -1
         self._ingest_state[tenant] = decision.state
         if not decision.granted:
-            refusals.refused(tenant, now, decision.state, limits)
+            refusals.refused(tenant, now, decision.state, limits, edge.granted)
         # a throttled flush keeps its counts for the next one (modelled as written: a tick later at most)
         table.retried_write(
             table.counters(tenant), COUNTERS, now, table.counters_units(held), LEGACY_DYNAMODB

@@ -116,7 +116,7 @@ def test_a_tenant_whose_lease_item_stays_throttled_has_only_its_messages_deferre
 
 
 def test_a_consumer_bucket_throttled_through_its_retries_fails_open() -> None:
-    table = StateTable(NAMES, AwsLimits(scale=1000))
+    table = StateTable(NAMES, LIMIT)
     exhaust(table, table.consumer_bucket(0), CONSUMER_BUCKET)
     model, sink, queue, batch = worker([0, 1, 0, 1], table)
     model.handle(batch, queue, 1, NOW_S).finish()
@@ -263,14 +263,16 @@ def test_a_run_spreads_the_health_reports_as_the_stack_sets_them() -> None:
 
 
 def test_a_container_refused_a_tenants_tokens_asks_the_table_again_only_after_the_refill() -> None:
-    buckets = ConsumerBuckets(lambda _t: LIMITS)  # a consumer rate of 3 a second, a burst of 3
+    # a consumer rate of 3 a second and a burst of 3: a container's lease is one token (a quarter of
+    # the burst at most), so a refused one waits a third of a second, stretched by at most a fifth
+    buckets = ConsumerBuckets(lambda _t: LIMITS)
     assert buckets.try_acquire_up_to(0, 3, NOW_S, "c1") == 3
-    assert buckets.try_acquire_up_to(0, 1, NOW_S, "c1") == 0  # the table refuses: a write all the same
-    writes = buckets.writes
-    assert buckets.try_acquire_up_to(0, 1, NOW_S + 0.5, "c1") == 0
-    assert buckets.writes == writes  # refused by the container itself: no call
-    assert buckets.try_acquire_up_to(0, 1, NOW_S + 0.5, "c2") == 1  # another container asks the table
-    # a lease of 3 tokens refills in a second, stretched by at most a fifth: then c1 asks again
-    assert buckets.try_acquire_up_to(0, 1, NOW_S + 1.3, "c1") == 1
-    assert buckets.writes == writes + 2
+    assert buckets.try_acquire_up_to(0, 2, NOW_S, "c1") == 0  # the table refuses: a write all the same
+    assert buckets.writes == 2
+    assert buckets.try_acquire_up_to(0, 2, NOW_S + 0.2, "c1") == 0
+    assert buckets.writes == 2  # refused by the container itself: no call
+    assert buckets.try_acquire_up_to(0, 2, NOW_S + 0.2, "c2") == 0  # another container asks the table
+    assert buckets.writes == 3
+    assert buckets.try_acquire_up_to(0, 2, NOW_S + 0.5, "c1") == 1  # refilled: c1 asks again
+    assert buckets.writes == 4
     assert buckets.refusals.refused_locally == 1
