@@ -293,9 +293,9 @@ class LeaseTable:
             if leases is not None:
                 self._crowded[key] = now_ms + CROWDED_MS
             return False
-        kept = dict(leases or _NO_LEASES)
-        kept[holder] = Lease(expires_at_ms, False)
-        self._tenants[tenant] = kept
+        # (the real write keeps the map's other entries; a given-back lease is gone from it, which here
+        # is an ended one: dropped so that the item's size stays what the real one's is)
+        self._take(tenant, holder, Lease(expires_at_ms, False), now_ms)
         return True
 
     def _acquire(
