@@ -118,6 +118,12 @@ class DemandMeter:
             return self.recent
         return self.recent * math.exp((self.recent_at - now) / QUIET_LEASE_SECONDS)
 
+    def own_rate(self, now: float) -> float:
+        """Requests per second this container sees: the last second's (in its first second, the requests
+        so far), or the recent rate if higher (a trickle's last second is often empty)."""
+        last_second = self.rate(now)
+        return max(self.current if last_second is None else last_second, self.recent_rate(now))
+
     def rate(self, now: float) -> float | None:
         """Requests per second over the last second (the previous second weighted by how much of it
         is still inside the window, plus the current one); None until a whole second was seen, so a
@@ -202,25 +208,62 @@ def take_lease(state: BucketState, limits: BucketLimits, now: float, wanted: int
     return LeaseDecision(0, BucketState(tokens, updated_at), max(missing / limits.rate, 0.001))
 
 
-MAX_CONTENTION_DOUBLINGS = 2
-"""A container that keeps losing a tenant's bucket to others waits at most 4 whole-lease refills."""
+CONTENTION_GROWTH = 2.0
+"""A lost probe (a call that found fewer tokens than the container's copy promised) doubles the backoff."""
+CONTENTION_DECAY = 0.9
+"""A lease the table granted, leaving the bucket short of another such lease, shrinks the backoff so."""
+MAX_CONTENTION_BACKOFF_S = 10.0
+"""The longest a container backs off for contention alone: however hard a tenant floods, each of its
+containers then asks its bucket item at most about once per this many seconds."""
+BACKOFF_REQUESTS = 16.0
+"""Beyond the bucket's refill from empty, a container backs off at most this many of its own requests'
+worth of time: a backoff sized in requests follows the tenant's spread over containers (the more
+containers share its requests, the fewer each sees and the longer each must wait), where a cap in
+seconds alone is either too short for many containers or too long for a few."""
+REFUSAL_JITTER = 0.2
+"""A local refusal lasts up to this share longer, at random, so containers do not come back at once."""
 
 
-def contention_backoff(retry_after: float, contended_refusals: int, limits: BucketLimits) -> float:
-    """How long a container waits after its ``contended_refusals``-th refusal in a row after a lost race.
+def backoff_cap(limits: BucketLimits, own_rate: float) -> float:
+    """The longest contention backoff for a container that sees ``own_rate`` of the tenant's requests
+    per second: the bucket's refill from empty, or :data:`BACKOFF_REQUESTS` of its own requests if
+    longer, never more than :data:`MAX_CONTENTION_BACKOFF_S`."""
+    by_requests = BACKOFF_REQUESTS / own_rate if own_rate > 0 else MAX_CONTENTION_BACKOFF_S
+    return min(MAX_CONTENTION_BACKOFF_S, max(limits.burst / limits.rate, by_requests))
 
-    A lost race proves other containers are taking this tenant's tokens as they refill; if every
-    refused container came back after one whole-lease refill, each return would cost a write that
-    mostly loses again (the refill went to whoever came first). Doubling the wait per such refusal
-    (exponential backoff, as for any contended resource) spreads the containers out; admission over
-    time is unchanged, because tokens nobody takes stay in the shared bucket. The wait never exceeds
-    the time the bucket takes to refill from empty to full, so no refill is lost to the burst cap
-    by the backoff alone.
+
+def contention_backoff(previous: float, refill_wait: float, shared: float, cap: float) -> float:
+    """The backoff after a lost probe: twice the previous one, the refill or the one the tenant's other
+    containers last used (``shared``), whichever is longest, at most ``cap`` (:func:`backoff_cap`).
+
+    A lost probe proves other containers take this tenant's tokens as they refill. If each came back
+    when its own copy says the tokens are there, all of them would, and all but one would lose again:
+    each lost probe is a write on the tenant's item. Doubling per lost probe and shrinking per won one
+    (:func:`relaxed_backoff`; multiplicative increase, gentle decrease) settles where about
+    ln(1/decay) / (ln 2 + ln(1/decay)) of the probes are lost, whatever the number of containers;
+    tokens nobody takes meanwhile stay in the shared bucket for the next probe.
     """
-    if contended_refusals <= 0:
-        return retry_after
-    backed_off = retry_after * 2 ** min(contended_refusals, MAX_CONTENTION_DOUBLINGS)
-    return min(backed_off, max(retry_after, limits.burst / limits.rate))
+    return min(cap, CONTENTION_GROWTH * max(previous, refill_wait, shared))
+
+
+def relaxed_backoff(backoff: float, left: float | None, limits: BucketLimits) -> float:
+    """The backoff after the table granted a lease that left ``left`` tokens in the bucket (None: not
+    known): halved if the bucket is still half full (the tenant's containers ask too seldom, and would
+    let its refill overflow), else shrunk gently."""
+    if left is not None and left >= limits.burst / 2:
+        return backoff / 2
+    return backoff * CONTENTION_DECAY
+
+
+def local_refusal_seconds(refill_wait: float, backoff: float, uniform: float) -> float:
+    """How long a container refuses a tenant locally: until the bucket holds the tokens it asks for
+    again. A container that has lost probes to others (``backoff`` > 0) waits its backoff if longer,
+    stretched by up to :data:`REFUSAL_JITTER` (``uniform`` in [0, 1)) so the containers refused
+    together do not all ask again at the same instant; one that has not is alone with the tenant as
+    far as it knows, and comes back exactly when its tokens are there."""
+    if backoff <= 0:
+        return refill_wait
+    return max(refill_wait, backoff) * (1.0 + REFUSAL_JITTER * uniform)
 
 
 @dataclass
@@ -230,7 +273,7 @@ class LocalLease:
     tokens: int = 0
     expires_at: float = 0.0
     blocked_until: float = 0.0  # after a refused lease, do not ask the shared bucket again before this
-    contended_refusals: int = 0  # refusals in a row that followed a lost race (reset by a grant)
+    backoff: float = 0.0  # seconds; grows with lost probes, shrinks with granted leases (contention_backoff)
 
     def spend_up_to(self, count: int, now: float) -> int:
         """Spend up to ``count`` held tokens; how many were spent (none once the lease expired)."""
@@ -241,11 +284,16 @@ class LocalLease:
         self.tokens -= spent
         return spent
 
-    def grant(self, tokens: int, now: float, ttl: float) -> None:
+    def grant(self, tokens: int, now: float, ttl: float, backoff: float = 0.0) -> None:
+        """A lease from the table; ``backoff``: the contention backoff after it (:func:`relaxed_backoff`).
+
+        A contended container paces its asks whatever their outcome: one that asked again as soon as
+        it had spent a won lease would lose about every other ask.
+        """
         self.tokens = tokens
         self.expires_at = now + ttl
-        self.blocked_until = 0.0
-        self.contended_refusals = 0
+        self.backoff = backoff
+        self.blocked_until = now + backoff
 
     def refuse(self, now: float, retry_after: float) -> None:
         self.tokens = 0

@@ -9,14 +9,21 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from breakwater.fairness import (
+    BACKOFF_REQUESTS,
+    MAX_CONTENTION_BACKOFF_S,
+    REFUSAL_JITTER,
     BucketLimits,
     BucketState,
+    DemandMeter,
     LocalLease,
+    backoff_cap,
     contention_backoff,
     full_at,
     is_full,
     lease_size,
+    local_refusal_seconds,
     refill,
+    relaxed_backoff,
     retry_after_header,
     take_lease,
 )
@@ -116,20 +123,52 @@ def test_local_lease_is_spent_expires_and_blocks_after_a_refusal():
     assert not lease.is_blocked(now=3.25)
 
 
-def test_contended_refusals_back_off_exponentially_up_to_a_full_refill():
-    assert contention_backoff(0.5, 0, LIMITS) == 0.5  # no lost race: one whole-lease refill
-    assert contention_backoff(0.5, 1, LIMITS) == 1.0
-    assert contention_backoff(0.5, 2, LIMITS) == 2.0
-    assert contention_backoff(0.5, 9, LIMITS) == 2.0  # at most four refills
-    # never longer than the bucket takes to fill from empty (20 tokens at 10/s), unless the refill itself is
-    assert contention_backoff(0.75, 2, LIMITS) == 2.0
-    assert contention_backoff(3.0, 2, LIMITS) == 3.0
+def test_a_lost_probe_doubles_the_longest_of_backoff_refill_and_shared_up_to_the_cap():
+    assert contention_backoff(0.0, 0.5, 0.0, cap=10) == 1.0  # the first: twice the refill
+    assert contention_backoff(1.0, 0.5, 0.0, cap=10) == 2.0
+    assert contention_backoff(1.0, 0.5, 3.0, cap=10) == 6.0  # others' backoff, learnt from the item
+    assert contention_backoff(8.0, 0.5, 0.0, cap=10) == 10.0
 
 
-def test_a_grant_ends_the_contention():
-    lease = LocalLease(contended_refusals=2)
-    lease.grant(1, now=0, ttl=1)
-    assert lease.contended_refusals == 0
+def test_the_backoff_cap_follows_the_requests_a_container_sees():
+    # a container seeing few of the tenant's requests (it shares them with many) may wait longer
+    assert backoff_cap(LIMITS, own_rate=0.5) == MAX_CONTENTION_BACKOFF_S
+    assert backoff_cap(LIMITS, own_rate=4.0) == BACKOFF_REQUESTS / 4.0
+    # one that sees many never waits past the bucket's refill from empty (20 tokens at 10/s)
+    assert backoff_cap(LIMITS, own_rate=100.0) == 2.0
+    assert backoff_cap(LIMITS, own_rate=0.0) == MAX_CONTENTION_BACKOFF_S
+
+
+def test_a_won_lease_relaxes_the_backoff_gently_unless_the_bucket_had_plenty():
+    assert relaxed_backoff(4.0, left=0.5, limits=LIMITS) == pytest.approx(3.6)
+    assert relaxed_backoff(4.0, left=None, limits=LIMITS) == pytest.approx(3.6)
+    assert relaxed_backoff(4.0, left=10.0, limits=LIMITS) == 2.0  # half full: containers ask too seldom
+
+
+def test_a_local_refusal_lasts_the_refill_or_the_backoff_jittered():
+    assert local_refusal_seconds(0.5, 0.0, uniform=0.9) == 0.5  # never contended: exactly the refill
+    assert local_refusal_seconds(0.5, 2.0, uniform=0.0) == 2.0
+    assert local_refusal_seconds(0.5, 2.0, uniform=1.0) == pytest.approx(2.0 * (1 + REFUSAL_JITTER))
+    assert local_refusal_seconds(0.5, 0.1, uniform=1.0) == pytest.approx(0.5 * (1 + REFUSAL_JITTER))
+
+
+def test_a_grant_paces_the_next_ask_by_the_backoff():
+    lease = LocalLease(backoff=4.0)
+    lease.grant(1, now=10, ttl=1, backoff=3.6)
+    assert lease.backoff == 3.6
+    assert lease.spend_up_to(1, now=10) == 1  # the lease itself is spent at once
+    assert lease.is_blocked(now=13.5) and not lease.is_blocked(now=13.6)
+    lease.grant(1, now=20, ttl=1)
+    assert not lease.is_blocked(now=20)  # no contention, no pacing
+
+
+def test_own_rate_counts_the_first_seconds_requests():
+    meter = DemandMeter()
+    for _ in range(6):
+        meter.observe(100.0)
+    assert meter.own_rate(100.0) == 6  # no whole second seen yet: the requests so far
+    meter.observe(101.5)
+    assert meter.own_rate(101.5) == pytest.approx(6 * 0.5 + 1)  # the last second's
 
 
 @pytest.mark.parametrize(("seconds", "header"), [(0.001, "1"), (1.0, "1"), (1.2, "2"), (30, "30")])

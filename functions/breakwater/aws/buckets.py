@@ -13,12 +13,24 @@ race, which with one tenant's traffic spread over many containers was every seco
 that is not full is leased the same way: relative to what is stored (``full_at`` and ``tokens``
 move by the lease), on condition that the tokens are still there, not that nobody wrote
 (:meth:`LeasedTokenBucket._take_from_partial`; a generic cell rate algorithm). The versioned write
-remains for items written before ``full_at`` was kept and for the fail-open path.
+remains for items written before ``full_at`` was kept and for the fail-open path. A container whose
+last call found the bucket short of full (a busy tenant) tries the relative write first even when its
+copy says the bucket must be full by now, since others have most likely taken tokens since.
+
+A refused tenant costs no call until the container asks again: it refuses locally until the bucket
+holds the tokens it asks for (computed from the item a refused write returned, or its own copy), or
+for its contention backoff if longer, jittered (:func:`breakwater.fairness.local_refusal_seconds`).
+The backoff grows when a call finds fewer tokens than the container's copy promised (others are taking
+them: a lost probe), shrinks with each lease the table grants, and paces the next ask after a grant;
+every lease stores it on the item so a container's first lost probe starts from what the tenant's
+other containers learnt. A flooding tenant's containers then ask its item about once per lease the
+bucket can grant, however many containers its requests are spread over.
 """
 
 from __future__ import annotations
 
 import math
+import random
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from decimal import Decimal
@@ -34,12 +46,15 @@ from breakwater.fairness import (
     DemandMeter,
     LeaseDecision,
     LocalLease,
+    backoff_cap,
     contention_backoff,
     demand_lease_size,
     full_at,
     is_full,
     lease_size,
+    local_refusal_seconds,
     quiet_lease_size,
+    relaxed_backoff,
     take_lease,
 )
 from breakwater.observability import logger
@@ -59,6 +74,13 @@ class StoredBucket:
     version: int | None
     multiplier: float = 1.0
     full_at: float | None = None  # as stored (None: an item written before ``full_at`` was kept)
+    backoff: float = 0.0  # the contention backoff of the last container that leased from it
+
+    def tokens_at(self, limits: BucketLimits, now: float) -> float | None:
+        """The tokens the bucket holds at ``now`` by its stored ``full_at`` (None: not stored)."""
+        if self.full_at is None:
+            return None
+        return limits.burst - max(0.0, self.full_at - now) * limits.rate
 
 
 def bucket_key(tenant: str, purpose: str) -> dict[str, dict[str, str]]:
@@ -78,8 +100,13 @@ def parse_bucket_item(item: Mapping[str, Any] | None) -> StoredBucket:
         return StoredBucket(state=None, version=None, multiplier=multiplier)
     state = BucketState(tokens=float(item["tokens"]["N"]), updated_at=float(item["updated_at"]["N"]))
     stored_full_at = float(item["full_at"]["N"]) if "full_at" in item else None
+    backoff = float(item["backoff"]["N"]) if "backoff" in item else 0.0
     return StoredBucket(
-        state=state, version=int(item["version"]["N"]), multiplier=multiplier, full_at=stored_full_at
+        state=state,
+        version=int(item["version"]["N"]),
+        multiplier=multiplier,
+        full_at=stored_full_at,
+        backoff=backoff if math.isfinite(backoff) and backoff > 0 else 0.0,
     )
 
 
@@ -87,7 +114,8 @@ class LeasedTokenBucket:
     """Per-tenant token buckets of one purpose, spent locally from leases taken from DynamoDB.
 
     ``try_acquire`` returns ``(True, 0.0)`` or ``(False, retry_after_seconds)``. After a refused lease
-    the tenant is blocked locally until ``retry_after``, so a throttled tenant costs no DynamoDB calls.
+    the tenant is blocked locally until ``retry_after`` (the refill, or the contention backoff if
+    longer), so a throttled tenant costs no DynamoDB calls until then.
     If DynamoDB itself fails, the container leases from its own view of the bucket (fail open,
     but still bounded by rate and burst per container) rather than refuse every request.
     """
@@ -103,6 +131,7 @@ class LeasedTokenBucket:
         client: DynamoDBClient | None = None,
         max_attempts: int = 3,
         size_to_demand: bool = True,
+        rng: random.Random | None = None,
     ) -> None:
         self.table_name = table_name
         self.purpose = purpose
@@ -114,7 +143,11 @@ class LeasedTokenBucket:
         self._leases: dict[str, LocalLease] = {}
         self._known: dict[str, StoredBucket] = {}
         self._demand: dict[str, DemandMeter] = {}
+        # Whether the last call found the tenant's bucket short of full: busy tenants' leases try the
+        # relative write first, quiet tenants' the full-bucket one
+        self._busy: dict[str, bool] = {}
         self.size_to_demand = size_to_demand  # False: always the usual lease (tests of the writes)
+        self._rng = rng or random.Random()  # the jitter of local refusals; seeded in tests and benchmarks
 
     def try_acquire(self, tenant: str, limits: BucketLimits) -> tuple[bool, float]:
         taken, retry_after = self.try_acquire_up_to(tenant, limits, 1)
@@ -135,17 +168,22 @@ class LeasedTokenBucket:
             return taken, 0.0
         if lease.is_blocked(now):
             return taken, lease.blocked_until - now
-        decision, contended, ttl = self._lease(tenant, limits, now, count - taken)
+        decision, lost, ttl = self._lease(tenant, limits, now, count - taken)
+        known = self._known.get(tenant)
+        effective = limits.scaled(known.multiplier) if known else limits
         if decision.ok:
-            lease.grant(decision.granted, now, ttl)
+            left = known.tokens_at(effective, now) if known else None
+            lease.grant(decision.granted, now, ttl, relaxed_backoff(lease.backoff, left, effective))
             return taken + lease.spend_up_to(count - taken, now), 0.0
-        retry_after = decision.retry_after
-        if contended:  # others are taking this tenant's tokens: back off (fairness.contention_backoff)
-            lease.contended_refusals += 1
-            effective = limits.scaled(self.multiplier(tenant))
-            retry_after = contention_backoff(retry_after, lease.contended_refusals, effective)
-        lease.refuse(now, retry_after)
-        return taken, retry_after
+        if lost:  # others took the tokens this container's copy promised (fairness.contention_backoff)
+            own_rate = self._demand[tenant].own_rate(now)
+            # at least until this container's next request: others evidently take the refill first
+            floor = max(decision.retry_after, 1.0 / own_rate if own_rate > 0 else 0.0)
+            shared = known.backoff if known else 0.0
+            lease.backoff = contention_backoff(lease.backoff, floor, shared, backoff_cap(effective, own_rate))
+        blocked_for = local_refusal_seconds(decision.retry_after, lease.backoff, self._rng.random())
+        lease.refuse(now, blocked_for)
+        return taken, blocked_for
 
     def multiplier(self, tenant: str) -> float:
         """The controller's multiplier as last seen by this container (1 until a lease was taken)."""
@@ -155,39 +193,49 @@ class LeasedTokenBucket:
     def _lease(
         self, tenant: str, limits: BucketLimits, now: float, need: int = 1
     ) -> tuple[LeaseDecision, bool, float]:
-        """The lease decision, whether a write lost a race to another container on the way, and how
-        long the lease lasts."""
+        """The lease decision, whether a call found fewer tokens than this container's copy promised
+        on the way (a lost probe: other containers are taking this tenant's tokens), and how long the
+        lease lasts."""
         known = self._known.get(tenant) or StoredBucket(state=None, version=None)
-        if self._predicts_full(known, limits, now):
+        lost = False
+        predicts_full = self._predicts_full(known, limits, now)
+        if predicts_full and not self._busy.get(tenant, False):
             try:
                 decision, item, ttl = self._take_from_full(tenant, known, limits, now, need)
             except ClientError as exc:
                 if exc.response.get("Error", {}).get("Code") != "ConditionalCheckFailedException":
                     return self._fail_open(tenant, known, limits, now, exc), False, self.lease_seconds
                 # Not full after all (or the multiplier moved): the error carries the current item.
+                lost = True
                 known = parse_bucket_item(exc.response.get("Item"))  # type: ignore[arg-type]
                 self._known[tenant] = known
+                predicts_full = False
             except BotoCoreError as exc:
                 return self._fail_open(tenant, known, limits, now, exc), False, self.lease_seconds
             else:
                 self._known[tenant] = parse_bucket_item(item)
                 return decision, False, ttl
-        decision, contended = self._lease_partial(tenant, known, limits, now, need)
-        return decision, contended, self.lease_seconds
+        # A busy tenant's bucket is seldom full when a copy says it must be by now (others took tokens
+        # since): take from it relative to what is stored first, rather than lose the full-bucket write.
+        decision, contended = self._lease_partial(tenant, known, limits, now, need, relative=predicts_full)
+        return decision, lost or contended, self.lease_seconds
 
     def _lease_partial(
-        self, tenant: str, known: StoredBucket, limits: BucketLimits, now: float, need: int
+        self, tenant: str, known: StoredBucket, limits: BucketLimits, now: float, need: int, *, relative: bool
     ) -> tuple[LeaseDecision, bool]:
         """A lease from a bucket that is not full (or of unknown state): the decision and whether a
-        write lost a race to another container on the way."""
+        write lost a race to another container on the way. ``relative``: take the first lease with
+        the relative write even though ``known`` says the bucket is full by now."""
         decision = self._decide(tenant, known, limits, now, need)
         contended = False
         for _ in range(self.max_attempts):
             if not decision.ok:
                 # Other containers only ever take tokens, so a refusal on our view is a refusal on theirs.
+                self._busy[tenant] = True
                 return decision, contended
+            relative = known.full_at is not None and (relative or known.full_at >= now)
             try:
-                if known.full_at is not None and known.full_at >= now:
+                if relative:
                     item = self._take_from_partial(tenant, known, decision.granted, limits, now)
                 else:
                     item = self._write(tenant, known, decision, limits, now)
@@ -195,14 +243,17 @@ class LeasedTokenBucket:
                 if exc.response.get("Error", {}).get("Code") != "ConditionalCheckFailedException":
                     return self._fail_open(tenant, known, limits, now, exc), contended
                 # Lost the race (a versioned write), or fewer tokens were left than our copy said (a
-                # partial one): the error carries the current item, recompute and try once more.
+                # relative one), or the bucket is full after all: the error carries the current item,
+                # recompute and try once more.
                 contended = True
                 known = parse_bucket_item(exc.response.get("Item"))  # type: ignore[arg-type]
                 self._known[tenant] = known
                 decision = self._decide(tenant, known, limits, now, need)
+                relative = False
                 continue
             except BotoCoreError as exc:
                 return self._fail_open(tenant, known, limits, now, exc), contended
+            self._busy[tenant] = relative or not self._predicts_full(known, limits, now)
             self._known[tenant] = parse_bucket_item(item)
             return decision, contended
         # Heavy contention on one bucket: refuse briefly rather than spin.
@@ -277,7 +328,15 @@ class LeasedTokenBucket:
         )
 
     def _update(self, tenant: str, update: str, condition: str, values: dict[str, Any]) -> dict[str, Any]:
-        """One conditional lease write: the new item (a failed condition raises, with the current item)."""
+        """One conditional lease write: the new item (a failed condition raises, with the current item).
+
+        Every lease also stores this container's contention backoff, so a container that loses a
+        probe starts from the backoff the tenant's other containers have learnt, not from nothing.
+        """
+        lease = self._leases.get(tenant)
+        if lease is not None and lease.backoff > 0:  # one that never lost a probe has nothing to teach
+            update = update.replace("SET ", "SET backoff = :backoff, ", 1)
+            values = values | {":backoff": {"N": f"{lease.backoff:.3f}"}}
         response = self._client.update_item(
             TableName=self.table_name,
             Key=bucket_key(tenant, self.purpose),
@@ -296,23 +355,40 @@ class LeasedTokenBucket:
         state = known.state if known.state is not None else BucketState.full(effective, now)
         # A lowered multiplier also caps what is already in the bucket.
         state = BucketState(tokens=min(state.tokens, effective.burst), updated_at=state.updated_at)
-        wanted, _ = self._wanted(tenant, effective, now, need)
+        short = known.state is not None and not is_full(state, effective, now)
+        wanted, _ = self._wanted(tenant, effective, now, need, short=short)
         return take_lease(state, effective, now, wanted)
 
     def _wanted(
-        self, tenant: str, effective: BucketLimits, now: float, need: int, *, full: bool = False
+        self,
+        tenant: str,
+        effective: BucketLimits,
+        now: float,
+        need: int,
+        *,
+        full: bool = False,
+        short: bool = False,
     ) -> tuple[int, float]:
         """What this container will spend before the lease expires (at most the usual lease), or what
         the requests waiting now need if more (never above the burst), and how long the lease lasts.
 
         ``full``: the bucket is full, so where the container sees the tenant too rarely for its usual
         lease to hold more than one token, a quiet lease (:func:`breakwater.fairness.quiet_lease_size`)
-        if it is the larger.
+        if it is the larger. ``short``: the table said the bucket is short of full (others are taking
+        its tokens), so a container new to the tenant leases only what its requests so far need.
         """
         usual = lease_size(effective, self.lease_seconds, self.max_fraction)
         meter = self._demand.get(tenant) if self.size_to_demand else None
         demand = meter.rate(now) if meter else None
-        sized = usual if demand is None else demand_lease_size(usual, demand, self.lease_seconds)
+        if demand is not None:
+            sized = demand_lease_size(usual, demand, self.lease_seconds)
+        elif not short or meter is None:
+            sized = usual
+        else:
+            # New to the tenant here and others are draining its bucket: lease what the requests seen
+            # so far need. The usual lease, spent by one request, would forfeit the rest, and with the
+            # tenant spread over many containers every container's first lease would.
+            sized = max(1, min(usual, math.floor(meter.current)))
         wanted = max(sized, min(need, math.floor(effective.burst)))
         if full and meter is not None and demand is not None and sized <= 1:
             quiet = quiet_lease_size(usual, meter.recent_rate(now))
