@@ -38,26 +38,24 @@ ATTEMPTS = 3  # ConcurrencyLeases.acquire: a tenant on its own, read then write,
 # doubles per attempt, from this base up to this most
 BASE_PAUSE_S = 0.01
 MAX_PAUSE_S = 0.1
-# A container refused a tenant's tokens refuses it locally until the bucket holds what it asks for
-# again, stretched by up to this share at random so the refused containers do not all come back at once.
-REFUSAL_JITTER = 0.2
 
 
 class LocalRefusals:
     """Who was refused a bucket's tokens, and until when they refuse the tenant without asking the table.
 
     ``LeasedTokenBucket``'s rule on a refusal: the container computes from the bucket it read when it
-    holds the tokens it asks for again (at least one, at most a lease), and makes no DynamoDB call for
-    the tenant before then. The contention backoff on top of it (for containers that keep losing the
-    tokens to others) is not modelled: each bucket here is asked as one shared state.
+    holds a lease's tokens again and makes no DynamoDB call for the tenant before then. The
+    contention backoff on top of it (a container that keeps losing the tokens to others waits
+    longer, and is paced after a grant) is not modelled: each bucket here is one shared state, with
+    no container's copy of it to lose against, so a refused container here asks again sooner than
+    the real one would.
     """
 
-    def __init__(self, lease_seconds: float = 1.0, max_fraction: float = 0.25, seed: int = 11) -> None:
+    def __init__(self, lease_seconds: float = 1.0, max_fraction: float = 0.25) -> None:
         # a container's lease: ``fairness.lease_size`` (seconds of the rate, at most a share of the burst)
         self.lease_seconds = lease_seconds
         self.max_fraction = max_fraction
         self._until: dict[Hashable, float] = {}
-        self._rng = random.Random(seed)
         self.refused_locally = 0  # asks answered with a refusal and no call
 
     def blocked(self, key: Hashable, now_s: float) -> bool:
@@ -70,15 +68,13 @@ class LocalRefusals:
         del self._until[key]
         return False
 
-    def refused(
-        self, key: Hashable, now_s: float, state: BucketState, limits: BucketLimits, wanted: int
-    ) -> None:
-        """The table refused ``key``'s ask for ``wanted`` tokens at ``now_s``, leaving the bucket at
-        ``state``: refused locally until it holds them (at least one, at most a lease) again."""
+    def refused(self, key: Hashable, now_s: float, state: BucketState, limits: BucketLimits) -> None:
+        """The table refused ``key``'s ask at ``now_s``, leaving the bucket at ``state``: refused
+        locally until it holds a lease (``fairness.lease_size``, at least one token) again. A
+        container never found contended waits exactly that (``fairness.local_refusal_seconds`` jitters
+        only a contention backoff, which is not modelled)."""
         lease = lease_size(limits, self.lease_seconds, self.max_fraction)
-        asked = max(1, min(wanted, lease))
-        wait = max((asked - state.tokens) / limits.rate, 0.001)
-        self._until[key] = now_s + wait * (1.0 + REFUSAL_JITTER * self._rng.random())
+        self._until[key] = now_s + max((lease - state.tokens) / limits.rate, 0.001)
 
 
 class ConsumerBuckets:
@@ -116,7 +112,7 @@ class ConsumerBuckets:
         state = self._state.get(tenant) or BucketState.full(limits, now_s)
         decision = take_lease(state, limits, now_s, count)
         if not decision.granted:
-            refusals.refused((holder, tenant), now_s, decision.state, limits, count)
+            refusals.refused((holder, tenant), now_s, decision.state, limits)
         table = self.table
         if table is not None:
             item, units = table.consumer_items[tenant], table.bucket_wcu

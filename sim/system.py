@@ -167,7 +167,7 @@ class System:
 
         table = self.table
         ingest = config.ingest  # the workers lease their consumer tokens as ingest does
-        refusals = LocalRefusals(ingest.lease_seconds, ingest.lease_max_fraction, scenario.seed + 4)
+        refusals = LocalRefusals(ingest.lease_seconds, ingest.lease_max_fraction)
         rate = ConsumerBuckets(self.limits, table, refusals) if practices else None
         concurrency = worker.mapping_concurrency
         # the burst pools as the stack sizes them: a share of what the worker's mappings allow
@@ -225,9 +225,7 @@ class System:
         self._edge_state: dict[int, BucketState] = {}
         self._ingest_state: dict[int, BucketState] = {}
         # tenants ingest refuses locally after the bucket refused them, until its refill
-        self._ingest_refusals = LocalRefusals(
-            config.ingest.lease_seconds, config.ingest.lease_max_fraction, scenario.seed + 3
-        )
+        self._ingest_refusals = LocalRefusals(config.ingest.lease_seconds, config.ingest.lease_max_fraction)
         self._ingest_limits: dict[tuple[float, int, float], BucketLimits] = {}  # by tier and multiplier
         shard = min(config.queue_set.shard_size, setup.queue_count)
         self._shards = [shard_for(name, setup.queue_count, shard) for name in scenario.tenants]
@@ -469,7 +467,7 @@ class System:
             return edge.granted, -1
         self._ingest_state[tenant] = decision.state
         if not decision.granted:
-            refusals.refused(tenant, now, decision.state, limits, edge.granted)
+            refusals.refused(tenant, now, decision.state, limits)
         # a throttled flush keeps its counts for the next one (modelled as written: a tick later at most)
         table.retried_write(
             table.counters(tenant), COUNTERS, now, table.counters_units(held), LEGACY_DYNAMODB

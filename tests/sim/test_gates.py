@@ -264,7 +264,7 @@ def test_a_run_spreads_the_health_reports_as_the_stack_sets_them() -> None:
 
 def test_a_container_refused_a_tenants_tokens_asks_the_table_again_only_after_the_refill() -> None:
     # a consumer rate of 3 a second and a burst of 3: a container's lease is one token (a quarter of
-    # the burst at most), so a refused one waits a third of a second, stretched by at most a fifth
+    # the burst at most), so a refused one waits a third of a second
     buckets = ConsumerBuckets(lambda _t: LIMITS)
     assert buckets.try_acquire_up_to(0, 3, NOW_S, "c1") == 3
     assert buckets.try_acquire_up_to(0, 2, NOW_S, "c1") == 0  # the table refuses: a write all the same
