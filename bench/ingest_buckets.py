@@ -1,6 +1,6 @@
 """Writes per admitted request of one tenant's leased token bucket shared by several containers.
 
-    .venv/bin/python bench/ingest_buckets.py [--containers 1 10 40 100] [--seconds 60] [--warmup 10]
+    .venv/bin/python bench/ingest_buckets.py [--containers 1 10 40 100] [--seconds 90] [--premium]
 
 Runs the real ``breakwater.aws.buckets.LeasedTokenBucket`` against moto's in-memory DynamoDB (no
 server), one instance per simulated container, on a simulated clock: each request goes to a
@@ -141,7 +141,7 @@ def run(case: Case, containers: int, seconds: float, warmup: float) -> Result:
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__)
     parser.add_argument("--containers", type=int, nargs="+", default=[1, 10, 40, 100])
-    parser.add_argument("--seconds", type=float, default=60.0)
+    parser.add_argument("--seconds", type=float, default=90.0)
     parser.add_argument("--warmup", type=float, default=10.0)
     parser.add_argument("--premium", action="store_true", help="also the premium tier offered 5x its rate")
     args = parser.parse_args()

@@ -171,16 +171,18 @@ class LeasedTokenBucket:
         decision, lost, ttl = self._lease(tenant, limits, now, count - taken)
         known = self._known.get(tenant)
         effective = limits.scaled(known.multiplier) if known else limits
-        if decision.ok:
-            left = known.tokens_at(effective, now) if known else None
-            lease.grant(decision.granted, now, ttl, relaxed_backoff(lease.backoff, left, effective))
-            return taken + lease.spend_up_to(count - taken, now), 0.0
-        if lost:  # others took the tokens this container's copy promised (fairness.contention_backoff)
+        if lost:  # others took tokens this container's copy promised (fairness.contention_backoff)
             own_rate = self._demand[tenant].own_rate(now)
             # at least until this container's next request: others evidently take the refill first
             floor = max(decision.retry_after, 1.0 / own_rate if own_rate > 0 else 0.0)
             shared = known.backoff if known else 0.0
             lease.backoff = contention_backoff(lease.backoff, floor, shared, backoff_cap(effective, own_rate))
+        if decision.ok:
+            # a lease cut short by others paces the next ask by the grown backoff; a whole one relaxes it
+            left = known.tokens_at(effective, now) if known else None
+            backoff = lease.backoff if lost else relaxed_backoff(lease.backoff, left, effective)
+            lease.grant(decision.granted, now, ttl, backoff)
+            return taken + lease.spend_up_to(count - taken, now), 0.0
         blocked_for = local_refusal_seconds(decision.retry_after, lease.backoff, self._rng.random())
         lease.refuse(now, blocked_for)
         return taken, blocked_for
@@ -194,10 +196,9 @@ class LeasedTokenBucket:
         self, tenant: str, limits: BucketLimits, now: float, need: int = 1
     ) -> tuple[LeaseDecision, bool, float]:
         """The lease decision, whether a call found fewer tokens than this container's copy promised
-        on the way (a lost probe: other containers are taking this tenant's tokens), and how long the
-        lease lasts."""
+        on the way and it got less than it asked for (a lost probe: other containers are taking this
+        tenant's tokens), and how long the lease lasts."""
         known = self._known.get(tenant) or StoredBucket(state=None, version=None)
-        lost = False
         predicts_full = self._predicts_full(known, limits, now)
         if predicts_full and not self._busy.get(tenant, False):
             try:
@@ -206,10 +207,10 @@ class LeasedTokenBucket:
                 if exc.response.get("Error", {}).get("Code") != "ConditionalCheckFailedException":
                     return self._fail_open(tenant, known, limits, now, exc), False, self.lease_seconds
                 # Not full after all (or the multiplier moved): the error carries the current item.
-                lost = True
                 known = parse_bucket_item(exc.response.get("Item"))  # type: ignore[arg-type]
                 self._known[tenant] = known
-                predicts_full = False
+                decision, lost = self._lease_partial(tenant, known, limits, now, need, failed_full=True)
+                return decision, lost, self.lease_seconds
             except BotoCoreError as exc:
                 return self._fail_open(tenant, known, limits, now, exc), False, self.lease_seconds
             else:
@@ -217,17 +218,29 @@ class LeasedTokenBucket:
                 return decision, False, ttl
         # A busy tenant's bucket is seldom full when a copy says it must be by now (others took tokens
         # since): take from it relative to what is stored first, rather than lose the full-bucket write.
-        decision, contended = self._lease_partial(tenant, known, limits, now, need, relative=predicts_full)
-        return decision, lost or contended, self.lease_seconds
+        decision, lost = self._lease_partial(tenant, known, limits, now, need, relative=predicts_full)
+        return decision, lost, self.lease_seconds
 
     def _lease_partial(
-        self, tenant: str, known: StoredBucket, limits: BucketLimits, now: float, need: int, *, relative: bool
+        self,
+        tenant: str,
+        known: StoredBucket,
+        limits: BucketLimits,
+        now: float,
+        need: int,
+        *,
+        relative: bool = False,
+        failed_full: bool = False,
     ) -> tuple[LeaseDecision, bool]:
-        """A lease from a bucket that is not full (or of unknown state): the decision and whether a
-        write lost a race to another container on the way. ``relative``: take the first lease with
-        the relative write even though ``known`` says the bucket is full by now."""
-        decision = self._decide(tenant, known, limits, now, need)
-        contended = False
+        """A lease from a bucket that is not full (or of unknown state): the decision and whether it is
+        a lost probe (a call found fewer tokens than this container's copy promised, and it got less
+        than it asked for). ``relative``: take the first lease with the relative write even though
+        ``known`` says the bucket is full by now; ``failed_full``: a full-bucket write just failed and
+        ``known`` is the item it returned."""
+        decision, wanted = self._decide(tenant, known, limits, now, need)
+        # what our copy promised: the whole lease if it said the bucket was full
+        promised = wanted if failed_full else decision.granted
+        contended = failed_full
         for _ in range(self.max_attempts):
             if not decision.ok:
                 # Other containers only ever take tokens, so a refusal on our view is a refusal on theirs.
@@ -241,21 +254,21 @@ class LeasedTokenBucket:
                     item = self._write(tenant, known, decision, limits, now)
             except ClientError as exc:
                 if exc.response.get("Error", {}).get("Code") != "ConditionalCheckFailedException":
-                    return self._fail_open(tenant, known, limits, now, exc), contended
+                    return self._fail_open(tenant, known, limits, now, exc), False
                 # Lost the race (a versioned write), or fewer tokens were left than our copy said (a
                 # relative one), or the bucket is full after all: the error carries the current item,
                 # recompute and try once more.
                 contended = True
                 known = parse_bucket_item(exc.response.get("Item"))  # type: ignore[arg-type]
                 self._known[tenant] = known
-                decision = self._decide(tenant, known, limits, now, need)
+                decision, _ = self._decide(tenant, known, limits, now, need)
                 relative = False
                 continue
             except BotoCoreError as exc:
-                return self._fail_open(tenant, known, limits, now, exc), contended
+                return self._fail_open(tenant, known, limits, now, exc), False
             self._busy[tenant] = relative or not self._predicts_full(known, limits, now)
             self._known[tenant] = parse_bucket_item(item)
-            return decision, contended
+            return decision, contended and decision.granted < promised
         # Heavy contention on one bucket: refuse briefly rather than spin.
         current = decision.state
         return LeaseDecision(granted=0, state=current, retry_after=min(1.0, self.lease_seconds)), True
@@ -350,14 +363,15 @@ class LeasedTokenBucket:
 
     def _decide(
         self, tenant: str, known: StoredBucket, limits: BucketLimits, now: float, need: int = 1
-    ) -> LeaseDecision:
+    ) -> tuple[LeaseDecision, int]:
+        """The lease our view of the bucket grants, and the tokens it asked for."""
         effective = limits.scaled(known.multiplier)
         state = known.state if known.state is not None else BucketState.full(effective, now)
         # A lowered multiplier also caps what is already in the bucket.
         state = BucketState(tokens=min(state.tokens, effective.burst), updated_at=state.updated_at)
         short = known.state is not None and not is_full(state, effective, now)
         wanted, _ = self._wanted(tenant, effective, now, need, short=short)
-        return take_lease(state, effective, now, wanted)
+        return take_lease(state, effective, now, wanted), wanted
 
     def _wanted(
         self,
@@ -423,7 +437,7 @@ class LeasedTokenBucket:
         Admission stays bounded (a local token bucket per container) and a later write, still
         conditional on the last version seen, carries the drawn-down view back to the table.
         """
-        decision = self._decide(tenant, known, limits, now)
+        decision, _ = self._decide(tenant, known, limits, now)
         if decision.ok:
             self._known[tenant] = StoredBucket(decision.state, known.version, known.multiplier)
         logger.warning(
