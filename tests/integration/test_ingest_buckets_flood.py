@@ -154,3 +154,20 @@ def test_a_granted_lease_stores_the_containers_backoff_for_the_others(state_tabl
 
     key = {"pk": {"S": "tenant#acme"}, "sk": {"S": "bucket#ingest"}}
     assert float(client.get_item(TableName=state_table, Key=key)["Item"]["backoff"]["N"]) > 0
+
+
+def test_a_premium_tenant_flooding_keeps_its_item_far_below_a_partitions_write_limit(
+    state_table, clock, counted
+):
+    client, counter = counted
+    premium = BucketLimits(rate=500, burst=1000)  # cdk.json's premium tier
+    containers = gates(state_table, clock, client, 40)
+
+    admitted, calls, lost = flood(
+        containers, clock, counter, per_second=2500, seconds=20, warmup=5, limits=premium, regular=True
+    )
+
+    assert admitted == pytest.approx(500 * 15, rel=0.05)
+    # leases of many tokens, and a lease cut short by others paces the next ask rather than asking again
+    assert calls / 15 <= 100  # write units per second on the item, of a partition's 1,000
+    assert lost <= calls / 2
