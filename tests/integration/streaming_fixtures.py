@@ -28,6 +28,19 @@ from local.emulator.kinesis_mapping import KinesisMapping
 
 REGION = "us-east-1"
 ACCOUNT = "123456789012"
+WRITE_AHEAD_TABLE = "breakwater-write-ahead"
+ORDERED_STATE_TABLE = "breakwater-state"
+
+
+def fifo_worker_environment(**extra: str) -> dict[str, str]:
+    """The FIFO worker's environment on the write-ahead and state tables, with ``extra`` on top."""
+    return {
+        "WRITE_AHEAD_TABLE_NAME": WRITE_AHEAD_TABLE,
+        "WRITE_AHEAD_LEASE_SECONDS": "90",
+        "WRITE_AHEAD_RETENTION_SECONDS": str(14 * 86_400),
+        "STATE_TABLE_NAME": ORDERED_STATE_TABLE,
+        **extra,
+    }
 
 
 @dataclass

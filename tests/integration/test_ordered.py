@@ -40,6 +40,7 @@ from tests.integration.streaming_fixtures import (
     FifoMapping,
     api_event,
     create_fifo_queue,
+    fifo_worker_environment,
     load_handler,
     send_fifo,
 )
@@ -276,13 +277,7 @@ def bounded(fifo: tuple[str, str], monkeypatch: pytest.MonkeyPatch) -> tuple[Mod
     worker = load_handler(
         monkeypatch,
         "fifo_worker.handler",
-        {
-            "WRITE_AHEAD_TABLE_NAME": WRITE_AHEAD_TABLE,
-            "WRITE_AHEAD_LEASE_SECONDS": "90",
-            "WRITE_AHEAD_RETENTION_SECONDS": str(14 * 86_400),
-            "STATE_TABLE_NAME": STATE_TABLE,
-            "GROUP_BACKLOG_WINDOW_SECONDS": str(WINDOW_SECONDS),
-        },
+        fifo_worker_environment(GROUP_BACKLOG_WINDOW_SECONDS=str(WINDOW_SECONDS)),
     )
     effects = Effects()
     monkeypatch.setattr(worker, "SIDE_EFFECT", effects)

@@ -30,6 +30,7 @@ from tests.integration.streaming_fixtures import (
     FakeLambdaContext,
     _sqs_record,
     create_fifo_queue,
+    fifo_worker_environment,
     load_handler,
     send_fifo,
 )
@@ -160,16 +161,12 @@ def world(monkeypatch: pytest.MonkeyPatch) -> Iterator[tuple[str, str, ModuleTyp
         module = load_handler(
             monkeypatch,
             "fifo_worker.handler",
-            {
-                "WRITE_AHEAD_TABLE_NAME": WRITE_AHEAD_TABLE,
-                "WRITE_AHEAD_LEASE_SECONDS": "90",
-                "WRITE_AHEAD_RETENTION_SECONDS": str(14 * 86_400),
-                "STATE_TABLE_NAME": STATE_TABLE,
-                "OUTAGE_BACKOFF_SECONDS": "5",
-                "OUTAGE_BACKOFF_MAX_SECONDS": "60",
-                "MAX_RECEIVE_COUNT": str(MAX_RECEIVE_COUNT),
-                "OUTAGE_LAST_HOLD_SECONDS": "900",
-            },
+            fifo_worker_environment(
+                OUTAGE_BACKOFF_SECONDS="5",
+                OUTAGE_BACKOFF_MAX_SECONDS="60",
+                MAX_RECEIVE_COUNT=str(MAX_RECEIVE_COUNT),
+                OUTAGE_LAST_HOLD_SECONDS="900",
+            ),
         )
         yield queue_url, dlq_url, module
 

@@ -26,6 +26,7 @@ from tests.integration.streaming_fixtures import (
     FifoMapping,
     api_event,
     create_fifo_queue,
+    fifo_worker_environment,
     load_handler,
 )
 
@@ -58,13 +59,7 @@ def world(monkeypatch: pytest.MonkeyPatch) -> Iterator[tuple[str, ModuleType, Mo
         worker = load_handler(
             monkeypatch,
             "fifo_worker.handler",
-            {
-                "WRITE_AHEAD_TABLE_NAME": WRITE_AHEAD_TABLE,
-                "WRITE_AHEAD_LEASE_SECONDS": "90",
-                "WRITE_AHEAD_RETENTION_SECONDS": str(14 * 86_400),
-                "STATE_TABLE_NAME": STATE_TABLE,
-                "GROUP_BACKLOG_WINDOW_SECONDS": str(WINDOW_SECONDS),
-            },
+            fifo_worker_environment(GROUP_BACKLOG_WINDOW_SECONDS=str(WINDOW_SECONDS)),
         )
         processed: list[Envelope] = []
         monkeypatch.setattr(worker, "SIDE_EFFECT", processed.append)
