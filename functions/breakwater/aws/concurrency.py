@@ -36,7 +36,7 @@ from typing import TYPE_CHECKING, Any
 from botocore.exceptions import BotoCoreError, ClientError
 
 from breakwater.aws.conflicts import pause_before_retry
-from breakwater.aws.counters import COUNTERS_SK, batch_get_items, plain, tenant_pk
+from breakwater.aws.counters import COUNTERS_SK, batch_get_some, plain, tenant_pk
 from breakwater.concurrency import (
     ConcurrencyLimits,
     CrowdedFloors,
@@ -150,11 +150,9 @@ class ConcurrencyLeases:
             item = self._get(tenant_pk(tenant), CONCURRENCY_SK)
             leases = _leases_from(item)
             grant = grant_for(self.holder, leases, limits, 0, None, now)
-            if grant is Grant.FLOOR and self._floor_in_one_write(
-                tenant, item, leases, limits, expires_at_ms, now
-            ):
-                return grant
             if grant is Grant.FLOOR and not _expired(leases, now):
+                if self._floor_in_one_write(tenant, item, limits, expires_at_ms):
+                    return grant
                 continue  # the one write lost to the floor filling meanwhile: read again
             pool: dict[str, Any] | None = None
             if grant is Grant.BURST and self._pool_places is not None:
@@ -209,7 +207,8 @@ class ConcurrencyLeases:
         if self._pool_places is not None:
             keys.append((POOL_PK, self._pool_sk))
         try:
-            found, unread = self._read_all(keys)
+            # a throttled item's key is asked once more, then left: that tenant is acquired on its own
+            found, unread = batch_get_some(self._client, self._table, keys, consistent=True, calls=2)
         except (ClientError, BotoCoreError) as exc:
             logger.warning("concurrency leases not read", extra={"error": str(exc)})
             return self._one_by_one(requests, expires_at_ms)
@@ -234,7 +233,7 @@ class ConcurrencyLeases:
             grants[tenant] = grant
             if grant is Grant.FLOOR and not _expired(leases, now):
                 try:
-                    taken = self._floor_in_one_write(tenant, item, leases, limits, expires_at_ms, now)
+                    taken = self._floor_in_one_write(tenant, item, limits, expires_at_ms)
                 except (ClientError, BotoCoreError) as exc:
                     logger.warning("lease not written", extra={"tenant": tenant, "error": str(exc)})
                     taken = False
@@ -264,19 +263,6 @@ class ConcurrencyLeases:
         if lost:
             grants |= self._one_by_one({tenant: requests[tenant] for tenant in lost}, expires_at_ms)
         return grants
-
-    def _read_all(
-        self, keys: list[tuple[str, str]]
-    ) -> tuple[dict[tuple[str, str], dict[str, Any]], set[tuple[str, str]]]:
-        """The items of ``keys`` (consistent), and the keys DynamoDB left unprocessed (a throttled
-        item's): those are asked once more, then left to the caller."""
-        requested = [{"pk": {"S": pk}, "sk": {"S": sk}} for pk, sk in dict.fromkeys(keys)]
-        items, left = batch_get_items(self._client, self._table, requested, consistent=True, calls=2)
-        found: dict[tuple[str, str], dict[str, Any]] = {}
-        for raw in items:
-            value = plain(raw)
-            found[(str(value["pk"]), str(value["sk"]))] = value
-        return found, {(key["pk"]["S"], key["sk"]["S"]) for key in left}
 
     def _floor_without_read(
         self, tenant: str, limits: ConcurrencyLimits, expires_at_ms: int, *, fresh: bool = False
@@ -336,19 +322,11 @@ class ConcurrencyLeases:
         )
 
     def _floor_in_one_write(
-        self,
-        tenant: str,
-        item: Mapping[str, Any],
-        leases: Mapping[str, Lease],
-        limits: ConcurrencyLimits,
-        expires_at_ms: int,
-        now: int,
+        self, tenant: str, item: Mapping[str, Any], limits: ConcurrencyLimits, expires_at_ms: int
     ) -> bool:
         """A floor lease the read says is free, taken with the write that races no other such write
-        (:meth:`_floor_without_read`); the map made first if the item has none. False when it holds
-        expired leases (only a write of the whole map on its ``version`` drops them) or lost."""
-        if _expired(leases, now):
-            return False
+        (:meth:`_floor_without_read`); the map made first if the item has none. For an item without
+        expired leases only (a write of the whole map on its ``version`` drops those). False: lost."""
         if "leases" not in item:
             self._make_room(tenant)
         return self._floor_without_read(tenant, limits, expires_at_ms, fresh=True)

@@ -106,9 +106,19 @@ def merged_update(first: Mapping[str, Any], second: Mapping[str, Any]) -> dict[s
     return merged
 
 
-def retrying_conflicts(write: Callable[[], object], attempts: int = 4) -> None:
-    """A plain write to an item that a writer's transaction holds is refused, not queued: try again
-    after a jittered pause, while the invocation has the time (:func:`pause_before_retry`).
+def held_by_a_transaction(exc: ClientError) -> bool:
+    """Whether a plain write was refused because another writer's transaction held its item."""
+    return exc.response.get("Error", {}).get("Code") == "TransactionConflictException"
+
+
+def retrying_conflicts(
+    write: Callable[[], object],
+    attempts: int = 4,
+    conflicted: Callable[[ClientError], bool] = held_by_a_transaction,
+) -> None:
+    """A write to an item that a writer's transaction holds is refused, not queued: try again after
+    a jittered pause, while the invocation has the time (:func:`pause_before_retry`). ``conflicted``
+    tells such a refusal from any other (raised at once); the last refusal is raised too.
 
     (A burst lease's transaction holds the tenant's counters item for the moment it takes.)
     """
@@ -117,7 +127,7 @@ def retrying_conflicts(write: Callable[[], object], attempts: int = 4) -> None:
             write()
             return
         except ClientError as exc:
-            if exc.response.get("Error", {}).get("Code") != "TransactionConflictException":
+            if not conflicted(exc):
                 raise
             if attempt == attempts - 1 or not pause_before_retry(attempt):
                 raise
@@ -169,18 +179,32 @@ def batch_get_items(
     return found, pending
 
 
-def batch_get(
-    client: DynamoDBClient, table_name: str, keys: Iterable[tuple[str, str]], *, consistent: bool = False
-) -> dict[tuple[str, str], dict[str, Any]]:
-    """Items by (pk, sk), 100 keys per BatchGetItem, retrying unprocessed keys; missing items are absent."""
+def batch_get_some(
+    client: DynamoDBClient,
+    table_name: str,
+    keys: Iterable[tuple[str, str]],
+    *,
+    consistent: bool = False,
+    calls: int = 10,
+) -> tuple[dict[tuple[str, str], dict[str, Any]], set[tuple[str, str]]]:
+    """Items by (pk, sk) as :func:`batch_get` reads them, and the (pk, sk) DynamoDB still left
+    unprocessed after ``calls`` calls (a throttled item's), for the caller to deal with."""
     requested = [{"pk": {"S": pk}, "sk": {"S": sk}} for pk, sk in dict.fromkeys(keys)]
-    items, left = batch_get_items(client, table_name, requested, consistent=consistent)
-    if left:
-        raise RuntimeError(f"BatchGetItem left {len(left)} keys unprocessed")
+    items, left = batch_get_items(client, table_name, requested, consistent=consistent, calls=calls)
     found: dict[tuple[str, str], dict[str, Any]] = {}
     for item in items:
         value = plain(item)
         found[(str(value["pk"]), str(value["sk"]))] = value
+    return found, {(key["pk"]["S"], key["sk"]["S"]) for key in left}
+
+
+def batch_get(
+    client: DynamoDBClient, table_name: str, keys: Iterable[tuple[str, str]], *, consistent: bool = False
+) -> dict[tuple[str, str], dict[str, Any]]:
+    """Items by (pk, sk), 100 keys per BatchGetItem, retrying unprocessed keys; missing items are absent."""
+    found, left = batch_get_some(client, table_name, keys, consistent=consistent)
+    if left:
+        raise RuntimeError(f"BatchGetItem left {len(left)} keys unprocessed")
     return found
 
 

@@ -48,8 +48,7 @@ from aws_lambda_powertools.utilities.idempotency.persistence.datarecord import D
 from aws_lambda_powertools.utilities.typing import LambdaContext
 from botocore.exceptions import ClientError
 
-from breakwater.aws.conflicts import pause_before_retry
-from breakwater.aws.counters import batch_get_items
+from breakwater.aws.counters import batch_get_items, retrying_conflicts
 from breakwater.envelope import Envelope, processing_id
 from breakwater.observability import PowertoolsSettings, logger
 from breakwater.processor import WorkContext
@@ -345,18 +344,16 @@ class BatchedPersistenceLayer(DynamoDBPersistenceLayer):
                 "ExpressionAttributeValues": {":in_progress": {"S": "INPROGRESS"}},
             }
         }
-        attempt = 0
-        while True:
-            try:
-                self.client.transact_write_items(TransactItems=[*effects, record])  # type: ignore[list-item]
-                return
-            except ClientError as exc:
-                # another writer's transaction held an item for a moment: the same write again, after a
-                # jittered pause, while the invocation has the time
-                if _conflicted(exc) and attempt + 1 < COMMIT_ATTEMPTS and pause_before_retry(attempt):
-                    attempt += 1
-                    continue
-                self._not_committed(exc, data_record, effects, locked=locked)
+        try:
+            # another writer's transaction held an item for a moment: the same write again, after a
+            # jittered pause, while the invocation has the time
+            retrying_conflicts(
+                lambda: self.client.transact_write_items(TransactItems=[*effects, record]),  # type: ignore[list-item]
+                attempts=COMMIT_ATTEMPTS,
+                conflicted=_conflicted,
+            )
+        except ClientError as exc:
+            self._not_committed(exc, data_record, effects, locked=locked)
 
     def _not_committed(
         self, exc: ClientError, data_record: DataRecord, effects: Sequence[dict[str, Any]], *, locked: bool

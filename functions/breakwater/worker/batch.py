@@ -308,7 +308,7 @@ class Worker:
                 tokens[tenant] = 0
         for each in batch.admitted:
             tenant = each.envelope.tenant
-            if tenant not in limits or self.ports.rate is not None:
+            if tenant in tokens:  # asked for (or refused on an error): what it got is counted down
                 if tokens[tenant] <= 0:
                     self._redecide(each, replace(each.state, within_consumer_rate=False), batch)
                     continue
