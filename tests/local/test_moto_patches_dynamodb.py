@@ -12,6 +12,7 @@ import boto3
 import botocore.config
 import pytest
 from botocore.exceptions import ClientError
+from moto import mock_aws
 from moto.server import ThreadedMotoServer
 
 from local.emulator import moto_patches
@@ -19,6 +20,9 @@ from tests.local.helpers import answers_kept, create_ranged_table
 
 DYNAMODB_THREADS = 8
 DYNAMODB_ROUNDS = 40
+GROWING_ITEM_ENTRIES = 300
+GROWING_ITEM_ROUNDS = 6
+GROWING_ITEM_THREADS = 4
 
 
 @pytest.fixture
@@ -97,6 +101,56 @@ def test_concurrent_transactions_and_updates_keep_every_write(dynamodb_server: s
         assert int(item["n"]["N"]) == DYNAMODB_ROUNDS
     items = sum(page["Count"] for page in dynamodb.get_paginator("scan").paginate(TableName="t"))
     assert items == 1 + DYNAMODB_THREADS + 2 * DYNAMODB_THREADS * DYNAMODB_ROUNDS
+
+
+def test_concurrent_answers_about_one_growing_item_never_fail() -> None:
+    # moto's answers (an update's old and new item, a get, a query) copy and serialize the stored
+    # item itself: done while another request adds to that item's map, they raise "dictionary
+    # changed size during iteration" unless answered under the lock of the item operations. In
+    # process, as the tests' containers call moto, the window is widest.
+    with mock_aws(), moto_patches.installed(names={"dynamodb.serialized_item_operations"}):
+        dynamodb = boto3.client("dynamodb", region_name="us-east-1")
+        create_ranged_table(dynamodb, "t", sort_key_type="S")
+        key = {"pk": {"S": "tenant#a"}, "sk": {"S": "counters"}}
+        others = {f"other-{n}": {"M": {"n": {"N": "1"}}} for n in range(GROWING_ITEM_ENTRIES)}
+        dynamodb.put_item(TableName="t", Item={**key, "leases": {"M": others}})
+        errors: list[str] = []
+
+        def work(worker: int) -> None:
+            try:
+                for n in range(GROWING_ITEM_ROUNDS):
+                    holder = {"#h": f"c{worker}-{n}"}
+                    dynamodb.update_item(
+                        TableName="t",
+                        Key=key,
+                        UpdateExpression="SET leases.#h = :lease",
+                        ExpressionAttributeNames=holder,
+                        ExpressionAttributeValues={":lease": {"M": {"exp": {"N": str(n)}}}},
+                        ReturnValues="ALL_NEW",
+                    )
+                    dynamodb.get_item(TableName="t", Key=key)
+                    dynamodb.query(
+                        TableName="t",
+                        KeyConditionExpression="pk = :pk",
+                        ExpressionAttributeValues={":pk": key["pk"]},
+                    )
+                    dynamodb.update_item(
+                        TableName="t",
+                        Key=key,
+                        UpdateExpression="REMOVE leases.#h",
+                        ExpressionAttributeNames=holder,
+                    )
+            except Exception as error:  # moto's in-process answer raises what it met
+                errors.append(repr(error))
+
+        threads = [threading.Thread(target=work, args=(w,)) for w in range(GROWING_ITEM_THREADS)]
+        for thread in threads:
+            thread.start()
+        for thread in threads:
+            thread.join(120)
+
+        assert errors == []
+        assert dynamodb.get_item(TableName="t", Key=key)["Item"]["leases"] == {"M": others}
 
 
 def transaction_session() -> list[Any]:

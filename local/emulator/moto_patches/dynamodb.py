@@ -17,6 +17,7 @@ from typing import Any
 
 from moto.dynamodb import comparisons as dynamodb_comparisons
 from moto.dynamodb import models as dynamodb_models
+from moto.dynamodb import responses as dynamodb_responses
 from moto.dynamodb.models.dynamo_type import DynamoType
 from moto.dynamodb.models.table import Table as DynamoDBTable
 from moto.dynamodb.parsing import ast_nodes as dynamodb_ast_nodes
@@ -34,6 +35,19 @@ _DYNAMODB_METHODS = (
     "get_item",
     "query",
     "scan",
+)
+# moto's answers to these copy or serialize the stored items themselves (an update's old and new
+# item, a get, a query's page): under the same lock, or a request changing one meanwhile breaks them.
+_DYNAMODB_ANSWERS = (
+    "put_item",
+    "update_item",
+    "delete_item",
+    "get_item",
+    "batch_get_item",
+    "batch_write_item",
+    "query",
+    "scan",
+    "transact_get_items",
 )
 _dynamodb_lock = threading.RLock()
 
@@ -272,9 +286,12 @@ PATCHES = (
         "'dictionary changed size during iteration' (HTTP 500), and a rollback silently undoes writes "
         "other requests made since the backup. A transaction on AWS is atomic and isolated, so the "
         "backend's item operations (BatchWriteItem goes through put_item / delete_item) hold one "
-        "re-entrant lock, as a single-threaded server would.",
-        replaces=tuple(
-            Replacement(dynamodb_models.DynamoDBBackend, name, _serialized) for name in _DYNAMODB_METHODS
+        "re-entrant lock, as a single-threaded server would. The response handlers too: update_item "
+        "deep-copies, and get_item, query and update_item serialize, the stored item outside the "
+        "backend's call, which another request changing that item meanwhile breaks the same way.",
+        replaces=(
+            *(Replacement(dynamodb_models.DynamoDBBackend, name, _serialized) for name in _DYNAMODB_METHODS),
+            *(Replacement(dynamodb_responses.DynamoHandler, name, _serialized) for name in _DYNAMODB_ANSWERS),
         ),
     ),
     Patch(
