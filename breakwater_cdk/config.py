@@ -12,12 +12,11 @@ from typing import Any, Literal, Self
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
 
+# the bound the item sizes and write rates are checked at (re-exported: the config model's limit)
+from breakwater.concurrency import MAX_TENANT_CONCURRENCY as MAX_TENANT_CONCURRENCY
 from breakwater_cdk.ceilings import shared_ceiling_problems
 
 CONTEXT_KEY = "breakwater"
-# A tenant's leases live in a map on its counters item, one per container working on it; this bound
-# keeps that item under a fifth of DynamoDB's item limit (breakwater_cdk/item_sizes.py).
-MAX_TENANT_CONCURRENCY = 1000
 
 
 class _Strict(BaseModel):
@@ -39,8 +38,8 @@ class TierConfig(_Strict):
     def _floor_below_ceiling(self) -> TierConfig:
         if self.concurrency > MAX_TENANT_CONCURRENCY:
             raise ValueError(
-                f"concurrency ({self.concurrency}) must be at most {MAX_TENANT_CONCURRENCY}: each lease "
-                "is an entry of the tenant's counters item, which DynamoDB caps at 400 KB"
+                f"concurrency ({self.concurrency}) must be at most {MAX_TENANT_CONCURRENCY}: the state "
+                "table's item sizes and write rates are checked at that bound"
             )
         if self.concurrency_floor > self.concurrency:
             raise ValueError(

@@ -12,6 +12,13 @@ occupy the whole worker fleet and starve the floors of the others.
 A floor lease can be taken with one conditional write, without reading the tenant's item first;
 :class:`CrowdedFloors` remembers the tenants whose floor such a write found taken, whose batches
 read first for a while. Everything here is pure; ``now`` is injected.
+
+A tenant whose ceiling is above :data:`LEASE_SHARD_PLACES` has its leases spread over shards of at most
+that many places (:func:`lease_shard_count`, :func:`shard_limits`): a container leases in the shard its
+id hashes to (:func:`lease_shard_of`), and in one other (:func:`second_lease_shard`) when that one is
+full. No lease item grows with the tenant's concurrency, and each is written only by the containers
+hashed to it; that tenant's counters, apart from its leases, are written by each container at most every
+:func:`counters_interval_s`.
 """
 
 from __future__ import annotations
@@ -28,20 +35,32 @@ CROWDED_MS = 5_000  # after a tenant's floor was found taken, its batches read b
 # The burst pool is split into items of at most this many places, so no item grows with the fleet's
 # concurrency (an item holds at most 400 KB) and each shard is written only by the containers hashed to it.
 POOL_SHARD_PLACES = 16
+# A tenant's leases are split the same way once its ceiling is above this many.
+LEASE_SHARD_PLACES = 16
+# The most concurrency a tenant is given, whatever its tier or record says: the bound the synth-time
+# item size and write rate checks are made at (a record above it is clamped, not refused).
+MAX_TENANT_CONCURRENCY = 1000
+# A sharded tenant's counters item takes at most this many writes per second from all its containers
+# together (each container writes at most every ``counters_interval_s``): half a partition's write limit,
+# leaving the rest to ingest's flushes and the controller.
+COUNTERS_WRITES_PER_S = 400
 
 
 def pool_shard_capacities(burst_capacity: int) -> list[int]:
     """The places of each burst pool shard: ``burst_capacity`` spread as evenly as it goes."""
     if burst_capacity < 1:
         raise ValueError(f"burst_capacity must be at least 1, got {burst_capacity}")
-    shards = -(-burst_capacity // POOL_SHARD_PLACES)
-    base, extra = divmod(burst_capacity, shards)
-    return [base + (1 if index < extra else 0) for index in range(shards)]
+    return _spread(burst_capacity, -(-burst_capacity // POOL_SHARD_PLACES))
 
 
 def pool_shard_of(holder: str, shards: int) -> int:
     """The pool shard a container (``holder``) takes its burst places in: stable across its batches."""
     return zlib.crc32(holder.encode()) % shards
+
+
+def _spread(total: int, shards: int) -> list[int]:
+    base, extra = divmod(total, shards)
+    return [base + (1 if index < extra else 0) for index in range(shards)]
 
 
 class Grant(StrEnum):
@@ -64,12 +83,62 @@ def live_leases(leases: Mapping[K, Lease], now_ms: int) -> dict[K, Lease]:
 
 @dataclass(frozen=True)
 class ConcurrencyLimits:
+    """A tenant's floor and ceiling, or one lease shard's share of them (whose floor may be 0)."""
+
     floor: int
     ceiling: int
 
     def __post_init__(self) -> None:
-        if self.floor < 1 or self.ceiling < self.floor:
-            raise ValueError(f"need 1 <= floor <= ceiling, got floor={self.floor} ceiling={self.ceiling}")
+        if self.floor < 0 or self.ceiling < max(self.floor, 1):
+            raise ValueError(
+                f"need 0 <= floor <= ceiling, 1 <= ceiling, got floor={self.floor} ceiling={self.ceiling}"
+            )
+
+    @classmethod
+    def clamped(cls, floor: int, ceiling: int) -> ConcurrencyLimits:
+        """A tenant's limits as its tier or record gives them, within what the design is sized for: the
+        ceiling at most :data:`MAX_TENANT_CONCURRENCY`, the floor at least 1 and at most the ceiling."""
+        ceiling = max(1, min(ceiling, MAX_TENANT_CONCURRENCY))
+        return cls(floor=max(1, min(floor, ceiling)), ceiling=ceiling)
+
+
+def lease_shard_count(limits: ConcurrencyLimits) -> int:
+    """How many items the tenant's leases are spread over (1: its counters item holds them)."""
+    return -(-limits.ceiling // LEASE_SHARD_PLACES)
+
+
+def shard_limits(limits: ConcurrencyLimits, shard: int) -> ConcurrencyLimits:
+    """Shard ``shard``'s share of the tenant's floor and ceiling, both spread as evenly as they go (the
+    shards' floors add up to the tenant's floor, their ceilings to its ceiling)."""
+    shards = lease_shard_count(limits)
+    return ConcurrencyLimits(
+        floor=_spread(limits.floor, shards)[shard], ceiling=_spread(limits.ceiling, shards)[shard]
+    )
+
+
+def lease_shard_of(tenant: str, holder: str, shards: int) -> int:
+    """The shard a container (``holder``) first leases ``tenant`` in: stable across its batches."""
+    return zlib.crc32(f"{tenant}#{holder}".encode()) % shards
+
+
+def second_lease_shard(tenant: str, holder: str, shards: int) -> int | None:
+    """The other shard a container tries when its own is full (None with a single shard): another
+    hash, so the containers of a full shard spread over the others instead of all trying one."""
+    if shards < 2:
+        return None
+    first = lease_shard_of(tenant, holder, shards)
+    step = 1 + zlib.crc32(f"{holder}#{tenant}".encode()) % (shards - 1)
+    return (first + step) % shards
+
+
+def counters_interval_s(limits: ConcurrencyLimits) -> float:
+    """How long a container keeps a sharded tenant's counters before it writes them (0: every batch,
+    with its lease's release, for a tenant whose counters item holds its leases). A tenant has at most
+    ``ceiling`` containers working on it, so its counters item takes at most
+    :data:`COUNTERS_WRITES_PER_S` writes per second."""
+    if lease_shard_count(limits) == 1:
+        return 0.0
+    return limits.ceiling / COUNTERS_WRITES_PER_S
 
 
 def grant_for(

@@ -4,7 +4,22 @@ from __future__ import annotations
 
 import pytest
 
-from breakwater.concurrency import ConcurrencyLimits, CrowdedFloors, Grant, Lease, grant_for, live_leases
+from breakwater.concurrency import (
+    COUNTERS_WRITES_PER_S,
+    LEASE_SHARD_PLACES,
+    MAX_TENANT_CONCURRENCY,
+    ConcurrencyLimits,
+    CrowdedFloors,
+    Grant,
+    Lease,
+    counters_interval_s,
+    grant_for,
+    lease_shard_count,
+    lease_shard_of,
+    live_leases,
+    second_lease_shard,
+    shard_limits,
+)
 
 NOW = 1_000_000
 LIMITS = ConcurrencyLimits(floor=2, ceiling=4)
@@ -72,3 +87,46 @@ def test_finding_the_floor_taken_again_extends_the_while() -> None:
     floors.found_taken("acme", NOW + 4_000)
     assert floors.crowded("acme", NOW + 8_999)
     assert not floors.crowded("acme", NOW + 9_000)
+
+
+@pytest.mark.parametrize(
+    "floor, ceiling", [(1, 1), (1, 16), (16, 16), (1, 17), (5, 100), (80, 100), (1000, 1000)]
+)
+def test_lease_shards_add_up_to_the_tenant_and_none_holds_more_than_its_places(
+    floor: int, ceiling: int
+) -> None:
+    limits = ConcurrencyLimits(floor=floor, ceiling=ceiling)
+    shards = [shard_limits(limits, shard) for shard in range(lease_shard_count(limits))]
+    assert sum(shard.floor for shard in shards) == floor
+    assert sum(shard.ceiling for shard in shards) == ceiling
+    assert all(shard.ceiling <= LEASE_SHARD_PLACES for shard in shards)
+    assert (len(shards) == 1) == (ceiling <= LEASE_SHARD_PLACES)
+
+
+def test_a_container_leases_in_a_stable_shard_and_its_second_choice_is_another() -> None:
+    holders = [f"container-{index}" for index in range(400)]
+    firsts = [lease_shard_of("premium", holder, 8) for holder in holders]
+    assert firsts == [lease_shard_of("premium", holder, 8) for holder in holders]
+    assert set(firsts) == set(range(8))  # every shard is someone's
+    seconds = [second_lease_shard("premium", holder, 8) for holder in holders]
+    assert all(second != first for first, second in zip(firsts, seconds, strict=True))
+    # the containers of one full shard spread over the others rather than all trying the same one
+    of_shard_0 = {second for first, second in zip(firsts, seconds, strict=True) if first == 0}
+    assert len(of_shard_0) >= 5
+    assert second_lease_shard("premium", "container-0", 1) is None
+
+
+def test_a_sharded_tenants_counters_are_written_at_most_so_often_by_all_its_containers() -> None:
+    assert counters_interval_s(ConcurrencyLimits(floor=2, ceiling=16)) == 0.0  # with the release
+    for ceiling in (17, 100, MAX_TENANT_CONCURRENCY):
+        limits = ConcurrencyLimits(floor=1, ceiling=ceiling)
+        # at most ``ceiling`` containers hold a lease of the tenant, each writing once per interval
+        assert ceiling / counters_interval_s(limits) <= COUNTERS_WRITES_PER_S
+
+
+def test_a_record_beyond_the_bounds_is_clamped_not_refused() -> None:
+    assert ConcurrencyLimits.clamped(floor=5000, ceiling=5000) == ConcurrencyLimits(
+        floor=MAX_TENANT_CONCURRENCY, ceiling=MAX_TENANT_CONCURRENCY
+    )
+    assert ConcurrencyLimits.clamped(floor=10, ceiling=4) == ConcurrencyLimits(floor=4, ceiling=4)
+    assert ConcurrencyLimits.clamped(floor=0, ceiling=0) == ConcurrencyLimits(floor=1, ceiling=1)

@@ -51,10 +51,9 @@ class WorkerOptions:
 
 
 def concurrency_limits(limits: TierLimits) -> ConcurrencyLimits:
-    """The tenant's floor and ceiling (a floor above the ceiling is capped to it)."""
-    return ConcurrencyLimits(
-        floor=min(limits.concurrency_floor, limits.concurrency), ceiling=limits.concurrency
-    )
+    """The tenant's floor and ceiling, clamped to what the design is sized for (a tenant record may
+    set either beyond the tier's validated bounds)."""
+    return ConcurrencyLimits.clamped(limits.concurrency_floor, limits.concurrency)
 
 
 def consumer_bucket_limits(limits: TierLimits) -> BucketLimits:
