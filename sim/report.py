@@ -14,6 +14,16 @@ messages sent in the run's last tenth were never served, the run did not recover
 
 Cost: the run's AWS calls as billed (:mod:`sim.billing`), priced per million delivered (processed)
 messages over the whole run, by service and in total.
+
+What the event costs the tenants, beside the quiet ones' ages:
+
+- ``noisy_fresh_p99_ms``: the p99 age at which the event's subject gets its *own fresh* work done: its
+  messages enqueued since the event started, processed (how stale is what it gets back);
+- ``stale_processed``: messages processed older than the scenario's TTL, or without one older than
+  :data:`FRESHNESS_S` (work done too late to be of use);
+- ``dlq_due_to_outage``: in the outage scenario, the messages dead-lettered (none are poison there);
+- ``drain_s``: from the event's end until the backlog (live and set aside) is back to its level before
+  the event (``None``: not within the run).
 """
 
 from __future__ import annotations
@@ -31,6 +41,7 @@ from sim.scenarios import Scenario
 from sim.system import Recording
 
 PHASES = ("before", "during", "after")
+FRESHNESS_S = 900.0  # without a TTL: processed later than this after it was sent, a message is stale
 
 
 def _pct(values: np.ndarray, q: float) -> float | None:
@@ -92,6 +103,8 @@ def summarize(rec: Recording, scenario: Scenario) -> dict[str, Any]:
     worst = max(event_bins, default=None)
     samples = np.asarray(rec.samples, dtype=np.float64) if rec.samples else np.zeros((0, 5))
     totals = rec.totals
+    fresh = ~served_quiet & (served_enqueued >= scenario.event_start_s)
+    freshness_s = scenario.ttl_s if scenario.ttl_s is not None else FRESHNESS_S
     priced = cost_summary(rec.usage, totals.get("processed", 0), scenario.end_s)
     return {
         "ages": ages,
@@ -102,6 +115,10 @@ def summarize(rec: Recording, scenario: Scenario) -> dict[str, Any]:
         "recovery_s": None if recovery_s is None else round(recovery_s, 1),
         "recovery_min": None if recovery_s is None else round(recovery_s / 60, 2),
         "peak_backlog": int(samples[:, 3].max()) if len(samples) else 0,
+        "drain_s": _drain_s(samples, scenario),
+        "noisy_fresh_p99_ms": _pct(served_age[fresh], 99),
+        "stale_processed": int(np.count_nonzero(served_age > freshness_s)),
+        "dlq_due_to_outage": totals.get("in_dlq", 0) if scenario.kind == "outage" else 0,
         "peak_live_backlog": int(samples[:, 1].max()) if len(samples) else 0,
         "peak_sideline_backlog": int(samples[:, 2].max()) if len(samples) else 0,
         "offered": totals.get("offered", 0),
@@ -203,6 +220,20 @@ def hottest_table(results: Mapping[str, Mapping[str, Any]], count: int = 10) -> 
     return "\n".join(lines)
 
 
+def _drain_s(samples: np.ndarray, scenario: Scenario) -> float | None:
+    """Seconds from the event's end until the total backlog is back to its level before the event
+    (its most then, at least 10 messages); None when it never is within the run."""
+    if not len(samples):
+        return None
+    t, total = samples[:, 0], samples[:, 3]
+    before = total[t < scenario.event_start_s]
+    level = max(float(before.max()) if len(before) else 0.0, 10.0)
+    after = (t >= scenario.event_end_s) & (total <= level)
+    if not after.any():
+        return None
+    return round(float(t[after][0]) - scenario.event_end_s, 1)
+
+
 def _recovery(enqueued: np.ndarray, age: np.ndarray, scenario: Scenario, threshold_s: float) -> float | None:
     """The first step after the event from which the quiet traffic's p99 stays within the threshold."""
     fresh = enqueued >= scenario.event_end_s
@@ -281,6 +312,10 @@ def table(results: Mapping[str, Mapping[str, Any]]) -> str:
         ("quiet p99 worst minute / baseline", "quiet_p99_max_ratio", "x"),
         ("time to recover", "recovery_min", " min"),
         ("peak backlog", "peak_backlog", ""),
+        ("backlog drained after the event", "drain_s", " s"),
+        ("subject's fresh work p99 age", "noisy_fresh_p99_ms", " ms"),
+        ("stale work processed", "stale_processed", ""),
+        ("dead-lettered by the outage", "dlq_due_to_outage", ""),
         ("peak live backlog", "peak_live_backlog", ""),
         ("accepted", "accepted", ""),
         ("refused", "refused", ""),
