@@ -1,13 +1,19 @@
-"""Concurrency leases in the state table (on the tenant's counters item, and the shared burst pool).
+"""Concurrency leases in the state table (a tenant's counters item or lease shards, and the burst pool).
 
-A tenant's leases live in the ``leases`` map of its counters item (``tenant#<id>``/``counters``,
-:mod:`breakwater.aws.counters`), so a batch gives its lease back in the same write that adds its
-counters (:meth:`ConcurrencyLeases.release_update` merged with
-:func:`~breakwater.aws.counters.counters_update`): one write unit per tenant and batch instead of
-two. Leases only ever touch ``leases`` and ``version``; the counters' writers and the controller
-never touch those, so neither side's conditions see the other's writes.
+A tenant whose ceiling fits one lease shard keeps its leases in the ``leases`` map of its counters item
+(``tenant#<id>``/``counters``, :mod:`breakwater.aws.counters`), so a batch gives its lease back in the
+same write that adds its counters (:meth:`ConcurrencyLeases.release_update` merged with
+:func:`~breakwater.aws.counters.counters_update`): one write unit per tenant and batch instead of two.
+A larger tenant's leases are spread over lease shards (``tenant#<id>``/``lease#<k>``, holding only
+``leases`` and ``version``; :mod:`breakwater.aws.lease_shards`): a container leases in its own shard,
+with that shard's share of the floor and ceiling, and in one other when its own is full; the lease
+remembers its item, and the release goes there, as its own write. That tenant's counters item then
+holds no leases, and the worker writes its counters at most every
+:func:`~breakwater.concurrency.counters_interval_s`, so neither item is written by every container
+working on the tenant at every batch. Leases only ever touch ``leases`` and ``version``; the counters'
+writers and the controller never touch those, so neither side's conditions see the other's writes.
 
-Optimistic concurrency: read the item, drop expired leases, decide with the pure policy
+Optimistic concurrency: read the lease item, drop expired leases, decide with the pure policy
 (:func:`breakwater.concurrency.grant_for`), write the map back on condition that ``version`` did not
 move. A floor lease is one conditional UpdateItem; a burst lease also takes a place in a shard of the
 burst pool in the same TransactWriteItems, so the two never disagree. The pool is split into shard items
@@ -17,14 +23,16 @@ own shard (:func:`~breakwater.concurrency.pool_shard_of`): no item grows with th
 written only by the containers hashed to it. A batch acquires all its tenants with one BatchGetItem and
 one conditional write per tenant (a transaction only where a burst lease needs the pool: an item in a
 transaction costs twice the write units); a tenant whose write lost a race is acquired on its own. A
-batch of one tenant first tries a *floor* lease without reading
-(:meth:`ConcurrencyLeases._floor_without_read`): one conditional write, on condition that the tenant's
-item holds fewer leases than its floor, expired ones included; a tenant found at its floor is read first
-for a while (:class:`breakwater.concurrency.CrowdedFloors`).
+tenant's floor lease is first tried without reading
+(:meth:`ConcurrencyLeases._floor_without_read`): one conditional write, on condition that the lease
+item holds fewer leases than its floor, expired ones included (a shard whose share of the floor is 0
+is always read first); an item found at its floor is read first for a while
+(:class:`breakwater.concurrency.CrowdedFloors`).
 
-A lost race is retried with a jittered pause (:func:`breakwater.aws.conflicts.pause_before_retry`);
-any error while acquiring a tenant (a throttle, the table unavailable, a race lost every time) refuses
-that tenant only: its messages are deferred like a refused tenant's, and the batch's other tenants go on.
+A lost race (a read-then-write, or a floor write after a read) is retried with a jittered pause
+(:func:`breakwater.aws.conflicts.pause_before_retry`); any error while acquiring a tenant (a throttle,
+the table unavailable, a race lost every time) refuses that tenant only: its messages are deferred like
+a refused tenant's, and the batch's other tenants go on.
 """
 
 from __future__ import annotations
@@ -37,6 +45,7 @@ from botocore.exceptions import BotoCoreError, ClientError
 
 from breakwater.aws.conflicts import pause_before_retry
 from breakwater.aws.counters import COUNTERS_SK, batch_get_some, plain, tenant_pk
+from breakwater.aws.lease_shards import LeaseItem, lease_items
 from breakwater.concurrency import (
     ConcurrencyLimits,
     CrowdedFloors,
@@ -115,6 +124,7 @@ class ConcurrencyLeases:
         burst_capacity: int | None = None,
         clock_ms: Callable[[], int] = lambda: int(time.time() * 1000),
         attempts: int = 3,
+        pause: Callable[[int], bool] = pause_before_retry,
     ) -> None:
         self._client = client
         self._table = table_name
@@ -122,7 +132,11 @@ class ConcurrencyLeases:
         self.burst_capacity = burst_capacity
         self._clock_ms = clock_ms
         self._attempts = attempts
-        self._crowded = CrowdedFloors()  # tenants whose floor was found taken: read first
+        self._pause = pause  # before retry number n after a lost race; False: no time left for one
+        self._crowded = CrowdedFloors()  # lease items whose floor was found taken: read first
+        # the item each tenant's lease was last taken in, until its release lands (a sharded tenant's
+        # lease is in one of two shards, and the release must go where it is)
+        self._held: dict[str, str] = {}
         # this container's shard of the pool, and the places in it (None: no pool)
         self._pool_sk = POOL_SK
         self._pool_places: int | None = None
@@ -135,41 +149,64 @@ class ConcurrencyLeases:
         )
         return plain(response.get("Item") or {})
 
+    def _items(self, tenant: str, limits: ConcurrencyLimits) -> list[LeaseItem]:
+        return lease_items(tenant, self.holder, limits, held_sk=self._held.get(tenant))
+
+    def _took(self, item: LeaseItem) -> None:
+        self._held[item.tenant] = item.sk
+
     def acquire(self, tenant: str, limits: ConcurrencyLimits, expires_at_ms: int) -> Grant:
         """Take (or renew) this container's lease of ``tenant`` until ``expires_at_ms``; REFUSED if full,
-        if every attempt lost its race, or if the table could not be read or written."""
-        try:
-            return self._acquire(tenant, limits, expires_at_ms)
-        except (ClientError, BotoCoreError) as exc:
-            logger.warning("concurrency lease not taken", extra={"tenant": tenant, "error": str(exc)})
-            return Grant.REFUSED
+        if every attempt lost its race, or if the table could not be read or written (in both of a
+        sharded tenant's shards the container may lease in)."""
+        return self._acquire_in(self._items(tenant, limits), expires_at_ms)
 
-    def _acquire(self, tenant: str, limits: ConcurrencyLimits, expires_at_ms: int) -> Grant:
+    def _acquire_in(self, items: list[LeaseItem], expires_at_ms: int) -> Grant:
+        """A lease in the first of ``items`` that grants one, each read first; REFUSED if none does."""
+        for item in items:
+            try:
+                grant = self._acquire(item, expires_at_ms)
+            except (ClientError, BotoCoreError) as exc:
+                logger.warning(
+                    "concurrency lease not taken",
+                    extra={"tenant": item.tenant, "sk": item.sk, "error": str(exc)},
+                )
+                grant = Grant.REFUSED
+            if grant is not Grant.REFUSED:
+                return grant
+        return Grant.REFUSED
+
+    def _acquire(self, lease_item: LeaseItem, expires_at_ms: int) -> Grant:
         for attempt in range(self._attempts):
             now = self._clock_ms()
-            item = self._get(tenant_pk(tenant), CONCURRENCY_SK)
+            item = self._get(*lease_item.key)
             leases = _leases_from(item)
-            grant = grant_for(self.holder, leases, limits, 0, None, now)
+            grant = grant_for(self.holder, leases, lease_item.limits, 0, None, now)
             if grant is Grant.FLOOR and not _expired(leases, now):
-                if self._floor_in_one_write(tenant, item, limits, expires_at_ms):
+                if self._floor_in_one_write(lease_item, item, expires_at_ms):
                     return grant
-                continue  # the one write lost to the floor filling meanwhile: read again
+                # the one write lost to the floor filling meanwhile: read again, after a pause that
+                # parts the racers (as a lost read-then-write does)
+                if attempt + 1 < self._attempts and not self._pause(attempt):
+                    break
+                continue
             pool: dict[str, Any] | None = None
             if grant is Grant.BURST and self._pool_places is not None:
                 pool = self._get(POOL_PK, self._pool_sk)
                 in_use = len(live_leases(_pool_from(pool), now))
-                grant = grant_for(self.holder, leases, limits, in_use, self._pool_places, now)
+                grant = grant_for(self.holder, leases, lease_item.limits, in_use, self._pool_places, now)
             if grant is Grant.REFUSED:
                 return grant
             try:
-                self._write(tenant, item, leases, grant, pool, expires_at_ms, now)
+                self._write(lease_item, item, leases, grant, pool, expires_at_ms, now)
             except ClientError as exc:
                 if not _conflict(exc):
                     raise
                 # another container wrote first: read again, after a pause that parts the racers
-                if attempt + 1 < self._attempts and not pause_before_retry(attempt):
+                if attempt + 1 < self._attempts and not self._pause(attempt):
                     break
                 continue
+            self._took(lease_item)
             return grant
         return Grant.REFUSED  # persistent contention: behave as full, the message is deferred
 
@@ -180,30 +217,33 @@ class ConcurrencyLeases:
         loses a race (another container wrote the item) wrote nothing, and its tenants are acquired
         on their own, as :meth:`acquire` does. A tenant whose item could not be read or written is
         acquired on its own too, and refused if that fails: one tenant's trouble is never the batch's.
+        A sharded tenant refused in the container's own shard is tried in its other one.
         """
+        choices = {tenant: self._items(tenant, limits) for tenant, limits in requests.items()}
         # First a floor lease without reading, per tenant: such writes never lose a race to each other
         # (each sets its own holder's lease, on a condition DynamoDB checks atomically), so many
         # containers taking the same tenant's floor at once all succeed at one write each.
         grants = {
             tenant: Grant.FLOOR
-            for tenant, limits in requests.items()
-            if self._floor_without_read(tenant, limits, expires_at_ms)
+            for tenant, items in choices.items()
+            if self._floor_without_read(items[0], expires_at_ms)
         }
         if len(grants) == len(requests):
             return grants
         return grants | self._acquire_read_first(
-            {tenant: limits for tenant, limits in requests.items() if tenant not in grants}, expires_at_ms
+            {tenant: items for tenant, items in choices.items() if tenant not in grants}, expires_at_ms
         )
 
     def _acquire_read_first(
-        self, requests: Mapping[str, ConcurrencyLimits], expires_at_ms: int
+        self, choices: Mapping[str, list[LeaseItem]], expires_at_ms: int
     ) -> dict[str, Grant]:
-        """The tenants a write without reading did not lease: their items (and this container's pool
-        shard) in one BatchGetItem, then one conditional write each."""
-        if len(requests) > MAX_TENANTS_PER_WRITE:
-            return self._one_by_one(requests, expires_at_ms)
+        """The tenants a write without reading did not lease: their first items (and this container's
+        pool shard) in one BatchGetItem, then one conditional write each."""
+        if len(choices) > MAX_TENANTS_PER_WRITE:
+            return self._one_by_one(choices, expires_at_ms)
         now = self._clock_ms()
-        keys = [(tenant_pk(tenant), CONCURRENCY_SK) for tenant in requests]
+        firsts = {tenant: items[0] for tenant, items in choices.items()}
+        keys = [item.key for item in firsts.values()]
         if self._pool_places is not None:
             keys.append((POOL_PK, self._pool_sk))
         try:
@@ -211,7 +251,7 @@ class ConcurrencyLeases:
             found, unread = batch_get_some(self._client, self._table, keys, consistent=True, calls=2)
         except (ClientError, BotoCoreError) as exc:
             logger.warning("concurrency leases not read", extra={"error": str(exc)})
-            return self._one_by_one(requests, expires_at_ms)
+            return self._one_by_one(choices, expires_at_ms)
         pool = found.get((POOL_PK, self._pool_sk), {}) if self._pool_places is not None else None
         if (POOL_PK, self._pool_sk) in unread:
             pool = None  # this batch takes no burst lease: floors only
@@ -219,34 +259,39 @@ class ConcurrencyLeases:
         grants: dict[str, Grant] = {}
         writes: dict[str, dict[str, Any]] = {}
         lost: list[str] = []
-        for tenant, limits in requests.items():
-            if (tenant_pk(tenant), CONCURRENCY_SK) in unread:
+        full: list[str] = []
+        for tenant, lease_item in firsts.items():
+            if lease_item.key in unread:
                 lost.append(tenant)
                 continue
-            item = found.get((tenant_pk(tenant), CONCURRENCY_SK), {})
+            item = found.get(lease_item.key, {})
             leases = _leases_from(item)
             # no pool: unbounded; a pool whose shard could not be read: no room this batch
             places = None if self._pool_places is None else (self._pool_places if pool is not None else 0)
-            grant = grant_for(self.holder, leases, limits, len(pool_leases), places, now)
+            grant = grant_for(self.holder, leases, lease_item.limits, len(pool_leases), places, now)
             if grant is Grant.BURST:
                 pool_leases[f"{tenant}#{self.holder}"] = Lease(expires_at_ms=expires_at_ms, burst=True)
             grants[tenant] = grant
             if grant is Grant.FLOOR and not _expired(leases, now):
                 try:
-                    taken = self._floor_in_one_write(tenant, item, limits, expires_at_ms)
+                    taken = self._floor_in_one_write(lease_item, item, expires_at_ms)
                 except (ClientError, BotoCoreError) as exc:
                     logger.warning("lease not written", extra={"tenant": tenant, "error": str(exc)})
                     taken = False
                 if not taken:
                     lost.append(tenant)
-            elif grant is not Grant.REFUSED:
-                writes[tenant] = self._tenant_update(tenant, item, leases, grant, expires_at_ms, now)
+            elif grant is Grant.REFUSED:
+                full.append(tenant)
+            else:
+                writes[tenant] = self._tenant_update(lease_item, item, leases, grant, expires_at_ms, now)
         burst = [tenant for tenant in writes if grants[tenant] is Grant.BURST]
         if pool is not None and burst:
             try:
                 items: list[Any] = [{"Update": writes[tenant]} for tenant in burst]
                 items.append({"Put": self._pool_put(pool, pool_leases)})
                 self._client.transact_write_items(TransactItems=items)
+                for tenant in burst:
+                    self._took(firsts[tenant])
             except (ClientError, BotoCoreError) as exc:
                 if not isinstance(exc, ClientError) or not _conflict(exc):
                     logger.warning("burst leases not written", extra={"error": str(exc)})
@@ -256,33 +301,37 @@ class ConcurrencyLeases:
                 continue
             try:
                 self._client.update_item(**update)
+                self._took(firsts[tenant])
             except (ClientError, BotoCoreError) as exc:
                 if not isinstance(exc, ClientError) or not _conflict(exc):
                     logger.warning("lease not written", extra={"tenant": tenant, "error": str(exc)})
                 lost.append(tenant)
         if lost:
-            grants |= self._one_by_one({tenant: requests[tenant] for tenant in lost}, expires_at_ms)
+            grants |= self._one_by_one({tenant: choices[tenant] for tenant in lost}, expires_at_ms)
+        # a sharded tenant whose own shard is full: its other shard, read then written
+        grants |= {tenant: self._acquire_in(choices[tenant][1:], expires_at_ms) for tenant in full}
         return grants
 
-    def _floor_without_read(
-        self, tenant: str, limits: ConcurrencyLimits, expires_at_ms: int, *, fresh: bool = False
-    ) -> bool:
-        """A floor lease of ``tenant`` in one write, without reading the item first.
+    def _floor_without_read(self, lease_item: LeaseItem, expires_at_ms: int, *, fresh: bool = False) -> bool:
+        """A floor lease in ``lease_item`` in one write, without reading the item first.
 
         The condition ``size(leases) < floor`` counts every lease in the item, expired ones and an
         old one of this holder included, so it only ever grants what :func:`grant_for` would grant
         as FLOOR (the read path cleans expired leases up); ``version`` moves, so a read-then-write
         of another container made meanwhile fails its condition, as with any write. False: not
-        granted this way (the floor is taken, the item holds no leases yet, a conflict), the caller reads.
-        ``fresh``: the map was just made (:meth:`_make_room`), try even if the tenant looked crowded.
+        granted this way (the floor is taken or none, the item holds no leases yet, a conflict), the
+        caller reads. ``fresh``: the map was just made (:meth:`_make_room`), try even if it looked crowded.
         """
+        if lease_item.limits.floor == 0:
+            return False  # a shard without a floor of its own: every lease in it is read first
         now = self._clock_ms()
-        if not fresh and self._crowded.crowded(tenant, now):
+        crowded_key = f"{lease_item.tenant}/{lease_item.sk}"
+        if not fresh and self._crowded.crowded(crowded_key, now):
             return False
         try:
             self._client.update_item(
                 TableName=self._table,
-                Key={"pk": {"S": tenant_pk(tenant)}, "sk": {"S": CONCURRENCY_SK}},
+                Key={"pk": {"S": lease_item.pk}, "sk": {"S": lease_item.sk}},
                 UpdateExpression="SET leases.#h = :lease ADD version :one",
                 # attribute_exists first: an item without leases fails as size() of nothing does (and
                 # moto, which cannot size a missing attribute, never has to)
@@ -293,7 +342,7 @@ class ConcurrencyLeases:
                 ExpressionAttributeNames={"#h": self.holder, "#exp": "exp"},
                 ExpressionAttributeValues={
                     ":lease": _lease_value(Lease(expires_at_ms=expires_at_ms)),
-                    ":floor": {"N": str(limits.floor)},
+                    ":floor": {"N": str(lease_item.limits.floor)},
                     ":one": {"N": "1"},
                     ":now": {"N": str(now)},
                 },
@@ -303,41 +352,40 @@ class ConcurrencyLeases:
             old: Mapping[str, Any] = exc.response.get("Item") or {}  # type: ignore[assignment]
             taken = "leases" in old  # not merely an item without a map of leases yet
             if exc.response.get("Error", {}).get("Code") == "ConditionalCheckFailedException" and taken:
-                self._crowded.found_taken(tenant, now)
+                self._crowded.found_taken(crowded_key, now)
             return False  # taken, a race, or the item unavailable: the read path decides
         except BotoCoreError:
             return False
+        self._took(lease_item)
         return True
 
-    def _make_room(self, tenant: str) -> None:
-        """Give the tenant's item an (empty) map of leases if it has none, so floor leases can be taken
+    def _make_room(self, lease_item: LeaseItem) -> None:
+        """Give the lease item an (empty) map of leases if it has none, so floor leases can be taken
         without reading (:meth:`_floor_without_read`). Unconditional and idempotent: containers that
         all meet a new tenant at once all succeed, where creating the item on its ``version`` would
         make all but one lose the race."""
         self._client.update_item(
             TableName=self._table,
-            Key={"pk": {"S": tenant_pk(tenant)}, "sk": {"S": CONCURRENCY_SK}},
+            Key={"pk": {"S": lease_item.pk}, "sk": {"S": lease_item.sk}},
             UpdateExpression="SET leases = if_not_exists(leases, :none)",
             ExpressionAttributeValues={":none": {"M": {}}},
         )
 
-    def _floor_in_one_write(
-        self, tenant: str, item: Mapping[str, Any], limits: ConcurrencyLimits, expires_at_ms: int
-    ) -> bool:
+    def _floor_in_one_write(self, lease_item: LeaseItem, item: Mapping[str, Any], expires_at_ms: int) -> bool:
         """A floor lease the read says is free, taken with the write that races no other such write
         (:meth:`_floor_without_read`); the map made first if the item has none. For an item without
         expired leases only (a write of the whole map on its ``version`` drops those). False: lost."""
         if "leases" not in item:
-            self._make_room(tenant)
-        return self._floor_without_read(tenant, limits, expires_at_ms, fresh=True)
+            self._make_room(lease_item)
+        return self._floor_without_read(lease_item, expires_at_ms, fresh=True)
 
-    def _one_by_one(self, requests: Mapping[str, ConcurrencyLimits], expires_at_ms: int) -> dict[str, Grant]:
+    def _one_by_one(self, choices: Mapping[str, list[LeaseItem]], expires_at_ms: int) -> dict[str, Grant]:
         """Each tenant acquired on its own (:meth:`acquire`)."""
-        return {tenant: self.acquire(tenant, limits, expires_at_ms) for tenant, limits in requests.items()}
+        return {tenant: self._acquire_in(items, expires_at_ms) for tenant, items in choices.items()}
 
     def _write(
         self,
-        tenant: str,
+        lease_item: LeaseItem,
         item: Mapping[str, Any],
         leases: Mapping[str, Lease],
         grant: Grant,
@@ -345,34 +393,34 @@ class ConcurrencyLeases:
         expires_at_ms: int,
         now: int,
     ) -> None:
-        update = self._tenant_update(tenant, item, leases, grant, expires_at_ms, now)
+        update = self._tenant_update(lease_item, item, leases, grant, expires_at_ms, now)
         if pool is None:
             self._client.update_item(**update)
             return
         pool_leases = live_leases(_pool_from(pool), now)
-        pool_leases[f"{tenant}#{self.holder}"] = Lease(expires_at_ms=expires_at_ms, burst=True)
+        pool_leases[f"{lease_item.tenant}#{self.holder}"] = Lease(expires_at_ms=expires_at_ms, burst=True)
         items: list[Any] = [{"Update": update}, {"Put": self._pool_put(pool, pool_leases)}]
         # (the pool's shard is this container's: ``_pool_put`` writes it)
         self._client.transact_write_items(TransactItems=items)
 
     def _tenant_update(
         self,
-        tenant: str,
+        lease_item: LeaseItem,
         item: Mapping[str, Any],
         leases: Mapping[str, Lease],
         grant: Grant,
         expires_at_ms: int,
         now: int,
     ) -> dict[str, Any]:
-        """The tenant's live leases with this holder's, written over ``leases`` if ``version`` did not move
-        (an update, not a put: the counters on the item stay as they are)."""
+        """The item's live leases with this holder's, written over ``leases`` if ``version`` did not move
+        (an update, not a put: the counters on a counters item stay as they are)."""
         kept = live_leases(leases, now)
         kept[self.holder] = Lease(expires_at_ms=expires_at_ms, burst=grant is Grant.BURST)
         version = int(item["version"]) if "version" in item else None
         condition = _condition(version)
         return {
             "TableName": self._table,
-            "Key": {"pk": {"S": tenant_pk(tenant)}, "sk": {"S": CONCURRENCY_SK}},
+            "Key": {"pk": {"S": lease_item.pk}, "sk": {"S": lease_item.sk}},
             "UpdateExpression": "SET leases = :leases, version = :next",
             "ConditionExpression": condition["ConditionExpression"],
             "ExpressionAttributeValues": {
@@ -396,17 +444,24 @@ class ConcurrencyLeases:
         }
 
     def release_update(self, tenant: str, grant: Grant) -> dict[str, Any] | None:
-        """The UpdateItem that gives back the tenant's lease (None if refused), for the caller to write
-        alone or merged with the tenant's counters (:func:`breakwater.aws.counters.merged_update`)."""
+        """The UpdateItem that gives back the tenant's lease (None if refused), on the item the lease was
+        taken in: the tenant's counters item, for the caller to merge with its counters
+        (:func:`breakwater.aws.counters.merged_update`), or one of its lease shards, written alone.
+        Call :meth:`released` once it is written."""
         if grant is Grant.REFUSED:
             return None
         return {
             "TableName": self._table,
-            "Key": {"pk": {"S": tenant_pk(tenant)}, "sk": {"S": CONCURRENCY_SK}},
+            "Key": {"pk": {"S": tenant_pk(tenant)}, "sk": {"S": self._held.get(tenant, CONCURRENCY_SK)}},
             "UpdateExpression": "REMOVE leases.#h ADD version :one",
             "ExpressionAttributeNames": {"#h": self.holder},
             "ExpressionAttributeValues": {":one": {"N": "1"}},
         }
+
+    def released(self, tenant: str) -> None:
+        """The tenant's lease was given back: its next one is taken in the container's own item again
+        (until then, in the item still holding it, so the container never holds two)."""
+        self._held.pop(tenant, None)
 
     def pool_release_update(self, grants: Mapping[str, Grant]) -> dict[str, Any] | None:
         """The UpdateItem that gives back the batch's places in the burst pool (None if it holds none)."""
@@ -427,3 +482,4 @@ class ConcurrencyLeases:
         for update in (self.release_update(tenant, grant), self.pool_release_update({tenant: grant})):
             if update is not None:
                 self._client.update_item(**update)
+        self.released(tenant)

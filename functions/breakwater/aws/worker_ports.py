@@ -123,8 +123,10 @@ def build_worker_ports(
     def release(
         grants: Mapping[str, Grant], counters: Mapping[str, Mapping[str, int]]
     ) -> dict[str, dict[str, int]]:
-        """One UpdateItem per tenant that gives its lease back and adds its counters (both live on the
-        tenant's counters item), and one for its places in the burst pool.
+        """One UpdateItem per tenant that gives its lease back and adds its counters where both live on
+        the tenant's counters item; for a tenant whose leases are sharded, the release on its lease
+        shard and the counters (when the worker sends any) each on their own. And one for the batch's
+        places in the burst pool.
 
         No transaction: an item in one costs two write units, in a batch write or a plain update
         one, and none of these needs the others to land with it.
@@ -136,15 +138,21 @@ def build_worker_ports(
             update = counters_update(table, tenant, counters.get(tenant, {}))
             grant = grants.get(tenant)
             lease = None if leases is None or grant is None else leases.release_update(tenant, grant)
-            if update is not None and lease is not None:
-                update = merged_update(update, lease)
-            update = update or lease
-            if update is None:
-                continue
-            for error in write_updates(ddb, [update]):
+            if update is not None and lease is not None and lease["Key"] == update["Key"]:
+                update, lease = merged_update(update, lease), None  # the lease is on the counters item
+                given_back = True
+            else:
+                errors = write_updates(ddb, [lease] if lease is not None else [])
+                for error in errors:  # the lease expires on its own
+                    logger.warning("lease release failed", extra={"tenant": tenant, "error": str(error)})
+                given_back = lease is not None and not errors
+            for error in write_updates(ddb, [update] if update is not None else []):
                 logger.warning("counter flush failed", extra={"tenant": tenant, "error": str(error)})
                 if tenant in counters:
                     failed.append(tenant)
+                given_back = given_back and lease is not None  # a merged release failed with it
+            if given_back and leases is not None:
+                leases.released(tenant)
         pool = leases.pool_release_update(grants) if leases is not None else None
         for error in write_updates(ddb, [pool] if pool else []):  # a place expires on its own
             logger.warning("lease release failed", extra={"error": str(error)})
