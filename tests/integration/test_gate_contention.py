@@ -62,7 +62,8 @@ def enforced(world: WorkerWorld) -> Iterator[Enforcement]:
         moto_patches.installed(),  # the embedded AWS's arrangement: moto's item operations serialized
         limits_enforced(AwsLimits(), clock=lambda: 0.0, sleep=lambda _s: None) as enforcement,
     ):
-        for sk in ("counters", "bucket#consumer"):
+        # (its ceiling of 100 spreads its leases over 7 lease shards)
+        for sk in ("counters", "bucket#consumer", *(f"lease#{shard}" for shard in range(7))):
             enforcement.dynamodb.charge((STATE_TABLE, f"tenant#{NOISY}", sk), 0.0, write_units=10**9)
         yield enforcement
 
