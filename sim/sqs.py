@@ -9,12 +9,14 @@ Modelled (Amazon SQS Developer Guide):
 - ReceiveMessage returns at most 10 messages; long polling returns as soon as one is there.
 - Redrive policy: a receive that would take a message past ``maxReceiveCount`` moves it to the
   dead-letter queue instead of delivering it.
-- Fair queues ("How Amazon SQS fair queues work"): a message group (the tenant) is *noisy* when it
-  holds more than 10 % of the queue's in-flight messages and at least 30 of them, or more than 10 % of
-  the consumers' recent processing time. While noisy groups exist, receives return quiet groups'
-  messages first, and noisy ones only when no quiet message waits (the noisy group with the fewest
-  in-flight messages first). A noisy group is quiet again once its backlog is consumed, or after it
-  sent nothing for 5 minutes. Messages without a group id are each their own group (never noisy).
+- Fair queues ("How Amazon SQS fair queues work"; the figures and the rule that decides the noisy
+  groups are ``local.fair_queues``', shared with the embedded AWS): a message group (the tenant) is
+  *noisy* when it holds more than 10 % of the queue's in-flight messages and at least 30 of them, or
+  more than 10 % of the consumers' recent processing time. While noisy groups exist, receives return
+  quiet groups' messages first, and noisy ones only when no quiet message waits (the noisy group with
+  the fewest in-flight messages first). A noisy group is quiet again once its backlog is consumed, or
+  after it sent nothing for 5 minutes. Messages without a group id are each their own group (never
+  noisy; here their processing time is left out of the total too).
 
 Not modelled: message order within a standard queue beyond "roughly first in, first out" (SQS makes
 no promise either), duplicate deliveries, retention (14 days is longer than any scenario), payload
@@ -31,15 +33,20 @@ from typing import Protocol
 
 import simpy
 
+from local.fair_queues import (
+    NOISY_IDLE_S as NOISY_IDLE_S,  # the simulator's tests read it here
+)
+from local.fair_queues import (
+    NOISY_MIN_IN_FLIGHT,
+    NOISY_REFRESH_S,
+    NOISY_SHARE,
+    PROCESSING_WINDOW_S,
+    noisy_groups,
+)
 from sim.messages import Message
 
 RECEIVE_MAX = 10  # ReceiveMessage's MaxNumberOfMessages
-NOISY_SHARE = 0.10  # fair queues: share of in-flight messages or of recent processing time
-NOISY_MIN_IN_FLIGHT = 30  # ... and at least this many in flight for the in-flight share to count
-NOISY_IDLE_S = 300.0  # a noisy group that sent nothing for 5 minutes is quiet again
-PROCESSING_WINDOW_S = 60.0  # "recent" processing time: an exponential window (AWS does not say how long)
 REBASE_GROWTH = 1e100  # scaled processing times are rebased past this weight (floats reach 1e308)
-NOISY_REFRESH_S = 1.0  # how often the noisy set is re-evaluated (AWS: "approximate", a distributed system)
 
 
 class Poller(Protocol):
@@ -281,31 +288,33 @@ class SqsQueue:
     def _refresh_noisy(self, now: float) -> None:
         """Which groups are noisy now (see the module docstring)."""
         self._noisy_at = now
-        total = self.in_flight
-        noisy: set[int] = set()
+        # The candidates only (kept incrementally): groups that left the running are dropped here.
+        in_flight: dict[int, int] = {}
         for group in list(self._crowded):
             held = self._in_flight_by_group.get(group, 0)
             if held < NOISY_MIN_IN_FLIGHT:
                 self._crowded.discard(group)
-            elif held > NOISY_SHARE * total:
-                noisy.add(group)
+            else:
+                in_flight[group] = held
         busy_total = self._busy_total
+        busy: dict[int, float] = {}
         for group in list(self._busy_candidates):
-            busy = self._busy.get(group, 0.0)
-            if busy_total > 0 and busy > NOISY_SHARE * busy_total:
-                noisy.add(group)
+            spent = self._busy.get(group, 0.0)
+            if busy_total > 0 and spent > NOISY_SHARE * busy_total:
+                busy[group] = spent
             else:
                 self._busy_candidates.discard(group)
-        # A noisy group stays noisy until its backlog is consumed or it sent nothing for 5 minutes; either
-        # ends it, whatever the shares say (with nothing waiting there is nothing to put behind others).
-        noisy |= self.noisy
-        noisy = {
-            group
-            for group in noisy
-            if self._visible_by_group.get(group, 0) > 0
-            and now - self._last_sent.get(group, -math.inf) < NOISY_IDLE_S
-        }
-        self.noisy = noisy
+        visible_by_group, last_sent = self._visible_by_group, self._last_sent
+        self.noisy = noisy_groups(
+            now,
+            in_flight=in_flight,
+            total_in_flight=self.in_flight,
+            processing_s=busy,  # scaled to one reference time, as the total is: shares compare as stored
+            total_processing_s=busy_total,
+            previously_noisy=self.noisy,
+            backlog=lambda group: visible_by_group.get(group, 0),
+            last_sent=lambda group: last_sent.get(group, -math.inf),
+        )
 
     def _growth(self, now: float) -> float:
         """What a second of processing at ``now`` weighs against one at the reference time."""
