@@ -284,8 +284,10 @@ class ConcurrencyLeases:
                 full.append(tenant)
             else:
                 writes[tenant] = self._tenant_update(lease_item, item, leases, grant, expires_at_ms, now)
-        burst = [tenant for tenant in writes if grants[tenant] is Grant.BURST]
-        if pool is not None and burst:
+        # the burst leases that need the pool's shard in their transaction (none without a pool: those
+        # are plain writes like the floors')
+        burst = [tenant for tenant in writes if grants[tenant] is Grant.BURST and pool is not None]
+        if burst and pool is not None:
             try:
                 items: list[Any] = [{"Update": writes[tenant]} for tenant in burst]
                 items.append({"Put": self._pool_put(pool, pool_leases)})
