@@ -47,7 +47,8 @@ __all__ = [
 ]
 
 MOTO_VERSION = "5.2.5"  # the release every patch was written against (pyproject.toml pins it)
-SERVICES = ("sqs", "sqs_metrics", "kinesis", "dynamodb", "lambda_", "server")  # modules, installation order
+# modules, installation order
+SERVICES = ("sqs", "sqs_fair", "sqs_metrics", "kinesis", "dynamodb", "lambda_", "server")
 ALL_KINDS: frozenset[Kind] = frozenset(Kind)
 
 
