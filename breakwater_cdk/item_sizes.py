@@ -1,11 +1,12 @@
 """The largest size of every item the design writes in the state table, checked at synth.
 
 DynamoDB refuses to write an item over 400 KB, so an item that grows with the configuration must stop
-well short of it at the largest configuration the config model accepts. Two items hold maps that grow:
-a tenant's counters item (``tenant#<id>``/``counters``) holds one concurrency lease per container
-working on the tenant, at most its tier's ``concurrency``, and each shard of the burst pool at most
-``POOL_SHARD_PLACES`` places, whatever the fleet. The others (token buckets, the queues' health
-reports) have a fixed shape.
+well short of it at the largest configuration the config model accepts. The items that hold maps hold
+at most a shard's worth, whatever the configuration: a tenant's concurrency leases (one per container
+working on it) are on its counters item (``tenant#<id>``/``counters``) only while its ceiling fits one
+lease shard (``LEASE_SHARD_PLACES``), and on lease shard items (``tenant#<id>``/``lease#<k>``) of at most
+that many leases above it; each shard of the burst pool holds at most ``POOL_SHARD_PLACES`` places,
+whatever the fleet. The others (token buckets, the queues' health reports) have a fixed shape.
 
 Sizes follow DynamoDB's rules: an item is the sum of its attribute names and values; a string is its
 UTF-8 bytes, a number one byte per two significant digits plus one, a boolean one byte, a map three
@@ -19,7 +20,12 @@ import uuid
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
-from breakwater.concurrency import pool_shard_capacities
+from breakwater.concurrency import (
+    ConcurrencyLimits,
+    lease_shard_count,
+    pool_shard_capacities,
+    shard_limits,
+)
 
 if TYPE_CHECKING:
     from breakwater_cdk.config import BlueprintConfig
@@ -73,11 +79,30 @@ class ItemSize:
     value: object
 
 
+def _lease_bytes() -> int:
+    return map_of(CONTAINER_ID_BYTES, [number("exp"), boolean("burst")])
+
+
 def counters_item_bytes(leases: int) -> int:
     """``tenant#<id>``/``counters`` holding ``leases`` leases (``{exp: N, burst: BOOL}`` each)."""
-    lease = map_of(CONTAINER_ID_BYTES, [number("exp"), boolean("burst")])
     keys = _keys(len("tenant#") + TENANT_ID_BYTES, len("counters"))
-    return keys + map_of("leases", [lease] * leases) + number("version") + COUNTERS_FIELDS_BYTES
+    return keys + map_of("leases", [_lease_bytes()] * leases) + number("version") + COUNTERS_FIELDS_BYTES
+
+
+def lease_shard_item_bytes(leases: int, shards: int) -> int:
+    """``tenant#<id>``/``lease#<k>`` (one of ``shards``) holding ``leases`` leases, and its version."""
+    keys = _keys(len("tenant#") + TENANT_ID_BYTES, len(f"lease#{max(shards - 1, 0)}"))
+    return keys + map_of("leases", [_lease_bytes()] * leases) + number("version")
+
+
+def tenant_lease_items(concurrency: int) -> tuple[int, int, int]:
+    """For a tenant of ``concurrency``: the most leases its counters item holds, the number of its lease
+    shards (1: none, its counters item holds them) and the most leases one shard holds."""
+    limits = ConcurrencyLimits.clamped(1, concurrency)
+    shards = lease_shard_count(limits)
+    if shards == 1:
+        return limits.ceiling, 1, 0
+    return 0, shards, max(shard_limits(limits, shard).ceiling for shard in range(shards))
 
 
 def pool_shard_item_bytes(places: int, shards: int) -> int:
@@ -100,17 +125,30 @@ def health_item_bytes(shards: int) -> int:
 def largest_items(config: BlueprintConfig, *, burst_slots: int | None, health_shards: int) -> list[ItemSize]:
     """Each item's largest size under ``config``; ``burst_slots`` is the live worker's burst pool
     (None without one), ``health_shards`` the items the queues' health reports are spread over."""
+    # the most leases a counters item holds: those of the largest tier that fits one lease shard (a
+    # larger tier's leases are in its lease shards)
+    on_counters = max(tenant_lease_items(limits.concurrency)[0] for limits in config.tiers.values())
     tier, limits = max(config.tiers.items(), key=lambda named: named[1].concurrency)
+    _, shards, per_shard = tenant_lease_items(limits.concurrency)
     items = [
         ItemSize(
             "tenant#<id>/counters",
-            counters_item_bytes(limits.concurrency),
+            counters_item_bytes(on_counters),
             f"tiers.{tier}.concurrency",
             limits.concurrency,
         ),
         ItemSize("tenant#<id>/bucket#<purpose>", bucket_item_bytes(), "tiers", "(fixed shape)"),
         ItemSize("queue#<role>/health#<n>", health_item_bytes(health_shards), "worker", "(fixed shape)"),
     ]
+    if shards > 1:
+        items.append(
+            ItemSize(
+                "tenant#<id>/lease#<k>",
+                lease_shard_item_bytes(per_shard, shards),
+                f"tiers.{tier}.concurrency",
+                limits.concurrency,
+            )
+        )
     if burst_slots is not None:
         capacities = pool_shard_capacities(burst_slots)
         items.append(

@@ -13,7 +13,7 @@ from typing import Any
 import pytest
 
 from app import cdk_json_context, merge_context
-from breakwater.concurrency import POOL_SHARD_PLACES, pool_shard_capacities
+from breakwater.concurrency import LEASE_SHARD_PLACES, POOL_SHARD_PLACES, pool_shard_capacities
 from breakwater.events import PartitionKeyMode, StreamEvent, to_record
 from breakwater.requests import MAX_KEY_LENGTH
 from breakwater_cdk import ceilings
@@ -21,10 +21,12 @@ from breakwater_cdk.config import MAX_TENANT_CONCURRENCY, BlueprintConfig, TierC
 from breakwater_cdk.item_sizes import (
     CONTAINER_ID_BYTES,
     COUNTERS_FIELDS_BYTES,
-    ITEM_LIMIT_BYTES,
     TENANT_ID_BYTES,
+    ItemSize,
     counters_item_bytes,
     largest_items,
+    lease_shard_item_bytes,
+    oversized,
     pool_shard_item_bytes,
 )
 from local.pricing.usage import item_size
@@ -128,33 +130,57 @@ def test_every_item_stays_far_below_400_kb_at_the_largest_configuration(largest:
     assert {item.item for item in items} == {
         "tenant#<id>/counters",
         "tenant#<id>/bucket#<purpose>",
+        "tenant#<id>/lease#<k>",
         "queue#<role>/health#<n>",
         "pool#concurrency/burst#<n>",
     }
     sizes = {item.item: item.size_bytes for item in items}
     assert max(sizes.values()) == sizes["tenant#<id>/counters"]
-    assert sizes["tenant#<id>/counters"] < ITEM_LIMIT_BYTES / 5
+    # no item holds more than a shard's leases or places, whatever the tiers' concurrency
+    assert sizes["tenant#<id>/counters"] <= counters_item_bytes(LEASE_SHARD_PLACES) < 8 * 1024
+    assert sizes["tenant#<id>/lease#<k>"] == lease_shard_item_bytes(LEASE_SHARD_PLACES, 63) < 2 * 1024
     assert sizes["pool#concurrency/burst#<n>"] < 4 * 1024
 
 
-def test_a_counters_item_past_the_limit_is_a_config_error_naming_the_tier() -> None:
+def test_a_counters_item_holds_at_most_one_lease_shard_s_leases() -> None:
+    """A tier of one shard's concurrency keeps its leases on its counters item; one above it, none."""
+    config = config_with({"tiers": {"standard": {"concurrency": LEASE_SHARD_PLACES, "concurrency_floor": 1}}})
+    sizes = {item.item: item.size_bytes for item in largest_items(config, burst_slots=None, health_shards=1)}
+    assert sizes["tenant#<id>/counters"] == counters_item_bytes(LEASE_SHARD_PLACES)
+    wide = {name: {"concurrency": LEASE_SHARD_PLACES + 1} for name in config.tiers}
+    sizes = {
+        item.item: item.size_bytes
+        for item in largest_items(config_with({"tiers": wide}), burst_slots=None, health_shards=1)
+    }
+    assert sizes["tenant#<id>/counters"] == counters_item_bytes(0)
+    assert sizes["tenant#<id>/lease#<k>"] == lease_shard_item_bytes(9, 2)  # 17 leases in two shards
+
+
+def test_a_tier_past_the_concurrency_bound_grows_no_item() -> None:
+    """A tier's concurrency is clamped to the bound the design is sized for, its leases in shards."""
     config = config_with({})
     huge = TierConfig.model_construct(**{**config.tiers["premium"].model_dump(), "concurrency": 10_000})
-    oversized = config.model_copy(update={"tiers": {**config.tiers, "premium": huge}})
-    problems = ceilings.item_size_problems(oversized)
-    assert len(problems) == 1
-    assert problems[0].startswith(
-        "breakwater.tiers.premium.concurrency = 10000: the item tenant#<id>/counters"
+    assert (
+        ceilings.item_size_problems(config.model_copy(update={"tiers": {**config.tiers, "premium": huge}}))
+        == []
     )
-    assert "over DynamoDB's 409,600-byte item limit" in problems[0]
+
+
+def test_an_item_past_the_limit_is_a_config_error_naming_the_key_it_grows_with() -> None:
+    problems = oversized([ItemSize("tenant#<id>/lease#<k>", 500_000, "tiers.premium.concurrency", 10_000)])
+    assert problems == [
+        "breakwater.tiers.premium.concurrency = 10000: the item tenant#<id>/lease#<k> would reach "
+        "500,000 bytes, over DynamoDB's 409,600-byte item limit"
+    ]
 
 
 def test_the_sizes_are_never_below_what_dynamodb_counts_for_the_real_items() -> None:
-    """The size rules against the emulator's billing of a full counters item and a full pool shard."""
+    """The size rules against the emulator's billing of a full counters item, a full lease shard and a
+    full pool shard."""
     tenant = "t" * TENANT_ID_BYTES
     leases = {
         f"{index:0{CONTAINER_ID_BYTES}x}": {"M": {"exp": {"N": "1764325200123"}, "burst": {"BOOL": True}}}
-        for index in range(MAX_TENANT_CONCURRENCY)
+        for index in range(LEASE_SHARD_PLACES)
     }
     counters = {
         "pk": {"S": f"tenant#{tenant}"},
@@ -163,7 +189,9 @@ def test_the_sizes_are_never_below_what_dynamodb_counts_for_the_real_items() -> 
         "version": {"N": "123456789"},
     }
     real = item_size(counters)
-    assert real <= counters_item_bytes(MAX_TENANT_CONCURRENCY) - COUNTERS_FIELDS_BYTES < real * 1.3
+    assert real <= counters_item_bytes(LEASE_SHARD_PLACES) - COUNTERS_FIELDS_BYTES < real * 1.3
+    shard = {**counters, "sk": {"S": "lease#62"}}  # the last of a ceiling of 1,000's 63 shards
+    assert item_size(shard) <= lease_shard_item_bytes(LEASE_SHARD_PLACES, 63) < item_size(shard) * 1.3
     places = {f"{tenant}#{index:0{CONTAINER_ID_BYTES}x}": {"N": "1764325200123"} for index in range(16)}
     pool = {
         "pk": {"S": "pool#concurrency"},
