@@ -10,8 +10,9 @@ divides them), as DynamoDB throttles it, and the caller takes the path the real 
 error (``sim.worker``, ``sim.system``, ``sim.control``).
 
 What an item weighs is not modelled byte for byte: :class:`ItemSizes` states an estimate per kind,
-and the two items that grow with what they hold (a tenant's counters item with its leases, the
-burst pool with its places) are sized from what the simulation holds in them at the time.
+and the items that grow with what they hold (a tenant's counters item with its leases, a large
+tenant's lease shards, the burst pool with its places) are sized from what the simulation holds in
+them at the time.
 
 botocore retries a throttled call before the caller sees the error (:class:`Retries`): the worker's
 clients with standard retries (3 attempts, a random wait of up to 1 s, then 2 s), ingest's with the
@@ -33,6 +34,7 @@ from breakwater.aws.concurrency import POOL_PK, POOL_SK
 from breakwater.aws.controller_ports import CONTROLLER_PK, INGEST_BUCKET_SK, LEDGER_SK, SCALE_SK, ledger_pk
 from breakwater.aws.counters import COUNTERS_SK, tenant_pk
 from breakwater.aws.health import DEPENDENCY_PK, HEALTH_SK, health_sk, queue_pk
+from breakwater.aws.lease_shards import lease_shard_sk
 from breakwater.backlog import DIRTY_SHARDS, shard_key
 from local.aws_limits import AwsLimits, ItemStats, ItemThroughput, _Budget, item_kind
 from local.pricing.usage import read_units, write_units
@@ -57,6 +59,9 @@ QUEUE_HEALTH = _kind(queue_pk("live"), HEALTH_SK)
 DEPENDENCY_HEALTH = _kind(DEPENDENCY_PK, HEALTH_SK)
 LEDGER = _kind(ledger_pk(0), LEDGER_SK)
 CONTROLLER_SCALE = _kind(CONTROLLER_PK, SCALE_SK)
+# a large tenant's lease shard (``tenant#<t>/lease#<k>``), which local.aws_limits.item_kind files
+# under "other": named apart so that the report tells it from the tenant's counters
+LEASE_SHARD = "lease_shard"
 
 Item = tuple[str, ...]  # (table, partition key, sort key), or (index, partition key)
 
@@ -147,6 +152,7 @@ class ItemSizes:
 
     counters: int = 600  # a dozen counters, the dirty mark, the controller's fields, keys
     lease: int = 64  # one lease in a counters item's map: a container id, its expiry, burst or not
+    lease_shard: int = 60  # a tenant's lease shard without its leases: keys, version (at most 16 leases)
     pool: int = 60  # a burst pool shard's item without its places
     pool_place: int = 60  # one place: "tenant#container" and its expiry (at most 16 a shard)
     bucket: int = 200  # a token bucket: tokens, times, version, multiplier
@@ -214,7 +220,9 @@ class StateTable:
         self._rng = random.Random(seed)
         # every tenant's items, by tenant index (looked up on every call: a list costs least)
         pks = [tenant_pk(name) for name in names]
+        self.names = list(names)  # what the real adapters key a tenant by (its lease shards hash it)
         self.counters_items: list[Item] = [(STATE, pk, COUNTERS_SK) for pk in pks]
+        self._lease_shards: dict[tuple[int, int], Item] = {}
         self.ingest_items: list[Item] = [(STATE, pk, INGEST_BUCKET_SK) for pk in pks]
         self.consumer_items: list[Item] = [(STATE, pk, CONSUMER_BUCKET_SK) for pk in pks]
         self._units: dict[tuple[str, int], float] = {}  # (what, count held) -> units
@@ -255,6 +263,14 @@ class StateTable:
             item = self._health[key] = (STATE, queue_pk(role), sk)
         return item
 
+    def lease_shard(self, tenant: int, shard: int) -> Item:
+        """Shard ``shard`` of a large tenant's leases (``lease#<k>``: only its leases and version)."""
+        key = (tenant, shard)
+        item = self._lease_shards.get(key)
+        if item is None:
+            item = self._lease_shards[key] = (STATE, self.counters_items[tenant][1], lease_shard_sk(shard))
+        return item
+
     def pool_shard(self, shard: int, shards: int) -> Item:
         """Shard ``shard`` of the burst pool's ``shards`` items (``burst``, or ``burst#<n>``)."""
         key = (shard, shards)
@@ -280,6 +296,23 @@ class StateTable:
         if units is None:
             sizes = self.sizes
             units = self._units[key] = read_units(sizes.counters + sizes.lease * leases, consistent=True)
+        return units
+
+    def lease_shard_units(self, leases: int, *, transactional: bool = False) -> float:
+        key = ("lease-shard-tx" if transactional else "lease-shard", leases)
+        units = self._units.get(key)
+        if units is None:
+            sizes = self.sizes
+            size = sizes.lease_shard + sizes.lease * leases
+            units = self._units[key] = write_units(size, transactional=transactional)
+        return units
+
+    def lease_shard_read_units(self, leases: int) -> float:
+        key = ("lease-shard-read", leases)
+        units = self._units.get(key)
+        if units is None:
+            sizes = self.sizes
+            units = self._units[key] = read_units(sizes.lease_shard + sizes.lease * leases, consistent=True)
         return units
 
     def pool_units(self, places: int, *, transactional: bool = False) -> float:

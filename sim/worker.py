@@ -36,7 +36,7 @@ from breakwater.age_reports import LastReport, report_due
 from breakwater.aws.health import health_shard
 from breakwater.backlog import will_dead_letter
 from breakwater.breaker import CircuitBreaker
-from breakwater.concurrency import ConcurrencyLimits, Grant
+from breakwater.concurrency import ConcurrencyLimits, Grant, counters_interval_s
 from breakwater.envelope import Origin
 from breakwater.settings import TierLimits
 from breakwater.sideline import (
@@ -150,6 +150,13 @@ class WorkerModel:
         self.batch_failure_messages = 0
         self.unreleased_leases = 0  # tenants' leases left to expire: their release write was throttled
         self.health_throttled = 0
+        # A sharded tenant's counters (its leases on lease shards, ``counters_interval_s`` above 0) are
+        # written by a container at most every interval: kept in between, per container, and written
+        # at its release or at the end of the container's first batch after the interval.
+        self._counters_every: dict[int, float] = {}  # tenant -> its interval (0: with every release)
+        self._carried: dict[str, dict[int, int]] = {}  # holder -> tenant -> counts not written yet
+        self._counters_due: dict[tuple[str, int], float] = {}  # (holder, tenant) -> next write from
+        self.counts_written: dict[int, int] = {}  # a sharded tenant's counts in writes made
 
     def _container(self, queue: SqsQueue, index: int) -> tuple[str, CircuitBreaker | None, int]:
         """A new container's lease holder name, breaker and health shard."""
@@ -223,6 +230,7 @@ class WorkerModel:
         held: Moves = []  # messages the breaker holds while processing: sent when the invocation returns
         # each leased tenant's last message: its lease goes back as soon as that one is done
         last: dict[int, int] = {}
+        counted: dict[int, int] = {}  # a sharded tenant's counts kept at its release
         if granted:
             for position, message in enumerate(admitted):
                 last[message.tenant] = position
@@ -248,7 +256,7 @@ class WorkerModel:
                     counts[key] = counts.get(key, 0) + 1
                     failed.append(message)
             if last and last.get(message.tenant) == position:
-                at += self._release(holder, message.tenant, at)
+                at += self._release(holder, message.tenant, at, counts, counted)
         if held:
             at += costs.move_ms * ((len(held) + 9) // 10) / 1000
         at += costs.settle_ms / 1000
@@ -266,6 +274,7 @@ class WorkerModel:
             oldest,
             int(at * 1000),
             at - now_s,
+            counted,
         )
 
     def _send(self, moves: Moves, counts: dict[tuple[int, str], int], after_s: float) -> None:
@@ -285,25 +294,74 @@ class WorkerModel:
         for amount in sent.values():
             self.meter.sqs_batches(amount)
 
-    def _release(self, holder: str, tenant: int, at: float) -> float:
+    def _release(
+        self, holder: str, tenant: int, at: float, counts: dict[tuple[int, str], int], counted: dict[int, int]
+    ) -> float:
         """The tenant's lease given back with its counters (one write) and its place in the pool's
-        shard (one more) at ``at``: the time botocore's retries of them took."""
+        shard (one more) at ``at``: the time botocore's retries of them took. A sharded tenant's
+        release is a write of its lease shard, and its counters (``counts``) a write of its counters
+        item only once the container's interval has passed, else kept (what it kept in ``counted``)."""
         leases = self.leases
         assert leases is not None
         self.meter.dynamodb_writes += 1
         table = self.table
         waited = 0.0
-        written = True
+        done = True
         if table is not None:
-            units = table.counters_units(leases.held_count(tenant))
-            written, waited = table.retried_write(table.counters_items[tenant], COUNTERS, at, units)
-        if written:
+            item, kind, units = leases.release_write(holder, tenant)
+            done, waited = table.retried_write(item, kind, at, units)
+        if done:
             leases.end(holder, tenant, int((at + waited) * 1000))
         else:  # the lease stays until it expires; the counters are modelled as written
             self.unreleased_leases += 1
         if leases.holds_place(holder, tenant):
             leases.release_place(holder, tenant, at + waited)
+        if self._counters_interval(tenant):
+            amount = 0
+            for (whose, _), each in counts.items():
+                if whose == tenant:
+                    amount += each
+            carried = self._carried.setdefault(holder, {})
+            carried[tenant] = carried.get(tenant, 0) + amount
+            counted[tenant] = amount
+            waited += self._write_counters(holder, tenant, at + waited)
         return waited
+
+    def _counters_interval(self, tenant: int) -> float:
+        """``counters_interval_s`` of the tenant's limits (0: its counters go with every release)."""
+        interval = self._counters_every.get(tenant)
+        if interval is None:
+            limits = self._concurrency.get(tenant) or concurrency_limits(self.limits(tenant))
+            interval = self._counters_every[tenant] = counters_interval_s(limits)
+        return interval
+
+    def _write_counters(self, holder: str, tenant: int, at: float) -> float:
+        """The counters ``holder`` keeps for a sharded ``tenant`` written at ``at`` if its interval has
+        passed since its last write (a write that stays throttled keeps them for the next): the
+        time botocore's retries took."""
+        carried = self._carried.get(holder)
+        pending = carried.get(tenant, 0) if carried is not None else 0
+        key = (holder, tenant)
+        if not pending or self._counters_due.get(key, at) > at:
+            return 0.0
+        assert carried is not None
+        self._counters_due[key] = at + self._counters_interval(tenant)
+        self.meter.dynamodb_writes += 1
+        waited = 0.0
+        table = self.table
+        if table is not None:
+            done, waited = table.retried_write(
+                table.counters_items[tenant], COUNTERS, at, table.counters_units(0)
+            )
+            if not done:
+                return waited
+        del carried[tenant]
+        self.counts_written[tenant] = self.counts_written.get(tenant, 0) + pending
+        return waited
+
+    def carried(self, tenant: int) -> int:
+        """A sharded tenant's counts its containers keep, not written yet."""
+        return sum(kept.get(tenant, 0) for kept in self._carried.values())
 
     def _waited(self) -> float:
         """botocore's waits and the conflicts' pauses in this batch's gates (taken, so counted once)."""
@@ -399,6 +457,7 @@ class _Finish(Invocation):
     rest deleted or left, the counters."""
 
     __slots__ = (
+        "counted",
         "counts",
         "failed",
         "finished_ms",
@@ -428,6 +487,7 @@ class _Finish(Invocation):
         oldest: dict[str, int],
         finished_ms: int,
         duration_s: float,
+        counted: dict[int, int],
     ) -> None:
         self.duration_s = duration_s
         self.worker = worker
@@ -442,6 +502,7 @@ class _Finish(Invocation):
         self.health = health
         self.oldest = oldest
         self.finished_ms = finished_ms
+        self.counted = counted
 
     def finish(self) -> None:
         worker, queue, counts = self.worker, self.queue, self.counts
@@ -472,13 +533,21 @@ class _Finish(Invocation):
         for (tenant, counter), amount in counts.items():
             count(tenant, counter, amount)
         if setup.gates:
-            # the counters of tenants that held no lease (a leased tenant's went with its release)
+            # the counters of tenants that held no lease (a leased tenant's went with its release);
+            # a sharded tenant's kept by the container, then those due written
             granted = self.granted
-            unleased = {tenant for tenant, _ in counts if tenant not in granted}
+            unleased: set[int] = set()
+            kept: dict[int, int] = {}
+            interval = worker._counters_interval
+            for (tenant, _), amount in counts.items():
+                if interval(tenant):
+                    kept[tenant] = kept.get(tenant, 0) + amount
+                elif tenant not in granted:
+                    unleased.add(tenant)
             meter.dynamodb_writes += len(unleased)
             table = worker.table
+            at_s = self.finished_ms / 1000
             if table is not None and unleased:
-                at_s = self.finished_ms / 1000
                 leases = worker.leases
                 for tenant in unleased:
                     held = leases.held_count(tenant) if leases is not None else 0
@@ -486,5 +555,17 @@ class _Finish(Invocation):
                     table.retried_write(
                         table.counters_items[tenant], COUNTERS, at_s, table.counters_units(held)
                     )
+            holder = self.holder
+            if kept:
+                carried = worker._carried.setdefault(holder, {})
+                counted = self.counted
+                for tenant, amount in kept.items():
+                    rest = amount - counted.get(tenant, 0)
+                    if rest:
+                        carried[tenant] = carried.get(tenant, 0) + rest
+            carried_now = worker._carried.get(holder)
+            if carried_now:
+                for tenant in list(carried_now):
+                    worker._write_counters(holder, tenant, at_s)
         for role, age in self.oldest.items():
             worker.report_oldest(self.holder, self.health, role, age, self.finished_ms)
