@@ -1,20 +1,22 @@
-"""The worker's gates in memory: the consumer buckets and the concurrency leases with the burst pool.
+"""The worker's gates in memory: the consumer buckets (:mod:`sim.buckets`) and the concurrency leases.
 
 :class:`ConsumerBuckets` mirrors ``RateGate`` (one ask per tenant and batch), :class:`LeaseTable`
-``breakwater.aws.concurrency.ConcurrencyLeases``: a tenant's leases on its counters item, the burst
-pool spread over shard items of at most ``breakwater.concurrency.POOL_SHARD_PLACES`` places
-(``pool_shard_capacities``), each container taking its burst places only in its own shard
-(``pool_shard_of``). With a :class:`sim.dynamodb.StateTable`, every read and write is made against
-its item at its virtual time, and a call still throttled after botocore's retries takes the path the
-real adapter takes: a consumer bucket fails open; a tenant whose lease could not be read or written
-is acquired on its own and, failing that, refused, so only its messages are deferred.
+``breakwater.aws.concurrency.ConcurrencyLeases``: a tenant's leases on its counters item, or, for a
+tenant whose ceiling is above ``LEASE_SHARD_PLACES``, on its lease shards (``lease_shard_count``
+items of at most that many places); the burst pool spread over shard items of at most
+``breakwater.concurrency.POOL_SHARD_PLACES`` places (``pool_shard_capacities``), each container
+taking its burst places only in its own shard (``pool_shard_of``). With a
+:class:`sim.dynamodb.StateTable`, every read and write is made against its item at its virtual time,
+and a call still throttled after botocore's retries takes the path the real adapter takes: a
+consumer bucket fails open; a tenant whose lease could not be read or written is acquired on its own
+and, failing that, refused, so only its messages are deferred.
 """
 
 from __future__ import annotations
 
 import heapq
 import random
-from collections.abc import Callable, Hashable, Sequence
+from collections.abc import Sequence
 
 from breakwater.concurrency import (
     CROWDED_MS,
@@ -30,10 +32,10 @@ from breakwater.concurrency import (
     second_lease_shard,
     shard_limits,
 )
-from breakwater.fairness import BucketLimits, BucketState, lease_size, take_lease
-from breakwater.settings import TierLimits
-from breakwater.worker.options import consumer_bucket_limits
-from sim.dynamodb import BURST_POOL, CONSUMER_BUCKET, COUNTERS, LEASE_SHARD, STANDARD, Item, StateTable
+from sim.buckets import ConsumerBuckets, LocalRefusals
+from sim.dynamodb import BURST_POOL, COUNTERS, LEASE_SHARD, STANDARD, Item, StateTable
+
+__all__ = ["ConsumerBuckets", "LeaseTable", "LocalRefusals"]
 
 _BURST, _FLOOR, _REFUSED = Grant.BURST, Grant.FLOOR, Grant.REFUSED
 _NO_LEASES: dict[str, Lease] = {}  # a tenant nobody leased yet (read, never written)
@@ -46,92 +48,6 @@ ATTEMPTS = 3  # ConcurrencyLeases.acquire: a tenant on its own, read then write,
 # doubles per attempt, from this base up to this most
 BASE_PAUSE_S = 0.01
 MAX_PAUSE_S = 0.1
-
-
-class LocalRefusals:
-    """Who was refused a bucket's tokens, and until when they refuse the tenant without asking the table.
-
-    ``LeasedTokenBucket``'s rule on a refusal: the container computes from the bucket it read when it
-    holds a lease's tokens again and makes no DynamoDB call for the tenant before then. The
-    contention backoff on top of it (a container that keeps losing the tokens to others waits
-    longer, and is paced after a grant) is not modelled: each bucket here is one shared state, with
-    no container's copy of it to lose against, so a refused container here asks again sooner than
-    the real one would.
-    """
-
-    def __init__(self, lease_seconds: float = 1.0, max_fraction: float = 0.25) -> None:
-        # a container's lease: ``fairness.lease_size`` (seconds of the rate, at most a share of the burst)
-        self.lease_seconds = lease_seconds
-        self.max_fraction = max_fraction
-        self._until: dict[Hashable, float] = {}
-        self.refused_locally = 0  # asks answered with a refusal and no call
-
-    def blocked(self, key: Hashable, now_s: float) -> bool:
-        until = self._until.get(key)
-        if until is None:
-            return False
-        if now_s < until:
-            self.refused_locally += 1
-            return True
-        del self._until[key]
-        return False
-
-    def refused(self, key: Hashable, now_s: float, state: BucketState, limits: BucketLimits) -> None:
-        """The table refused ``key``'s ask at ``now_s``, leaving the bucket at ``state``: refused
-        locally until it holds a lease (``fairness.lease_size``, at least one token) again. A
-        container never found contended waits exactly that (``fairness.local_refusal_seconds`` jitters
-        only a contention backoff, which is not modelled)."""
-        lease = lease_size(limits, self.lease_seconds, self.max_fraction)
-        self._until[key] = now_s + max((lease - state.tokens) / limits.rate, 0.001)
-
-
-class ConsumerBuckets:
-    """The consumer-side token bucket per tenant (``RateGate``): one shared bucket, asked once per batch.
-
-    With a ``table``, each ask is a write of the tenant's ``bucket#consumer`` item; one still throttled
-    after botocore's retries is answered from the container's own view, as ``LeasedTokenBucket``
-    fails open (here: the shared state's decision, not written back).
-    """
-
-    def __init__(
-        self,
-        limits: Callable[[int], TierLimits],
-        table: StateTable | None = None,
-        refusals: LocalRefusals | None = None,
-    ) -> None:
-        self._limits = limits
-        self._state: dict[int, BucketState] = {}
-        self._bucket_limits: dict[int, BucketLimits] = {}
-        self.table = table
-        self.writes = 0  # one conditional UpdateItem of the bucket's item per ask
-        self.waited_s = 0.0  # botocore's waits on throttled asks, since the caller last took them
-        self.failed_open = 0  # asks answered from the local view after the retries
-        self.refusals = refusals or LocalRefusals()  # by (container, tenant)
-
-    def try_acquire_up_to(self, tenant: int, count: int, now_s: float, holder: str = "") -> int:
-        """Up to ``count`` tokens of ``tenant`` for the container ``holder``."""
-        refusals = self.refusals
-        if refusals._until and refusals.blocked((holder, tenant), now_s):
-            return 0
-        self.writes += 1
-        limits = self._bucket_limits.get(tenant)
-        if limits is None:
-            limits = self._bucket_limits[tenant] = consumer_bucket_limits(self._limits(tenant))
-        state = self._state.get(tenant) or BucketState.full(limits, now_s)
-        decision = take_lease(state, limits, now_s, count)
-        if not decision.granted:
-            refusals.refused((holder, tenant), now_s, decision.state, limits)
-        table = self.table
-        if table is not None:
-            item, units = table.consumer_items[tenant], table.bucket_wcu
-            if not table.write(item, CONSUMER_BUCKET, now_s, units):
-                written, waited = table.retried_write(item, CONSUMER_BUCKET, now_s, units)
-                self.waited_s += waited
-                if not written:
-                    self.failed_open += 1
-                    return decision.granted
-        self._state[tenant] = decision.state
-        return decision.granted
 
 
 class _Shard:

@@ -10,9 +10,10 @@ messages: the batch's other tenants go on). The moves decided so far are sent, t
 messages are processed one after the other under the container's circuit breaker
 (``breakwater.breaker.CircuitBreaker``); an outage holds the rest (``breakwater.sideline.hold_for_outage``).
 Each tenant's lease is given back, with its counters in the same write, as soon as its last
-message is done, and its place in the pool's shard with it. When the invocation returns, the moves
-made while processing are sent, the rest deleted or left to their visibility timeout, and the
-counters of tenants that held no lease written.
+message is done, and its place in the pool's shard with it (a tenant of several lease shards: the
+release on its shard, its counters kept by the container and written at most every
+``counters_interval_s``). When the invocation returns, the moves made while processing are sent, the
+rest deleted or left to their visibility timeout, and the counters of tenants that held no lease written.
 
 The gates and the invocation count the AWS calls the real worker makes for them
 (:class:`sim.billing.Meter`): a write per consumer-bucket ask and per tenant's lease (the batch's
@@ -150,9 +151,8 @@ class WorkerModel:
         self.batch_failure_messages = 0
         self.unreleased_leases = 0  # tenants' leases left to expire: their release write was throttled
         self.health_throttled = 0
-        # A sharded tenant's counters (its leases on lease shards, ``counters_interval_s`` above 0) are
-        # written by a container at most every interval: kept in between, per container, and written
-        # at its release or at the end of the container's first batch after the interval.
+        # A sharded tenant's counters: kept by each container, written at a release or a batch's end
+        # once ``counters_interval_s`` has passed since that container's last write of them
         self._counters_every: dict[int, float] = {}  # tenant -> its interval (0: with every release)
         self._carried: dict[str, dict[int, int]] = {}  # holder -> tenant -> counts not written yet
         self._counters_due: dict[tuple[str, int], float] = {}  # (holder, tenant) -> next write from
@@ -297,10 +297,9 @@ class WorkerModel:
     def _release(
         self, holder: str, tenant: int, at: float, counts: dict[tuple[int, str], int], counted: dict[int, int]
     ) -> float:
-        """The tenant's lease given back with its counters (one write) and its place in the pool's
-        shard (one more) at ``at``: the time botocore's retries of them took. A sharded tenant's
-        release is a write of its lease shard, and its counters (``counts``) a write of its counters
-        item only once the container's interval has passed, else kept (what it kept in ``counted``)."""
+        """The tenant's lease given back with its counters (one write) and its place in the pool's shard
+        (one more) at ``at``: the time botocore's retries took. A sharded tenant's release is on its
+        lease shard, its ``counts`` kept (in ``counted``) and written only if due (:meth:`_keep_counters`)."""
         leases = self.leases
         assert leases is not None
         self.meter.dynamodb_writes += 1
@@ -317,14 +316,8 @@ class WorkerModel:
         if leases.holds_place(holder, tenant):
             leases.release_place(holder, tenant, at + waited)
         if self._counters_interval(tenant):
-            amount = 0
-            for (whose, _), each in counts.items():
-                if whose == tenant:
-                    amount += each
-            carried = self._carried.setdefault(holder, {})
-            carried[tenant] = carried.get(tenant, 0) + amount
-            counted[tenant] = amount
-            waited += self._write_counters(holder, tenant, at + waited)
+            amount = counted[tenant] = sum(each for (whose, _), each in counts.items() if whose == tenant)
+            waited += self._keep_counters(holder, tenant, amount, at + waited)
         return waited
 
     def _counters_interval(self, tenant: int) -> float:
@@ -335,28 +328,26 @@ class WorkerModel:
             interval = self._counters_every[tenant] = counters_interval_s(limits)
         return interval
 
-    def _write_counters(self, holder: str, tenant: int, at: float) -> float:
-        """The counters ``holder`` keeps for a sharded ``tenant`` written at ``at`` if its interval has
-        passed since its last write (a write that stays throttled keeps them for the next): the
-        time botocore's retries took."""
-        carried = self._carried.get(holder)
-        pending = carried.get(tenant, 0) if carried is not None else 0
-        key = (holder, tenant)
-        if not pending or self._counters_due.get(key, at) > at:
+    def _keep_counters(self, holder: str, tenant: int, amount: int, at: float) -> float:
+        """``amount`` more counts of a sharded ``tenant`` kept by ``holder``, and all it keeps written at
+        ``at`` if the tenant's interval has passed since its last write (a write still throttled keeps
+        them for the next): the time botocore's retries took."""
+        carried = self._carried.setdefault(holder, {})
+        pending = carried[tenant] = carried.get(tenant, 0) + amount
+        if not pending:
+            del carried[tenant]
             return 0.0
-        assert carried is not None
-        self._counters_due[key] = at + self._counters_interval(tenant)
+        if self._counters_due.get((holder, tenant), at) > at:
+            return 0.0
+        self._counters_due[(holder, tenant)] = at + self._counters_interval(tenant)
         self.meter.dynamodb_writes += 1
-        waited = 0.0
-        table = self.table
-        if table is not None:
-            done, waited = table.retried_write(
-                table.counters_items[tenant], COUNTERS, at, table.counters_units(0)
-            )
-            if not done:
-                return waited
-        del carried[tenant]
-        self.counts_written[tenant] = self.counts_written.get(tenant, 0) + pending
+        done, waited = True, 0.0
+        if (table := self.table) is not None:
+            counters = table.counters_items[tenant]  # without leases: its size without the map
+            done, waited = table.retried_write(counters, COUNTERS, at, table.counters_units(0))
+        if done:
+            del carried[tenant]
+            self.counts_written[tenant] = self.counts_written.get(tenant, 0) + pending
         return waited
 
     def carried(self, tenant: int) -> int:
@@ -555,17 +546,11 @@ class _Finish(Invocation):
                     table.retried_write(
                         table.counters_items[tenant], COUNTERS, at_s, table.counters_units(held)
                     )
-            holder = self.holder
-            if kept:
-                carried = worker._carried.setdefault(holder, {})
-                counted = self.counted
-                for tenant, amount in kept.items():
-                    rest = amount - counted.get(tenant, 0)
-                    if rest:
-                        carried[tenant] = carried.get(tenant, 0) + rest
-            carried_now = worker._carried.get(holder)
-            if carried_now:
-                for tenant in list(carried_now):
-                    worker._write_counters(holder, tenant, at_s)
+            carried = worker._carried.get(self.holder)
+            if kept or carried:
+                counted = self.counted  # what its release kept already
+                for tenant in {*kept, *(carried or ())}:
+                    rest = kept.get(tenant, 0) - counted.get(tenant, 0)
+                    worker._keep_counters(self.holder, tenant, rest, at_s)
         for role, age in self.oldest.items():
             worker.report_oldest(self.holder, self.health, role, age, self.finished_ms)
