@@ -238,3 +238,12 @@ def test_a_small_tenants_writes_per_batch_are_as_before(monkeypatch: pytest.Monk
     assert not [call for call in calls if str(call[0][2]).startswith("lease#")]  # type: ignore[index]
     assert model.counts_written == {}
     assert model.carried(SMALL) == 0
+
+
+def test_a_lease_shard_is_keyed_as_the_adapter_keys_it_and_billed_by_its_leases() -> None:
+    table = StateTable(NAMES)
+    assert table.lease_shard(BIG, 3) == ("state", "tenant#big", "lease#3")
+    assert table.lease_shard_units(0) == 1
+    assert table.lease_shard_units(LEASE_SHARD_PLACES) == 2  # 60 + 16 x 64 bytes: just over 1 KB
+    assert table.lease_shard_units(LEASE_SHARD_PLACES, transactional=True) == 4
+    assert table.lease_shard_read_units(LEASE_SHARD_PLACES) == 1
