@@ -3,7 +3,9 @@
 Shared by ingest (purpose ``ingest``) and the workers (purpose ``consumer``). One conditional
 UpdateItem on ``version`` takes a lease; it returns the new item (so the next lease needs no read)
 and, when another container won the race, the current item (so a lost race costs one more call,
-never a read). The math is :mod:`breakwater.fairness`; this module only moves state in and out.
+never a read), taken after a jittered pause (:func:`breakwater.aws.conflicts.pause_before_retry`) that
+parts containers which raced at one instant. The math is :mod:`breakwater.fairness`; this module only
+moves state in and out.
 
 Every write also stores ``full_at``, when the bucket is full again at the limits the writer used.
 A container whose copy says the bucket must be full by now (a tenant under its limits, the common
@@ -39,6 +41,7 @@ from typing import TYPE_CHECKING, Any
 from botocore.exceptions import BotoCoreError, ClientError
 
 from breakwater.aws import clients
+from breakwater.aws.conflicts import pause_before_retry
 from breakwater.fairness import (
     QUIET_LEASE_SECONDS,
     BucketLimits,
@@ -132,6 +135,7 @@ class LeasedTokenBucket:
         max_attempts: int = 3,
         size_to_demand: bool = True,
         rng: random.Random | None = None,
+        pause: Callable[[int], bool] = pause_before_retry,
     ) -> None:
         self.table_name = table_name
         self.purpose = purpose
@@ -148,6 +152,9 @@ class LeasedTokenBucket:
         self._busy: dict[str, bool] = {}
         self.size_to_demand = size_to_demand  # False: always the usual lease (tests of the writes)
         self._rng = rng or random.Random()  # the jitter of local refusals; seeded in tests and benchmarks
+        # before the next attempt after a lost race (False: no time left for one); a benchmark on a
+        # simulated clock, whose containers take turns, passes one that does not sleep
+        self._pause = pause
 
     def try_acquire(self, tenant: str, limits: BucketLimits) -> tuple[bool, float]:
         taken, retry_after = self.try_acquire_up_to(tenant, limits, 1)
@@ -241,14 +248,17 @@ class LeasedTokenBucket:
         # what our copy promised: the whole lease if it said the bucket was full
         promised = wanted if failed_full else decision.granted
         contended = failed_full
-        for _ in range(self.max_attempts):
+        full = False  # the item a lost race returned says the bucket is full again by now
+        for attempt in range(self.max_attempts):
             if not decision.ok:
                 # Other containers only ever take tokens, so a refusal on our view is a refusal on theirs.
                 self._busy[tenant] = True
                 return decision, contended
             relative = known.full_at is not None and (relative or known.full_at >= now)
             try:
-                if relative:
+                if full:
+                    decision, item, _ = self._take_from_full(tenant, known, limits, now, need)
+                elif relative:
                     item = self._take_from_partial(tenant, known, decision.granted, limits, now)
                 else:
                     item = self._write(tenant, known, decision, limits, now)
@@ -261,7 +271,21 @@ class LeasedTokenBucket:
                 contended = True
                 known = parse_bucket_item(exc.response.get("Item"))  # type: ignore[arg-type]
                 self._known[tenant] = known
+                if attempt + 1 == self.max_attempts:
+                    break
+                # A full-bucket write that failed returned the item as others just left it: the next
+                # write goes at once. A lost relative or versioned write pauses first, which parts
+                # containers that raced at one instant.
+                if not full and not self._pause(attempt):
+                    break
+                # Decided again at the time of the next write: the item others wrote meanwhile moved on
+                # with their clocks, and a stale ``now`` would read their fresh tokens as taken. Full
+                # again by then: the full-bucket write, which no other container's stale copy makes
+                # lose; else the relative write if the item says tokens are there, the versioned one
+                # for an item without full_at.
+                now = self._clock()
                 decision, _ = self._decide(tenant, known, limits, now, need)
+                full = known.full_at is not None and self._predicts_full(known, limits, now)
                 relative = False
                 continue
             except BotoCoreError as exc:

@@ -41,6 +41,7 @@ CONTAINER_ID = uuid.uuid4().hex  # the concurrency lease holder: one lease per t
 
 
 SWEEP_CACHE_SECONDS = 30.0
+CONSUMER_BUCKET_ATTEMPTS = 6  # lost races on a consumer bucket retried before a tenant is refused
 
 
 class SweepCache:
@@ -187,8 +188,16 @@ def build_worker_ports(
         unlock=idempotent.unlock,
     )
     if settings.sidelining_enabled:
+        # More attempts than ingest's: a batch has its invocation's time, and every container polling a
+        # tenant's queues may ask its bucket at one instant (each retry after a jittered pause)
         ports.rate = LeasedTokenBucket(
-            table, "consumer", time.time, settings.lease_seconds, settings.lease_max_fraction, client=ddb
+            table,
+            "consumer",
+            time.time,
+            settings.lease_seconds,
+            settings.lease_max_fraction,
+            client=ddb,
+            max_attempts=CONSUMER_BUCKET_ATTEMPTS,
         )
         ports.leases = leases
         ports.report_outage = lambda until_ms: record_dependency_down(ddb, table, until_ms)
