@@ -14,6 +14,7 @@ import pytest
 from botocore.config import Config
 
 from breakwater.aws.worker_ports import build_worker_ports
+from breakwater.concurrency import ConcurrencyLimits, lease_shard_count
 from breakwater.envelope import Envelope
 from breakwater.processor import WorkContext
 from breakwater.settings import WorkerSettings
@@ -34,17 +35,19 @@ world = worker_fixtures.world  # the fixture
 CALLERS = 50
 QUIET = [f"quiet-{index}" for index in range(6)]
 NOISY = "noisy"
-# Wide enough that no quiet tenant meets its own limits with every container on it at once: what is
-# set aside here is set aside because of the throttle alone.
+# Wide enough that no quiet tenant meets its own limits with every container on it at once, even in
+# the lease shards the containers hash to (a shard's share of a floor of 800 is a dozen leases; fifty
+# containers over 63 shards): what is set aside here is set aside because of the throttle alone.
 TIERS = {
     "wide": {
         "rate": 10_000,
         "burst": 20_000,
         "consumer_rate": 1_000_000,  # containers lease tokens in chunks: none runs dry
-        "concurrency": 100,
-        "concurrency_floor": 80,
+        "concurrency": 1_000,
+        "concurrency_floor": 800,
     }
 }
+NOISY_SHARDS = lease_shard_count(ConcurrencyLimits(floor=800, ceiling=1_000))
 
 
 class _Discard:
@@ -62,8 +65,7 @@ def enforced(world: WorkerWorld) -> Iterator[Enforcement]:
         moto_patches.installed(),  # the embedded AWS's arrangement: moto's item operations serialized
         limits_enforced(AwsLimits(), clock=lambda: 0.0, sleep=lambda _s: None) as enforcement,
     ):
-        # (its ceiling of 100 spreads its leases over 7 lease shards)
-        for sk in ("counters", "bucket#consumer", *(f"lease#{shard}" for shard in range(7))):
+        for sk in ("counters", "bucket#consumer", *(f"lease#{shard}" for shard in range(NOISY_SHARDS))):
             enforcement.dynamodb.charge((STATE_TABLE, f"tenant#{NOISY}", sk), 0.0, write_units=10**9)
         yield enforcement
 
