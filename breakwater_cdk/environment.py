@@ -100,6 +100,8 @@ def worker_environment(
         **tier_environment(config),
         **health_report_environment(config),
         "WORKER_MODE": mode,
+        # how many containers may count a tenant at once: they pace its counters' writes together
+        "WORKER_CONTAINERS": str(ceilings.worker_containers(config, mode)),
         "STATE_TABLE_NAME": tables.state.table_name,
         "IDEMPOTENCY_TABLE_NAME": tables.idempotency.table_name,
         "IDEMPOTENCY_TTL_SECONDS": str(ingest.idempotency_window_seconds),

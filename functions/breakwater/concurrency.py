@@ -17,8 +17,8 @@ A tenant whose ceiling is above :data:`LEASE_SHARD_PLACES` has its leases spread
 that many places (:func:`lease_shard_count`, :func:`shard_limits`): a container leases in the shard its
 id hashes to (:func:`lease_shard_of`), and in one other (:func:`second_lease_shard`) when that one is
 full. No lease item grows with the tenant's concurrency, and each is written only by the containers
-hashed to it; that tenant's counters, apart from its leases, are written by each container at most every
-:func:`counters_interval_s`.
+hashed to it. A tenant's counters that ride on no lease release (a sharded tenant's always, a refused
+tenant's) are written by each container at most every :func:`counters_interval_s`.
 """
 
 from __future__ import annotations
@@ -40,9 +40,9 @@ LEASE_SHARD_PLACES = 16
 # The most concurrency a tenant is given, whatever its tier or record says: the bound the synth-time
 # item size and write rate checks are made at (a record above it is clamped, not refused).
 MAX_TENANT_CONCURRENCY = 1000
-# A sharded tenant's counters item takes at most this many writes per second from all its containers
-# together (each container writes at most every ``counters_interval_s``): half a partition's write limit,
-# leaving the rest to ingest's flushes and the controller.
+# A tenant's counters item takes at most this many writes per second of counters alone from all the
+# containers that receive its messages together (each writes them at most every ``counters_interval_s``),
+# leaving the rest of a partition's write limit to releases, ingest's flushes and the controller.
 COUNTERS_WRITES_PER_S = 400
 
 
@@ -131,14 +131,13 @@ def second_lease_shard(tenant: str, holder: str, shards: int) -> int | None:
     return (first + step) % shards
 
 
-def counters_interval_s(limits: ConcurrencyLimits) -> float:
-    """How long a container keeps a sharded tenant's counters before it writes them (0: every batch,
-    with its lease's release, for a tenant whose counters item holds its leases). A tenant has at most
-    ``ceiling`` containers working on it, so its counters item takes at most
-    :data:`COUNTERS_WRITES_PER_S` writes per second."""
-    if lease_shard_count(limits) == 1:
-        return 0.0
-    return limits.ceiling / COUNTERS_WRITES_PER_S
+def counters_interval_s(containers: int) -> float:
+    """How long a container keeps a tenant's counters that ride on no lease release before it writes
+    them, given how many worker containers may receive the tenant's messages at once (every one of
+    them may count the tenant's messages, leased or refused): together they write its counters item at
+    most :data:`COUNTERS_WRITES_PER_S` times a second. Counters that ride on a release of a lease held
+    on the counters item (a tenant of one lease shard) go with it, whatever the interval."""
+    return max(containers, 0) / COUNTERS_WRITES_PER_S
 
 
 def grant_for(

@@ -131,6 +131,11 @@ class WorkerSettings(TierSettings):
         ge=0,
         description="leases above the floors, over all tenants (None: only the ceilings apply)",
     )
+    worker_containers: int = Field(
+        default=1,
+        ge=1,
+        description="worker invocations this worker's mappings allow at once: each may count any tenant",
+    )
     idempotency_ttl_seconds: int = Field(
         default=86_400, ge=60, description="how long a processed id is remembered"
     )

@@ -116,12 +116,10 @@ def test_a_container_leases_in_a_stable_shard_and_its_second_choice_is_another()
     assert second_lease_shard("premium", "container-0", 1) is None
 
 
-def test_a_sharded_tenants_counters_are_written_at_most_so_often_by_all_its_containers() -> None:
-    assert counters_interval_s(ConcurrencyLimits(floor=2, ceiling=16)) == 0.0  # with the release
-    for ceiling in (17, 100, MAX_TENANT_CONCURRENCY):
-        limits = ConcurrencyLimits(floor=1, ceiling=ceiling)
-        # at most ``ceiling`` containers hold a lease of the tenant, each writing once per interval
-        assert ceiling / counters_interval_s(limits) <= COUNTERS_WRITES_PER_S
+def test_counters_that_ride_on_no_release_are_written_at_most_so_often_by_all_containers() -> None:
+    for containers in (1, 17, 1_000, 8_000):
+        # every container that may receive the tenant's messages writes once per interval at most
+        assert containers / counters_interval_s(containers) <= COUNTERS_WRITES_PER_S
 
 
 def test_a_record_beyond_the_bounds_is_clamped_not_refused() -> None:

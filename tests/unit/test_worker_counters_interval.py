@@ -1,12 +1,14 @@
-"""A sharded tenant's counters go out at most once per interval per container; a small tenant's with its
-release at every batch (against the fake ports of tests/unit/test_worker.py, the clock injected)."""
+"""Counters that ride on no release (a sharded tenant's, a refused tenant's) go out at most once per
+interval per container; a small tenant's with its release at every batch (against the fake ports of
+tests/unit/test_worker.py, the clock injected)."""
 
 from __future__ import annotations
 
 from collections.abc import Mapping
+from dataclasses import replace
 from itertools import pairwise
 
-from breakwater.concurrency import ConcurrencyLimits, Grant, counters_interval_s
+from breakwater.concurrency import COUNTERS_WRITES_PER_S, Grant, counters_interval_s
 from breakwater.settings import TierLimits
 from breakwater.worker import Worker
 from tests.unit import test_worker
@@ -14,12 +16,14 @@ from tests.unit.test_worker import LIMITS, World, context, envelope, event
 
 BIG = TierLimits(rate=5_000, burst=10_000, consumer_rate=5_000, concurrency=1_000, concurrency_floor=100)
 world = test_worker.world  # the fixture
-INTERVAL_S = counters_interval_s(ConcurrencyLimits(floor=100, ceiling=1_000))  # 2.5 s
+CONTAINERS = 1_000  # worker containers that may receive a tenant's messages at once
+INTERVAL_S = counters_interval_s(CONTAINERS)
 
 
 def _worker(world: World) -> tuple[Worker, list[tuple[float, dict[str, Grant], dict[str, dict[str, int]]]]]:
     """A worker on which ``big`` is a sharded tenant and ``acme`` a small one; each settle with its time."""
     worker = world.worker()
+    worker.config = replace(worker.config, counters_interval_s=INTERVAL_S)
     worker.ports.tenant_limits = lambda tenant: BIG if tenant == "big" else LIMITS
     writes: list[tuple[float, dict[str, Grant], dict[str, dict[str, int]]]] = []
 
@@ -70,3 +74,23 @@ def test_a_small_tenant_s_release_and_counters_go_out_together_at_every_batch(wo
     acme = [(grants.get("acme"), counters.get("acme")) for _, grants, counters in writes if "acme" in grants]
     assert acme == [(Grant.FLOOR, {"processed": 2})] * 3  # one write per batch: lease and counters
     assert [counters["big"] for _, _, counters in writes if "big" in counters] == [{"processed": 1}]
+
+
+def test_the_interval_bounds_the_writes_of_every_container_that_may_count_a_tenant() -> None:
+    assert CONTAINERS / INTERVAL_S <= COUNTERS_WRITES_PER_S
+    assert counters_interval_s(4) < 0.05  # a small fleet writes at almost every batch
+
+
+def test_a_refused_small_tenant_s_counters_wait_for_the_interval(world: World) -> None:
+    worker, writes = _worker(world)
+    worker.ports.leases.acquire_many = lambda requests, expires_at_ms: {  # type: ignore[method-assign,union-attr]
+        tenant: Grant.REFUSED for tenant in requests
+    }
+
+    _batch(world, worker, 1_000.0, "acme")  # refused: its messages deferred, counted, written once
+    _batch(world, worker, 1_001.0, "acme")  # within the interval: kept
+    _batch(world, worker, 1_000.0 + INTERVAL_S, "acme")  # past it: written with what was kept
+
+    acme = [counters["acme"] for _, _, counters in writes if "acme" in counters]
+    assert len(acme) == 2
+    assert sum(sum(deltas.values()) for deltas in acme) == 3 * sum(acme[0].values())  # none lost

@@ -10,10 +10,11 @@ batch: every buffered move goes out through ``SendMessageBatch`` and a failed en
 original into a batch item failure (nothing is acknowledged before its copy exists); the
 idempotency records, the lease releases with the per-tenant counters (one write per tenant), the
 oldest age per queue role and the metrics go out once per batch;
-counters whose write failed are kept and go out with the container's next batch. A tenant whose leases
-are sharded (its ceiling above one lease shard) has its release on its lease shard, and its counters
-written at most every :func:`breakwater.concurrency.counters_interval_s` by this container: kept in
-between, and written at the end of the first batch after that interval, with or without the tenant.
+counters whose write failed are kept and go out with the container's next batch. Counters that ride on
+no release of a lease held on the counters item (a sharded tenant's, whose release goes to its lease
+shard; a refused tenant's) are written at most every ``WorkerOptions.counters_interval_s`` by this
+container (:func:`breakwater.concurrency.counters_interval_s`): kept in between, and written at the end
+of the first batch after that interval, with or without the tenant.
 Replayed and redriven work is measured apart (``breakwater.worker.metrics.metric_role``) and never
 reported as a queue's oldest age. A message left unacknowledged on its queue's last receive is
 counted ``dead_lettered``: SQS moves it to the dead-letter queue without telling anyone, and the
@@ -36,7 +37,7 @@ from aws_lambda_powertools.utilities.batch import BatchProcessor, EventType, pro
 from aws_lambda_powertools.utilities.typing import LambdaContext
 
 from breakwater.breaker import CircuitBreaker
-from breakwater.concurrency import Grant, counters_interval_s
+from breakwater.concurrency import Grant, lease_shard_count
 from breakwater.envelope import Envelope
 from breakwater.heartbeat import Heartbeat, HeartbeatMonitor, HeartbeatPlan
 from breakwater.observability import logger
@@ -92,10 +93,11 @@ class Worker:
         # Counters a failed write left behind: added to the next batch's, so the backlog estimates
         # lose them only with the container.
         self._unsettled: dict[str, dict[str, int]] = {}
-        # A sharded tenant's counters go out at most every interval (seconds, by tenant), so its counters
-        # item is not written by every container at every batch; when each may next go (monotonic).
-        self._counters_interval: dict[str, float] = {}
+        # Counters that ride on no release go out at most every interval, so a tenant's counters item
+        # is not written by every container that counts it at every batch; when each may next go
+        # (monotonic), and the tenants whose leases are on shards of their own (no release to ride on).
         self._counters_due: dict[str, float] = {}
+        self._sharded: set[str] = set()
         self.breaker: CircuitBreaker | None = None
         if config.outage_backoff_s is not None:
             self.breaker = CircuitBreaker(
@@ -307,7 +309,7 @@ class Worker:
         for tenant, count in Counter(each.envelope.tenant for each in batch.admitted).items():
             try:
                 limits[tenant] = self.ports.tenant_limits(tenant)
-                self._pace_counters(tenant, counters_interval_s(concurrency_limits(limits[tenant])))
+                self._note_sharding(tenant, lease_shard_count(concurrency_limits(limits[tenant])) > 1)
                 if self.ports.rate is not None:  # one ask: the tenant's first messages get the tokens
                     bucket = consumer_bucket_limits(limits[tenant])
                     tokens[tenant] = self.ports.rate.try_acquire_up_to(tenant, bucket, count)[0]
@@ -434,13 +436,13 @@ class Worker:
 
     def _release(self, batch: BatchTally, tenant: str) -> None:
         """Give back ``tenant``'s lease as soon as its last message of the batch is done, with its
-        counters (and those an earlier write left behind) in the same write; a sharded tenant's
-        counters only once its interval has passed (:meth:`_carried`)."""
+        counters (and those an earlier write left behind) in the same write; counters that cannot
+        ride on the release only once their interval has passed (:meth:`_carried`)."""
         grant = batch.grants.pop(tenant, None)
         self._count_dead_letters(batch, tenant)
         counters = batch.unwritten(tenant)
         counters.update(self._unsettled.pop(tenant, {}))
-        if self._carried(tenant, counters):
+        if self._carried(tenant, counters, self._rides(tenant, grant)):
             counters = Counter()
         self._write_settlement(
             {tenant: grant} if grant is not None else {}, {tenant: counters}, self.ports.release
@@ -462,24 +464,31 @@ class Worker:
         for tenant in batch.counters:
             counters.setdefault(tenant, Counter()).update(batch.unwritten(tenant))
         counters = {
-            tenant: deltas for tenant, deltas in counters.items() if not self._carried(tenant, deltas)
+            tenant: deltas
+            for tenant, deltas in counters.items()
+            if not self._carried(tenant, deltas, self._rides(tenant, batch.grants.get(tenant)))
         }
         self._write_settlement(dict(batch.grants), counters)
         batch.grants = {}
 
-    def _pace_counters(self, tenant: str, interval_s: float) -> None:
-        """Write ``tenant``'s counters at most every ``interval_s`` (0: with every release)."""
-        if interval_s > 0:
-            self._counters_interval[tenant] = interval_s
+    def _note_sharding(self, tenant: str, sharded: bool) -> None:
+        """Whether ``tenant``'s leases are on shards of their own (its release then carries no counters)."""
+        if sharded:
+            self._sharded.add(tenant)
         else:
-            self._counters_interval.pop(tenant, None)
-            self._counters_due.pop(tenant, None)
+            self._sharded.discard(tenant)
 
-    def _carried(self, tenant: str, counters: Mapping[str, int]) -> bool:
+    def _rides(self, tenant: str, grant: Grant | None) -> bool:
+        """Whether ``tenant``'s counters go in the write that releases its lease: a lease held on its
+        counters item (not refused, not on a shard of its own)."""
+        return grant is not None and grant is not Grant.REFUSED and tenant not in self._sharded
+
+    def _carried(self, tenant: str, counters: Mapping[str, int], rides: bool) -> bool:
         """Whether ``tenant``'s ``counters`` wait for a later write (kept with those a failed write left):
-        a sharded tenant's whose last write is less than its interval ago. False: write them now."""
-        interval = self._counters_interval.get(tenant)
-        if not interval or not any(counters.values()):
+        counters that do not ride on a release, whose last write is less than the interval ago. False:
+        write them now."""
+        interval = self.config.counters_interval_s
+        if rides or not interval or not any(counters.values()):
             return False
         now = self.ports.monotonic()
         if self._counters_due.get(tenant, now) > now:

@@ -5,7 +5,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 from dataclasses import dataclass
 
-from breakwater.concurrency import ConcurrencyLimits
+from breakwater.concurrency import ConcurrencyLimits, counters_interval_s
 from breakwater.envelope import Origin
 from breakwater.fairness import BucketLimits
 from breakwater.settings import TierLimits, WorkerSettings
@@ -25,6 +25,9 @@ class WorkerOptions:
     # and the longest; None: no breaker, an outage fails the message like any other error.
     outage_backoff_s: float | None = None
     outage_backoff_max_s: float | None = None
+    # How long a tenant's counters that ride on no lease release are kept before they are written, so
+    # that all the containers that may count a tenant write its counters item at a bounded rate.
+    counters_interval_s: float = 0.0
 
     @classmethod
     def from_settings(cls, settings: WorkerSettings) -> WorkerOptions:
@@ -47,6 +50,7 @@ class WorkerOptions:
             max_receive_count=settings.max_receive_count,
             outage_backoff_s=settings.outage_backoff_seconds if settings.sidelining_enabled else None,
             outage_backoff_max_s=settings.outage_backoff_max_seconds,
+            counters_interval_s=counters_interval_s(settings.worker_containers),
         )
 
 
