@@ -152,7 +152,7 @@ class ItemSizes:
 
     counters: int = 600  # a dozen counters, the dirty mark, the controller's fields, keys
     lease: int = 64  # one lease in a counters item's map: a container id, its expiry, burst or not
-    lease_shard: int = 60  # a tenant's lease shard without its leases: keys, version (at most 16 leases)
+    lease_shard: int = 60  # a tenant's lease shard without its leases: keys, version (at most ``LEASE_SHARD_PLACES`` leases)
     pool: int = 60  # a burst pool shard's item without its places
     pool_place: int = 60  # one place: "tenant#container" and its expiry (at most 16 a shard)
     bucket: int = 200  # a token bucket: tokens, times, version, multiplier

@@ -31,6 +31,7 @@ from botocore.exceptions import ClientError
 from breakwater.archive_budget import ArchiveBudget, ArchiveDue
 from breakwater.backlog import DriftLimits
 from breakwater.backpressure import BackpressurePolicy
+from breakwater.concurrency import counters_interval_s
 from breakwater.controller import ControllerConfig, run_controller
 from breakwater.envelope import Origin
 from breakwater.fairness import BucketLimits, BucketState, take_lease
@@ -38,7 +39,7 @@ from breakwater.observability import logger, metrics
 from breakwater.routing import QueueDepths, choose_queue, shard_for
 from breakwater.settings import TierLimits
 from breakwater.sideline import DecisionConfig
-from breakwater_cdk.ceilings import burst_slots, health_report_shards
+from breakwater_cdk.ceilings import burst_slots, health_report_shards, worker_containers
 from breakwater_cdk.config import TierConfig
 from local.aws_limits import AwsLimits
 from sim.billing import RECEIVE_MAX, Billing, Meter, usage
@@ -163,6 +164,7 @@ class System:
                 worker.timeout_seconds,
                 costs,
                 self.health_shards,
+                counters_interval_s(worker_containers(config, "sideline" if mode == "sideline" else "live")),
             )
 
         table = self.table

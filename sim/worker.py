@@ -11,9 +11,10 @@ messages are processed one after the other under the container's circuit breaker
 (``breakwater.breaker.CircuitBreaker``); an outage holds the rest (``breakwater.sideline.hold_for_outage``).
 Each tenant's lease is given back, with its counters in the same write, as soon as its last
 message is done, and its place in the pool's shard with it (a tenant of several lease shards: the
-release on its shard, its counters kept by the container and written at most every
-``counters_interval_s``). When the invocation returns, the moves made while processing are sent, the
-rest deleted or left to their visibility timeout, and the counters of tenants that held no lease written.
+release on its shard). Counters that ride on no release (such a tenant's, or one's that held no lease)
+are kept by the container and written at most every ``WorkerSetup.counters_interval_s``. When the
+invocation returns, the moves made while processing are sent, the rest deleted or left to their
+visibility timeout, and the kept counters that are due written.
 
 The gates and the invocation count the AWS calls the real worker makes for them
 (:class:`sim.billing.Meter`): a write per consumer-bucket ask and per tenant's lease (the batch's
@@ -37,7 +38,7 @@ from breakwater.age_reports import LastReport, report_due
 from breakwater.aws.health import health_shard
 from breakwater.backlog import will_dead_letter
 from breakwater.breaker import CircuitBreaker
-from breakwater.concurrency import ConcurrencyLimits, Grant, counters_interval_s
+from breakwater.concurrency import ConcurrencyLimits, Grant, lease_shard_count
 from breakwater.envelope import Origin
 from breakwater.settings import TierLimits
 from breakwater.sideline import (
@@ -101,6 +102,9 @@ class WorkerSetup:
     timeout_s: float
     costs: Costs
     health_shards: int = 1  # the items each role's oldest-age reports are spread over
+    # how long a container keeps counters that ride on no release (``counters_interval_s`` of the
+    # containers the worker's mappings allow)
+    counters_interval_s: float = 0.0
 
 
 class Sink(Protocol):
@@ -151,12 +155,13 @@ class WorkerModel:
         self.batch_failure_messages = 0
         self.unreleased_leases = 0  # tenants' leases left to expire: their release write was throttled
         self.health_throttled = 0
-        # A sharded tenant's counters: kept by each container, written at a release or a batch's end
-        # once ``counters_interval_s`` has passed since that container's last write of them
-        self._counters_every: dict[int, float] = {}  # tenant -> its interval (0: with every release)
+        # Counters that ride on no release (a sharded tenant's, an unleased tenant's): kept by each
+        # container, written at a release or a batch's end once ``setup.counters_interval_s`` has
+        # passed since that container's last write of them
+        self._sharded: dict[int, bool] = {}  # tenant -> whether its leases are on shards of their own
         self._carried: dict[str, dict[int, int]] = {}  # holder -> tenant -> counts not written yet
         self._counters_due: dict[tuple[str, int], float] = {}  # (holder, tenant) -> next write from
-        self.counts_written: dict[int, int] = {}  # a sharded tenant's counts in writes made
+        self.counts_written: dict[int, int] = {}  # counts in writes of counters that rode on no release
 
     def _container(self, queue: SqsQueue, index: int) -> tuple[str, CircuitBreaker | None, int]:
         """A new container's lease holder name, breaker and health shard."""
@@ -315,23 +320,23 @@ class WorkerModel:
             self.unreleased_leases += 1
         if leases.holds_place(holder, tenant):
             leases.release_place(holder, tenant, at + waited)
-        if self._counters_interval(tenant):
+        if self.sharded(tenant):
             amount = counted[tenant] = sum(each for (whose, _), each in counts.items() if whose == tenant)
             waited += self._keep_counters(holder, tenant, amount, at + waited)
         return waited
 
-    def _counters_interval(self, tenant: int) -> float:
-        """``counters_interval_s`` of the tenant's limits (0: its counters go with every release)."""
-        interval = self._counters_every.get(tenant)
-        if interval is None:
+    def sharded(self, tenant: int) -> bool:
+        """Whether the tenant's leases are on shards of their own (its release carries no counters)."""
+        sharded = self._sharded.get(tenant)
+        if sharded is None:
             limits = self._concurrency.get(tenant) or concurrency_limits(self.limits(tenant))
-            interval = self._counters_every[tenant] = counters_interval_s(limits)
-        return interval
+            sharded = self._sharded[tenant] = lease_shard_count(limits) > 1
+        return sharded
 
     def _keep_counters(self, holder: str, tenant: int, amount: int, at: float) -> float:
-        """``amount`` more counts of a sharded ``tenant`` kept by ``holder``, and all it keeps written at
-        ``at`` if the tenant's interval has passed since its last write (a write still throttled keeps
-        them for the next): the time botocore's retries took."""
+        """``amount`` more counts of ``tenant`` that ride on no release kept by ``holder``, and all it
+        keeps written at ``at`` if the interval has passed since its last write (a write still throttled
+        keeps them for the next): the time botocore's retries took."""
         carried = self._carried.setdefault(holder, {})
         pending = carried[tenant] = carried.get(tenant, 0) + amount
         if not pending:
@@ -339,19 +344,21 @@ class WorkerModel:
             return 0.0
         if self._counters_due.get((holder, tenant), at) > at:
             return 0.0
-        self._counters_due[(holder, tenant)] = at + self._counters_interval(tenant)
+        self._counters_due[(holder, tenant)] = at + self.setup.counters_interval_s
         self.meter.dynamodb_writes += 1
         done, waited = True, 0.0
         if (table := self.table) is not None:
-            counters = table.counters_items[tenant]  # without leases: its size without the map
-            done, waited = table.retried_write(counters, COUNTERS, at, table.counters_units(0))
+            # billed by its size: a sharded tenant's without leases, a small one's with its map
+            held = 0 if self.sharded(tenant) or self.leases is None else self.leases.held_count(tenant)
+            counters = table.counters_items[tenant]
+            done, waited = table.retried_write(counters, COUNTERS, at, table.counters_units(held))
         if done:
             del carried[tenant]
             self.counts_written[tenant] = self.counts_written.get(tenant, 0) + pending
         return waited
 
     def carried(self, tenant: int) -> int:
-        """A sharded tenant's counts its containers keep, not written yet."""
+        """A tenant's counts its containers keep, not written yet."""
         return sum(kept.get(tenant, 0) for kept in self._carried.values())
 
     def _waited(self) -> float:
@@ -524,28 +531,15 @@ class _Finish(Invocation):
         for (tenant, counter), amount in counts.items():
             count(tenant, counter, amount)
         if setup.gates:
-            # the counters of tenants that held no lease (a leased tenant's went with its release);
-            # a sharded tenant's kept by the container, then those due written
+            # the counters that rode on no release (a sharded tenant's, a tenant's that held no lease)
+            # kept by the container, then those due written (a small leased tenant's went with its release)
             granted = self.granted
-            unleased: set[int] = set()
             kept: dict[int, int] = {}
-            interval = worker._counters_interval
+            sharded = worker.sharded
             for (tenant, _), amount in counts.items():
-                if interval(tenant):
+                if sharded(tenant) or tenant not in granted:
                     kept[tenant] = kept.get(tenant, 0) + amount
-                elif tenant not in granted:
-                    unleased.add(tenant)
-            meter.dynamodb_writes += len(unleased)
-            table = worker.table
             at_s = self.finished_ms / 1000
-            if table is not None and unleased:
-                leases = worker.leases
-                for tenant in unleased:
-                    held = leases.held_count(tenant) if leases is not None else 0
-                    # a throttled write keeps its counts for the next batch: modelled as written
-                    table.retried_write(
-                        table.counters_items[tenant], COUNTERS, at_s, table.counters_units(held)
-                    )
             carried = worker._carried.get(self.holder)
             if kept or carried:
                 counted = self.counted  # what its release kept already

@@ -25,7 +25,6 @@ from breakwater.concurrency import (
     shard_limits,
 )
 from breakwater.settings import TierLimits
-from breakwater.worker.options import concurrency_limits
 from local.aws_limits import AwsLimits
 from sim.dynamodb import LEASE_SHARD, StateTable
 from sim.gates import ConsumerBuckets, LeaseTable
@@ -88,7 +87,7 @@ def test_a_sharded_tenants_lease_items_never_hold_more_than_their_places_and_its
         assert leases.held_count(BIG, shard) == shard_limits(limits, shard).ceiling <= LEASE_SHARD_PLACES
     assert leases.held_count(BIG) == 0  # the counters item holds none
     assert not [call for call in calls if call[0] == table.counters(BIG)]
-    # each shard billed by its own size: at most its 16 leases' (twice in a burst lease's transaction)
+    # each shard billed by its own size: at most its leases' (twice in a burst lease's transaction)
     for shard in range(shards):
         assert max(
             units for _, units in writes_on(calls, table.lease_shard(BIG, shard))
@@ -174,12 +173,17 @@ class CountingSink(TimedSink):
         self.counted[tenant] = self.counted.get(tenant, 0) + amount
 
 
+INTERVAL_S = counters_interval_s(400)  # 400 containers may receive a tenant: a write a second each
+
+
 def worker(table: StateTable) -> tuple[WorkerModel, CountingSink, SqsQueue]:
     env = simpy.Environment(initial_time=NOW_S)
     queue = SqsQueue(env, "live-0", visibility_timeout_s=360, max_receive_count=5)
     sink = CountingSink()
     limits = {BIG: BIG_LIMITS, SMALL: SMALL_LIMITS}
-    setup = WorkerSetup(decision_config("live"), True, (5, 60), 5, 60, Costs(0, 0, 0, 0, 0, 0))
+    setup = WorkerSetup(
+        decision_config("live"), True, (5, 60), 5, 60, Costs(0, 0, 0, 0, 0, 0), counters_interval_s=INTERVAL_S
+    )
     model = WorkerModel(
         "worker",
         setup,
@@ -200,8 +204,6 @@ def batch(model: WorkerModel, queue: SqsQueue, container: int, tenants: list[int
 def test_a_sharded_tenants_counters_go_out_at_most_once_per_interval_per_container_and_none_is_lost(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
-    interval = counters_interval_s(concurrency_limits(BIG_LIMITS))
-    assert interval == 1.0  # a ceiling of 400
     table = StateTable(NAMES)
     calls = record_calls(table, monkeypatch)
     model, sink, queue = worker(table)
@@ -247,3 +249,23 @@ def test_a_lease_shard_is_keyed_as_the_adapter_keys_it_and_billed_by_its_leases(
     assert table.lease_shard_units(LEASE_SHARD_PLACES) == 2  # 60 + 16 x 64 bytes: just over 1 KB
     assert table.lease_shard_units(LEASE_SHARD_PLACES, transactional=True) == 4
     assert table.lease_shard_read_units(LEASE_SHARD_PLACES) == 1
+
+
+def test_a_refused_tenants_counters_go_out_at_most_once_per_interval(monkeypatch: pytest.MonkeyPatch) -> None:
+    table = StateTable(NAMES)
+    calls = record_calls(table, monkeypatch)
+    model, sink, queue = worker(table)
+    assert model.leases is not None
+    monkeypatch.setattr(
+        model.leases,
+        "acquire_many",
+        lambda requests, *_args, **_kwargs: dict.fromkeys(requests, Grant.REFUSED),
+    )
+    batch(model, queue, 1, [SMALL], NOW_S)  # deferred, counted: its first write at once
+    batch(model, queue, 1, [SMALL], NOW_S + 0.5)  # within the interval: kept
+    assert model.carried(SMALL) == 1
+    batch(model, queue, 1, [SMALL], NOW_S + INTERVAL_S)  # due: written with what was kept
+    assert [at for at, _ in writes_on(calls, table.counters(SMALL))] == pytest.approx(
+        [NOW_S, NOW_S + INTERVAL_S]
+    )
+    assert model.counts_written[SMALL] == sink.counted[SMALL] == 3
