@@ -37,7 +37,7 @@ from local.emulator import mappings as local_mappings  # noqa: E402
 from local.emulator import moto_process  # noqa: E402
 from local.emulator.runtime import LocalRuntime, RuntimeOptions  # noqa: E402
 from local.scenarios.load_client import LoadGenerator  # noqa: E402
-from local.scenarios.noisy_neighbour import DEMO_CONTEXT, Scenario  # noqa: E402
+from local.scenarios.noisy_neighbour import DEMO_CONTEXT, NAIVE_CONTEXT, Scenario  # noqa: E402
 from local.scenarios.observations import Observations  # noqa: E402
 from local.scenarios.tenants import create_tenants  # noqa: E402
 
@@ -196,7 +196,7 @@ def main() -> None:
     if args.window is not None:
         context = merge_context(context, {"breakwater": {"worker": {"batching_window_seconds": args.window}}})
     if args.naive:
-        context = merge_context(context, {"breakwater": {"mode": "naive"}})
+        context = merge_context(context, NAIVE_CONTEXT)
     options = RuntimeOptions(
         workdir=ROOT / "out" / "local" / "bench-baseline",
         max_containers=args.containers,

@@ -28,7 +28,13 @@ from local.emulator.replay import ReplayRequest
 from local.emulator.runtime import ROOT, LocalRuntime
 from local.scenarios.limits_report import limits_section
 from local.scenarios.load_client import ClientProcess
-from local.scenarios.noisy_neighbour import DEMO_CONTEXT, Scenario, runtime_options, scenario_context
+from local.scenarios.noisy_neighbour import (
+    DEMO_CONTEXT,
+    NAIVE_CONTEXT,
+    Scenario,
+    runtime_options,
+    scenario_context,
+)
 from local.scenarios.observations import (
     Observations,
     aws_requests,
@@ -342,7 +348,7 @@ def park_and_replay(
 
 CONFIGURATIONS: tuple[tuple[str, dict[str, Any]], ...] = (
     ("breakwater", {}),
-    ("naive", {"breakwater": {"mode": "naive"}}),
+    ("naive", NAIVE_CONTEXT),
 )
 
 

@@ -19,7 +19,7 @@ from typing import Any, Literal
 
 from local.emulator.runtime import RuntimeOptions
 
-# Applied to both runs; the naive run adds {"mode": "naive"}. Every key is one a fork can set in cdk.json.
+# Applied to every run; the naive run adds NAIVE_CONTEXT. Every key is one a fork can set in cdk.json.
 DEMO_CONTEXT: dict[str, Any] = {
     # The emulator's stand-in for the processor's work (local/emulator/processor_hooks.py): 100 ms a message.
     "breakwater_local": {"work_ms": 100},
@@ -59,6 +59,12 @@ DEMO_CONTEXT: dict[str, Any] = {
     },
 }
 
+
+# The baseline: one standard queue in arrival order, no throttling, no sidelining, no message groups
+# (with MessageGroupId = tenant, the embedded SQS orders receives as fair queues do: another
+# configuration, FAIR_CONTEXT, the simulator's "fair").
+NAIVE_CONTEXT: dict[str, Any] = {"breakwater": {"mode": "naive", "queue_set": {"fair_queues": False}}}
+FAIR_CONTEXT: dict[str, Any] = {"breakwater": {"mode": "naive", "queue_set": {"fair_queues": True}}}
 
 KINDS = ("noisy", "slow", "outage", "poison")
 EVENT_LABEL = {

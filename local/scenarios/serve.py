@@ -19,6 +19,7 @@ from local.aws_limits import AwsLimits
 from local.emulator.alarms import AlarmWatch
 from local.emulator.runtime import ROOT, LocalRuntime, RuntimeOptions
 from local.scenarios.alarm_feed import WINDOW_PERIODS, AlarmFeed
+from local.scenarios.noisy_neighbour import NAIVE_CONTEXT
 from local.scenarios.tenants import create_tenants
 
 TENANTS = ("acme", "globex", "initech")
@@ -44,7 +45,7 @@ def serve(
     limits: AwsLimits | None = None,
 ) -> int:
     """Start the runtime, add the tenants, write ``out``, print how to call the API; stop on a signal."""
-    context = {"breakwater": {"mode": "naive"}} if naive else None
+    context = NAIVE_CONTEXT if naive else None
     runtime = LocalRuntime(context=context, options=runtime_options(schedule_speedup, limits))
     print("synthesizing the app and creating the stack in the embedded AWS ...", flush=True)
     runtime.start()
