@@ -152,7 +152,9 @@ class ItemSizes:
 
     counters: int = 600  # a dozen counters, the dirty mark, the controller's fields, keys
     lease: int = 64  # one lease in a counters item's map: a container id, its expiry, burst or not
-    lease_shard: int = 60  # a tenant's lease shard without its leases: keys, version (at most ``LEASE_SHARD_PLACES`` leases)
+    lease_shard: int = (
+        60  # a tenant's lease shard without its leases: keys, version (at most ``LEASE_SHARD_PLACES`` leases)
+    )
     pool: int = 60  # a burst pool shard's item without its places
     pool_place: int = 60  # one place: "tenant#container" and its expiry (at most 16 a shard)
     bucket: int = 200  # a token bucket: tokens, times, version, multiplier
@@ -281,56 +283,52 @@ class StateTable:
         return item
 
     # -- sizes that grow with what the item holds ------------------------------------------------------
-    def counters_units(self, leases: int, *, transactional: bool = False) -> float:
-        key = ("counters-tx" if transactional else "counters", leases)
+    def _units_of(
+        self, kind: str, base: int, per_entry: int, entries: int, *, read: bool, transactional: bool
+    ) -> float:
+        """The units of one call on an item of ``base`` bytes plus ``per_entry`` for each of ``entries``
+        (a strongly consistent read, or a write, doubled in a transaction), computed once per size."""
+        key = (f"{kind}-read" if read else f"{kind}-tx" if transactional else kind, entries)
         units = self._units.get(key)
         if units is None:
-            sizes = self.sizes
-            size = sizes.counters + sizes.lease * leases
-            units = self._units[key] = write_units(size, transactional=transactional)
+            size = base + per_entry * entries
+            units = (
+                read_units(size, consistent=True) if read else write_units(size, transactional=transactional)
+            )
+            self._units[key] = units
         return units
+
+    def counters_units(self, leases: int, *, transactional: bool = False) -> float:
+        sizes = self.sizes
+        return self._units_of(
+            "counters", sizes.counters, sizes.lease, leases, read=False, transactional=transactional
+        )
 
     def counters_read_units(self, leases: int) -> float:
-        key = ("counters-read", leases)
-        units = self._units.get(key)
-        if units is None:
-            sizes = self.sizes
-            units = self._units[key] = read_units(sizes.counters + sizes.lease * leases, consistent=True)
-        return units
+        sizes = self.sizes
+        return self._units_of("counters", sizes.counters, sizes.lease, leases, read=True, transactional=False)
 
     def lease_shard_units(self, leases: int, *, transactional: bool = False) -> float:
-        key = ("lease-shard-tx" if transactional else "lease-shard", leases)
-        units = self._units.get(key)
-        if units is None:
-            sizes = self.sizes
-            size = sizes.lease_shard + sizes.lease * leases
-            units = self._units[key] = write_units(size, transactional=transactional)
-        return units
+        sizes = self.sizes
+        return self._units_of(
+            "lease-shard", sizes.lease_shard, sizes.lease, leases, read=False, transactional=transactional
+        )
 
     def lease_shard_read_units(self, leases: int) -> float:
-        key = ("lease-shard-read", leases)
-        units = self._units.get(key)
-        if units is None:
-            sizes = self.sizes
-            units = self._units[key] = read_units(sizes.lease_shard + sizes.lease * leases, consistent=True)
-        return units
+        sizes = self.sizes
+        return self._units_of(
+            "lease-shard", sizes.lease_shard, sizes.lease, leases, read=True, transactional=False
+        )
 
     def pool_units(self, places: int, *, transactional: bool = False) -> float:
-        key = ("pool-tx" if transactional else "pool", places)
-        units = self._units.get(key)
-        if units is None:
-            sizes = self.sizes
-            size = sizes.pool + sizes.pool_place * places
-            units = self._units[key] = write_units(size, transactional=transactional)
-        return units
+        sizes = self.sizes
+        return self._units_of(
+            "pool", sizes.pool, sizes.pool_place, places, read=False, transactional=transactional
+        )
 
     def pool_read_units(self, places: int) -> float:
-        key = ("pool-read", places)
-        units = self._units.get(key)
-        if units is None:
-            sizes = self.sizes
-            units = self._units[key] = read_units(sizes.pool + sizes.pool_place * places, consistent=True)
-        return units
+        sizes = self.sizes
+        return self._units_of("pool", sizes.pool, sizes.pool_place, places, read=True, transactional=False)
 
     # -- calls ---------------------------------------------------------------------------------------
     def write(self, item: Hashable, kind: str, now_s: float, units: float) -> bool:
