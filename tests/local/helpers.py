@@ -2,7 +2,8 @@
 
 from __future__ import annotations
 
-from collections.abc import Callable
+import datetime
+from collections.abc import Callable, Sequence
 from typing import Any
 
 from moto import mock_aws
@@ -54,3 +55,29 @@ def answers_kept(name: str, session: Callable[[], list[Any]]) -> list[Any]:
     assert patched == unpatched
     assert again == unpatched
     return unpatched
+
+
+def queue_gauges(cloudwatch: Any, queue: str, names: Sequence[str]) -> dict[str, list[float]]:
+    """The queue's AWS/SQS gauges ``names`` in the embedded CloudWatch (each its values, newest first),
+    in one GetMetricData as the local alarms read them."""
+    now = datetime.datetime.now(datetime.UTC)
+    answer = cloudwatch.get_metric_data(
+        MetricDataQueries=[
+            {
+                "Id": f"m{i}",
+                "MetricStat": {
+                    "Metric": {
+                        "Namespace": "AWS/SQS",
+                        "MetricName": name,
+                        "Dimensions": [{"Name": "QueueName", "Value": queue}],
+                    },
+                    "Period": 60,
+                    "Stat": "Maximum",
+                },
+            }
+            for i, name in enumerate(names)
+        ],
+        StartTime=now - datetime.timedelta(seconds=60),
+        EndTime=now + datetime.timedelta(seconds=60),
+    )
+    return {names[int(r["Id"][1:])]: r["Values"] for r in answer["MetricDataResults"]}

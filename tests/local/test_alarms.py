@@ -4,7 +4,6 @@ making the real alarms fire (and an untouched stack firing none)."""
 
 from __future__ import annotations
 
-import datetime
 import json
 import time
 from collections.abc import Iterator, Sequence
@@ -32,6 +31,7 @@ from local.emulator.assembly import CloudAssembly, synthesize
 from local.emulator.moto_patches import sqs_metrics
 from local.emulator.runtime import LocalRuntime, RuntimeOptions
 from local.scenarios.noisy_neighbour import DEMO_CONTEXT
+from tests.local.helpers import queue_gauges
 
 NS, NAME = "Test", "Depth"
 
@@ -254,28 +254,7 @@ def test_definitions_resolve_references_and_take_cloudwatchs_defaults() -> None:
 
 
 def gauges(cloudwatch: Any, queue: str) -> dict[str, list[float]]:
-    now = datetime.datetime.now(datetime.UTC)
-    names = list(sqs_metrics.GAUGES)
-    answer = cloudwatch.get_metric_data(
-        MetricDataQueries=[
-            {
-                "Id": f"m{i}",
-                "MetricStat": {
-                    "Metric": {
-                        "Namespace": "AWS/SQS",
-                        "MetricName": name,
-                        "Dimensions": [{"Name": "QueueName", "Value": queue}],
-                    },
-                    "Period": 60,
-                    "Stat": "Maximum",
-                },
-            }
-            for i, name in enumerate(names)
-        ],
-        StartTime=now - datetime.timedelta(seconds=60),
-        EndTime=now + datetime.timedelta(seconds=60),
-    )
-    return {names[int(r["Id"][1:])]: r["Values"] for r in answer["MetricDataResults"]}
+    return queue_gauges(cloudwatch, queue, list(sqs_metrics.GAUGES))
 
 
 def test_cloudwatch_serves_the_queue_gauges_and_the_oldest_messages_age(

@@ -10,7 +10,6 @@ that nothing expires on moto's clock while a test runs.
 
 from __future__ import annotations
 
-import datetime
 from collections.abc import Iterator
 from contextlib import contextmanager
 from typing import Any
@@ -30,7 +29,7 @@ from local.fair_queues import (
     noisy_groups,
     receive_order,
 )
-from tests.local.helpers import patch_names
+from tests.local.helpers import patch_names, queue_gauges
 
 FAIR = "sqs.fair_queues"
 WITH_METRICS = (*patch_names("sqs"), "sqs.cloudwatch_metrics")
@@ -234,28 +233,8 @@ FAIR_METRICS = (
 def queue_metrics(queue_name: str) -> dict[str, float]:
     """The queue's AWS/SQS gauges in the embedded CloudWatch, one GetMetricData as the alarms read them."""
     cloudwatch = boto3.client("cloudwatch", region_name="us-east-1")
-    now = datetime.datetime.now(datetime.UTC)
-    answer = cloudwatch.get_metric_data(
-        MetricDataQueries=[
-            {
-                "Id": f"m{n}",
-                "MetricStat": {
-                    "Metric": {
-                        "Namespace": "AWS/SQS",
-                        "MetricName": name,
-                        "Dimensions": [{"Name": "QueueName", "Value": queue_name}],
-                    },
-                    "Period": 60,
-                    "Stat": "Maximum",
-                },
-            }
-            for n, name in enumerate(FAIR_METRICS)
-        ],
-        StartTime=now - datetime.timedelta(seconds=60),
-        EndTime=now + datetime.timedelta(seconds=60),
-    )
-    by_id = {result["Id"]: result["Values"] for result in answer["MetricDataResults"]}
-    return {name: by_id[f"m{n}"][0] for n, name in enumerate(FAIR_METRICS) if by_id[f"m{n}"]}
+    values = queue_gauges(cloudwatch, queue_name, FAIR_METRICS)
+    return {name: found[0] for name, found in values.items() if found}
 
 
 def test_the_fair_queue_metrics_count_the_quiet_groups_only() -> None:
