@@ -34,9 +34,6 @@ from typing import Protocol
 import simpy
 
 from local.fair_queues import (
-    NOISY_IDLE_S as NOISY_IDLE_S,  # the simulator's tests read it here
-)
-from local.fair_queues import (
     NOISY_MIN_IN_FLIGHT,
     NOISY_REFRESH_S,
     NOISY_SHARE,

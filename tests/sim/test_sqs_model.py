@@ -7,8 +7,9 @@ from collections.abc import Generator
 import simpy
 
 import sim  # noqa: F401
+from local.fair_queues import NOISY_IDLE_S
 from sim.messages import Message
-from sim.sqs import NOISY_IDLE_S, SqsQueue
+from sim.sqs import SqsQueue
 
 
 def message(tenant: int = 0, *, group: int | None = None, at_ms: int = 0) -> Message:
