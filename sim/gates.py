@@ -25,11 +25,10 @@ from breakwater.concurrency import (
     Lease,
     grant_for,
     lease_shard_count,
-    lease_shard_of,
+    lease_shard_order,
     live_leases,
     pool_shard_capacities,
     pool_shard_of,
-    second_lease_shard,
     shard_limits,
 )
 from sim.buckets import ConsumerBuckets, LocalRefusals
@@ -81,8 +80,8 @@ class LeaseTable:
 
     A tenant's leases are on its counters item; those of a tenant of more than one lease shard
     (``lease_shard_count``) on its shard items ``lease#<k>`` instead, a container leasing in its own
-    shard with that shard's share of the limits (``lease_shard_of``, ``shard_limits``) and, when that
-    one refuses, in its other (``second_lease_shard``), the item still holding its last lease first
+    shard with that shard's share of the limits (``lease_shard_order``, ``shard_limits``) and, when that
+    one refuses, in its other, the item still holding its last lease first
     until that lease's release is written, as ``breakwater.aws.lease_shards.lease_items`` orders them.
     Each lease and each place carries an expiry; a lease given back is ended at the time its release
     is written (its expiry brought forward), which is how the next batches see it gone, whenever in
@@ -143,13 +142,12 @@ class LeaseTable:
         if made is None or made[0] != limits:
             shards = self._lease_shards[tenant] = lease_shard_count(limits)
             name = self._names[tenant] if self._names is not None else str(tenant)
-            order = [lease_shard_of(name, holder, shards)]
-            second = second_lease_shard(name, holder, shards)
-            if second is not None:
-                order.append(second)
             made = self._choices[(tenant, holder)] = (
                 limits,
-                [((tenant, shard), shard_limits(limits, shard)) for shard in order],
+                [
+                    ((tenant, shard), shard_limits(limits, shard))
+                    for shard in lease_shard_order(name, holder, shards)
+                ],
             )
         order_made = made[1]
         held = self._held_in.get((holder, tenant))

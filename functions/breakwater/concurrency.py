@@ -131,6 +131,15 @@ def second_lease_shard(tenant: str, holder: str, shards: int) -> int | None:
     return (first + step) % shards
 
 
+def lease_shard_order(tenant: str, holder: str, shards: int) -> list[int]:
+    """The shards a container tries to lease ``tenant`` in, in order: its own, then its other one."""
+    order = [lease_shard_of(tenant, holder, shards)]
+    second = second_lease_shard(tenant, holder, shards)
+    if second is not None:
+        order.append(second)
+    return order
+
+
 def counters_interval_s(containers: int) -> float:
     """How long a container keeps a tenant's counters that ride on no lease release before it writes
     them, given how many worker containers may receive the tenant's messages at once (every one of

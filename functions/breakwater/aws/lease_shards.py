@@ -6,8 +6,7 @@ and counters are one write. A larger tenant's leases are spread over ``tenant#<i
 holding only ``leases`` and ``version``, each with its share of the tenant's floor and ceiling
 (:func:`breakwater.concurrency.shard_limits`): no item grows with the tenant's concurrency, and each is
 written only by the containers hashed to it. A container leases in its own shard
-(:func:`breakwater.concurrency.lease_shard_of`) and, when that one is full, in one other
-(:func:`breakwater.concurrency.second_lease_shard`).
+and, when that one is full, in one other (:func:`breakwater.concurrency.lease_shard_order`).
 """
 
 from __future__ import annotations
@@ -18,8 +17,7 @@ from breakwater.aws.counters import COUNTERS_SK, tenant_pk
 from breakwater.concurrency import (
     ConcurrencyLimits,
     lease_shard_count,
-    lease_shard_of,
-    second_lease_shard,
+    lease_shard_order,
     shard_limits,
 )
 
@@ -63,10 +61,7 @@ def lease_items(
     shards = lease_shard_count(limits)
     if shards == 1:
         return [LeaseItem(tenant, COUNTERS_SK, limits)]
-    order = [lease_shard_of(tenant, holder, shards)]
-    second = second_lease_shard(tenant, holder, shards)
-    if second is not None:
-        order.append(second)
+    order = lease_shard_order(tenant, holder, shards)
     items = [LeaseItem(tenant, lease_shard_sk(shard), shard_limits(limits, shard)) for shard in order]
     held = [item for item in items if item.sk == held_sk]
     return held + [item for item in items if item.sk != held_sk]
