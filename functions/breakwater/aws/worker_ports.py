@@ -139,20 +139,21 @@ def build_worker_ports(
             update = counters_update(table, tenant, counters.get(tenant, {}))
             grant = grants.get(tenant)
             lease = None if leases is None or grant is None else leases.release_update(tenant, grant)
+            # the lease on the counters item goes back in the counters' write; one on a lease shard alone
+            merged = False
+            lease_errors: list[Exception] = []
             if update is not None and lease is not None and lease["Key"] == update["Key"]:
-                update, lease = merged_update(update, lease), None  # the lease is on the counters item
-                given_back = True
-            else:
-                errors = write_updates(ddb, [lease] if lease is not None else [])
-                for error in errors:  # the lease expires on its own
+                update, merged = merged_update(update, lease), True
+            elif lease is not None:
+                lease_errors = write_updates(ddb, [lease])
+                for error in lease_errors:  # the lease expires on its own
                     logger.warning("lease release failed", extra={"tenant": tenant, "error": str(error)})
-                given_back = lease is not None and not errors
-            for error in write_updates(ddb, [update] if update is not None else []):
+            counter_errors = write_updates(ddb, [update] if update is not None else [])
+            for error in counter_errors:
                 logger.warning("counter flush failed", extra={"tenant": tenant, "error": str(error)})
                 if tenant in counters:
                     failed.append(tenant)
-                given_back = given_back and lease is not None  # a merged release failed with it
-            if given_back and leases is not None:
+            if leases is not None and lease is not None and not (counter_errors if merged else lease_errors):
                 leases.released(tenant)
         pool = leases.pool_release_update(grants) if leases is not None else None
         for error in write_updates(ddb, [pool] if pool else []):  # a place expires on its own
