@@ -33,12 +33,19 @@ def demo(args: argparse.Namespace) -> int:
         flags += ["--no-limits"] if args.no_limits else ["--limit-scale", str(args.limit_scale)]
         return chaos(build_parser().parse_args(["chaos", *flags]))
 
+    configurations = configurations_of(args)
     for kind in SCENARIOS if args.scenario == "all" else (args.scenario,):
         scenario = scenario_of(args, kind)
         # The noisy scenario keeps out/report.json; another writes out/<scenario>/.
         out = ROOT / "out" if kind == "noisy" else ROOT / "out" / kind
-        print(f"##### scenario: {kind}", flush=True)
-        demo_module.main(scenario, out=out, progress=not args.quiet, limits=limits_of(args))
+        print(f"##### scenario: {kind} ({', '.join(configurations)})", flush=True)
+        demo_module.main(
+            scenario,
+            out=out,
+            progress=not args.quiet,
+            limits=limits_of(args),
+            configurations=configurations,
+        )
     print(f"wrote {write_html_report(ROOT / 'out')} (every scenario run so far, side by side)")
     return 0
 
@@ -73,6 +80,30 @@ def scenario_of(args: argparse.Namespace, kind: Kind | None = None) -> Scenario:
         drain_s=45.0 if kind == "poison" else Scenario.drain_s,
     )
     return scenario
+
+
+# The configurations a demo can run, in the order it runs them (local.scenarios.demo.CONFIGURATIONS).
+CONFIGURATIONS = ("breakwater", "naive", "fair")
+
+
+def configuration_names(text: str) -> tuple[str, ...]:
+    """An argparse type: a comma-separated subset of naive,fair,breakwater, in the order they run."""
+    names = [name.strip() for name in text.split(",") if name.strip()]
+    unknown = [name for name in names if name not in CONFIGURATIONS]
+    if unknown or not names:
+        raise argparse.ArgumentTypeError(
+            f"{text!r} is not a comma-separated subset of naive,fair,breakwater"
+            + (f" (unknown: {', '.join(unknown)})" if unknown else "")
+        )
+    return tuple(name for name in CONFIGURATIONS if name in names)
+
+
+def configurations_of(args: argparse.Namespace) -> tuple[str, ...]:
+    """``--configurations``, else all three for ``--scenario all`` and Breakwater and naive for one
+    scenario (``make demo``'s time budget)."""
+    if args.configurations is not None:
+        return tuple(args.configurations)
+    return CONFIGURATIONS if args.scenario == "all" else ("breakwater", "naive")
 
 
 def chaos(args: argparse.Namespace) -> int:
@@ -178,8 +209,18 @@ def build_parser() -> argparse.ArgumentParser:
     )
     add_limit_flags(serve_parser)
     serve_parser.set_defaults(func=serve)
-    demo_parser = commands.add_parser("demo", help="the noisy-neighbour demo, Breakwater vs naive")
+    demo_parser = commands.add_parser(
+        "demo", help="the noisy-neighbour demo (or another scenario): Breakwater, naive and fair side by side"
+    )
     demo_parser.add_argument("--quiet", action="store_true", help="no progress line")
+    demo_parser.add_argument(
+        "--configurations",
+        type=configuration_names,
+        default=None,
+        help="comma-separated subset of naive,fair,breakwater (naive: one queue, nobody throttled; fair: "
+        "the same with MessageGroupId = tenant, SQS fair queues alone; breakwater: the blueprint). "
+        "Default: breakwater,naive for one scenario, all three for --scenario all",
+    )
     demo_parser.add_argument(
         "--scenario",
         choices=(*SCENARIOS, "chaos", "all"),

@@ -3,9 +3,10 @@
 :func:`write_html_report` reads the reports that exist (``out/report.json`` is the noisy scenario's,
 ``out/<kind>/report.json`` another's), draws each scenario's timeline (:func:`plot_scenario`) next
 to its report as ``timeline.png`` unless an up-to-date one is there, and writes ``out/report.html``:
-per scenario one statement of what it shows, the timeline embedded as a data URI, and per
-configuration, side by side, a table of its headline figures, and what each configuration costs in $
-per million delivered messages by service, beside the naive one (``local.pricing``). The page loads
+per scenario one statement of what it shows, the timeline embedded as a data URI, a table of the
+measures that set the configurations apart (naive, fair, breakwater: a column each,
+``local.scenarios.measures``), what each configuration costs in $ per million delivered messages by
+service, beside the naive one (``local.pricing``), and per configuration its headline figures. The page loads
 nothing from elsewhere, so it can be mailed or archived as one file; a small script writes into
 ``#render-status`` how many of its plots the browser decoded (the test opens the page in headless
 Chromium and reads it).
@@ -21,6 +22,7 @@ from typing import Any
 
 from local.pricing.cost import ratio
 from local.scenarios.limits_report import limits_lines
+from local.scenarios.measures import measure_rows
 from local.scenarios.plots import headline, number, plot_scenario, quiet_ratio
 
 # In the order the page shows them; the noisy scenario's report is the one at the root of out/.
@@ -139,11 +141,14 @@ def write_html_report(out_root: Path) -> Path:
         [
             "<!DOCTYPE html>",
             '<html lang="en"><head><meta charset="utf-8">',
-            "<title>Breakwater scenarios: Breakwater and naive</title>",
+            "<title>Breakwater scenarios: naive, SQS fair queues alone, Breakwater</title>",
             f"<style>{STYLE}</style></head><body>",
-            "<h1>Breakwater scenarios: the Breakwater configuration and the naive one</h1>",
-            "<p>Each scenario ran both configurations on the embedded AWS (<code>python -m local demo "
-            "--scenario NAME</code>). Top of each plot: the age of every first attempt on a live queue; "
+            "<h1>Breakwater scenarios: naive, SQS fair queues alone, Breakwater</h1>",
+            "<p>Each scenario ran its configurations on the embedded AWS (<code>python -m local demo "
+            "--scenario NAME --configurations naive,fair,breakwater</code>): <em>naive</em>, one standard "
+            "queue and nobody throttled; <em>fair</em>, the same queue with MessageGroupId = tenant (SQS "
+            "fair queues alone); <em>breakwater</em>, the blueprint. Top of each plot: the age of every "
+            "first attempt on a live queue; "
             "below: what the live, sideline and dead-letter queues held. The shaded band is the "
             "scenario's event; dashed lines are alarms going into ALARM.</p>",
             f'<p><span id="render-status" data-expected="{len(sections)}">'
@@ -166,9 +171,22 @@ def section(kind: str, results: list[dict[str, Any]], png_base64: str) -> str:
         f'<p class="statement">{escape(statement(kind, results))}</p>'
         f'<img src="data:image/png;base64,{png_base64}" alt="{escape(kind)} scenario: age of first '
         f'attempt and queue depths over time, per configuration">'
-        f"{cost_table(results)}"
+        f"{comparison_table(results)}{cost_table(results)}"
         f'<div class="configs">{configs}</div></section>'
     )
+
+
+def comparison_table(results: list[dict[str, Any]]) -> str:
+    """The measures that set the configurations apart (``local.scenarios.measures``), a column per
+    configuration in the report's order (none in a report from before they were measured)."""
+    if not any("quiet_p99_max_ratio" in result for result in results):
+        return ""
+    header = "".join(f"<th>{escape(str(r.get('config', '?')))}</th>" for r in results)
+    body = "".join(
+        f"<tr><td>{escape(label)}</td>{''.join(f'<td>{escape(cell)}</td>' for cell in cells)}</tr>"
+        for label, cells in measure_rows(results)
+    )
+    return f'<table class="comparison"><tr><th>what sets them apart</th>{header}</tr>{body}</table>'
 
 
 def cost_table(results: list[dict[str, Any]]) -> str:

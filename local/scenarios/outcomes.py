@@ -13,10 +13,10 @@ from collections import Counter
 from pathlib import Path
 from typing import Any
 
+from local.scenarios.measures import drain_seconds
 from local.scenarios.noisy_neighbour import Scenario
 
 FRESH_WITHIN = 1.5  # fresh traffic has recovered when its p99 age is back within this much of the baseline's
-DRAIN_SLACK = 5  # messages above the baseline's deepest backlog that still count as drained
 STEP_S = 0.5
 
 
@@ -71,8 +71,8 @@ def outage_figures(
     is the same on the age of first receive (what the AgeOfFirstAttempt metric measures), which does
     not see a message that was received and set aside.
     ``drain_s``: from the outage's end until the live and sideline queues hold no more than the
-    baseline's deepest backlog (plus :data:`DRAIN_SLACK`): everything the outage left is processed,
-    parked or dropped.
+    baseline's deepest backlog (``local.scenarios.measures.drain_seconds``, as every scenario's report
+    has it): everything the outage left is processed, parked or dropped.
     """
     start, end = scenario.baseline_s, scenario.baseline_s + scenario.burst_s
     first_runs: dict[str, tuple[float, float]] = {}  # id -> (enqueued t, age s when it was run)
@@ -109,22 +109,13 @@ def outage_figures(
 
     after_s = scenario.after_s
     steps = [i * STEP_S for i in range(int(after_s / STEP_S) + 1)]
-    baseline_depth = max((live + side for (t, live, side, _) in depths if t < start), default=0)
     at_end = min(depths, key=lambda d: abs(d[0] - end), default=None)
-    drain = next(
-        (
-            t - end
-            for (t, live, side, _) in depths
-            if t >= end and live + side <= baseline_depth + DRAIN_SLACK
-        ),
-        None,
-    )
     return {
         "outage_s": scenario.burst_s,
         "baseline_p99_run_age_s": baseline,
         "fresh_recovery_s": next((s for s in steps if recovered_from(s)), None),
         "fresh_recovery_first_receive_s": next((s for s in steps if received_from(s)), None),
-        "drain_s": drain,
+        "drain_s": drain_seconds(depths, start, end),
         "backlog_at_outage_end": (at_end[1] + at_end[2]) if at_end else None,
         "peak_backlog": max((live + side for (_, live, side, _) in depths), default=0),
         "accepted_during_outage": sum(1 for t in accepted if start <= t < end),

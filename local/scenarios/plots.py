@@ -4,7 +4,8 @@
 list with one dict per configuration): on top each first attempt's age on a live queue (log scale,
 the first tenant apart from the others), below the live, sideline and DLQ depths the sampler saw.
 The scenario's event window is shaded, the ALARM transitions the run recorded are marked, and each
-column's title gives the figure that scenario is judged by. Every key beyond ``config``,
+column's title gives the figure that scenario is judged by and the measures that set the configurations
+apart (naive, fair, breakwater side by side, ``local.scenarios.measures``). Every key beyond ``config``,
 ``scenario`` and ``series`` is optional: a report that lacks one draws without it.
 """
 
@@ -75,6 +76,21 @@ def headline(result: dict[str, Any]) -> str:
         if redriven is not None:
             parts.append(f"redriven and processed {redriven:.0f}")
     return ", ".join(parts)
+
+
+def measures_line(result: dict[str, Any]) -> str:
+    """The measures that set the configurations apart, short enough for a plot's title ("" if none)."""
+    parts: list[str] = []
+    worst = number(result, "quiet_p99_max_ratio")
+    if worst is not None:
+        parts.append(f"quiet worst {number(result, 'quiet_p99_max_window_s') or 10:g} s {worst:.2f}x")
+    fresh = number(result, "noisy_fresh_p99_ms")
+    if fresh is not None:
+        parts.append(f"{FIRST_TENANT} fresh p99 {fresh / 1000:.1f} s")
+    peak, drain = number(result, "peak_backlog"), number(result, "drain_s")
+    if peak is not None:
+        parts.append(f"peak backlog {peak:,.0f}" + ("" if drain is None else f", drained in {drain:.0f} s"))
+    return "; ".join(parts)
 
 
 def alarm_transitions(result: dict[str, Any]) -> list[tuple[float, str]]:
@@ -165,8 +181,13 @@ def plot_scenario(results: list[dict[str, Any]], path: Path) -> None:
                 va="top",
             )
 
-        figure = headline(result)
-        ages_ax.set_title(f"{result.get('config', '?')}" + (f": {figure}" if figure else ""), fontsize=10)
+        figure, measures = headline(result), measures_line(result)
+        ages_ax.set_title(
+            f"{result.get('config', '?')}"
+            + (f": {figure}" if figure else "")
+            + (f"\n{measures}" if measures else ""),
+            fontsize=10 if len(results) < 3 else 9,
+        )
         ages_ax.legend(loc="upper left", fontsize=7, markerscale=3)
         depths_ax.legend(loc="upper left", fontsize=7)
         depths_ax.set_xlabel("seconds since the load started")

@@ -11,7 +11,6 @@ draws ``out/age_by_tenant.png``.
 
 from __future__ import annotations
 
-import math
 from collections import Counter
 from dataclasses import asdict
 from pathlib import Path
@@ -19,16 +18,11 @@ from typing import Any
 
 from local.pricing.cost import side_by_side
 from local.scenarios.limits_report import limits_lines
+from local.scenarios.measures import measure_rows, percentile
 from local.scenarios.noisy_neighbour import Scenario
 from local.scenarios.observations import COUNTER_NAMES, Observations
 
-
-def percentile(values: list[float], q: float) -> float | None:
-    if not values:
-        return None
-    ordered = sorted(values)
-    index = min(len(ordered) - 1, max(0, math.ceil(q / 100 * len(ordered)) - 1))
-    return ordered[index]
+__all__ = ["comparison_table", "cost_table", "percentile", "plot", "summarize", "table"]
 
 
 def summarize(
@@ -208,6 +202,8 @@ def table(results: list[dict[str, Any]]) -> str:
                 f"expired {replay.get('expired', 0)}, failed {replay.get('failed', 0)}; "
                 f"job {replay.get('job_seconds', 0):.0f} s on local[2])"
             )
+    if any("quiet_p99_max_ratio" in result for result in results):  # reports from before have none
+        lines.extend(["", comparison_table(results)])
     limits = [
         line for result in results for line in limits_lines(str(result["config"]), result.get("aws_limits"))
     ]
@@ -216,6 +212,20 @@ def table(results: list[dict[str, Any]]) -> str:
     costs = cost_table(results)
     if costs:
         lines.extend(["", costs])
+    return "\n".join(lines)
+
+
+def comparison_table(results: list[dict[str, Any]]) -> str:
+    """The measures that set the configurations apart (``local.scenarios.measures``), side by side."""
+    rows = measure_rows(results)
+    names = [str(result["config"]) for result in results]
+    width = max(len(label) for label, _ in rows)
+    cols = [max(len(name), *(len(cells[i]) for _, cells in rows)) for i, name in enumerate(names)]
+    lines = [" " * width + "  " + "  ".join(name.rjust(cols[i]) for i, name in enumerate(names))]
+    for label, cells in rows:
+        lines.append(
+            label.ljust(width) + "  " + "  ".join(cell.rjust(cols[i]) for i, cell in enumerate(cells))
+        )
     return "\n".join(lines)
 
 

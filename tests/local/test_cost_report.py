@@ -56,6 +56,14 @@ def test_the_printed_table_and_the_html_page_put_each_configuration_beside_naive
     assert "breakwater / naive" in html and "$1.20" in html and "3.00x" in html
 
 
+def test_fair_queues_alone_are_priced_beside_naive_too() -> None:
+    results = [fabricated("breakwater", 3000), fabricated("naive", 1000), fabricated("fair", 2000)]
+    sqs_row = next(line for line in table(results).splitlines() if line.startswith("SQS"))
+    assert sqs_row.split()[1:] == ["1.20", "0.40", "0.80", "3.00x", "2.00x"]
+    html = html_cost_table(results)
+    assert "<th>breakwater / naive</th><th>fair / naive</th>" in html
+
+
 def test_a_report_without_costs_prints_no_cost_table() -> None:
     result = fabricated("naive", 1)
     del result["cost"]

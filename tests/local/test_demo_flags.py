@@ -2,9 +2,12 @@
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import pytest
 
-from local.__main__ import build_parser, scenario_of
+from local.__main__ import CONFIGURATIONS, build_parser, configurations_of, scenario_of
+from local.scenarios.noisy_neighbour import Scenario
 
 
 def test_the_flags_describe_the_scenario() -> None:
@@ -51,13 +54,23 @@ def test_all_runs_every_scenario_in_turn(monkeypatch: pytest.MonkeyPatch, tmp_pa
     from local.scenarios import demo as demo_module
     from local.scenarios import html_report
 
-    ran: list[tuple[str, str]] = []
-    pages: list[object] = []
+    ran: list[tuple[str, Path]] = []
+    pages: list[Path] = []
+    configurations_run: list[tuple[str, ...]] = []
+
+    def run(
+        scenario: Scenario, out: Path, progress: bool, limits: object, configurations: tuple[str, ...]
+    ) -> None:
+        ran.append((scenario.kind, out))
+        configurations_run.append(configurations)
+
+    def write_page(root: Path) -> Path:
+        pages.append(root)
+        return root
+
     monkeypatch.setattr(cli, "ROOT", tmp_path)
-    monkeypatch.setattr(
-        demo_module, "main", lambda scenario, out, progress, limits: ran.append((scenario.kind, out))
-    )
-    monkeypatch.setattr(html_report, "write_html_report", lambda root: pages.append(root) or root)
+    monkeypatch.setattr(demo_module, "main", run)
+    monkeypatch.setattr(html_report, "write_html_report", write_page)
     assert cli.demo(build_parser().parse_args(["demo", "--scenario", "all", "--quiet"])) == 0
     assert ran == [
         ("noisy", tmp_path / "out"),
@@ -66,6 +79,75 @@ def test_all_runs_every_scenario_in_turn(monkeypatch: pytest.MonkeyPatch, tmp_pa
         ("poison", tmp_path / "out" / "poison"),
     ]
     assert pages == [tmp_path / "out"]  # one page with every scenario
+    # every scenario runs the three configurations side by side, in the demo's order
+    assert configurations_run == [("breakwater", "naive", "fair")] * 4
+
+
+@pytest.mark.parametrize(
+    ("flags", "expected"),
+    [
+        ([], ("breakwater", "naive")),  # make demo: the two it needs, within its time budget
+        (["--scenario", "slow"], ("breakwater", "naive")),
+        (["--scenario", "all"], ("breakwater", "naive", "fair")),  # make scenarios: all three
+        (["--configurations", "naive,fair,breakwater"], ("breakwater", "naive", "fair")),
+        (["--configurations", "fair, naive"], ("naive", "fair")),  # run in the demo's order
+        (["--configurations", "fair"], ("fair",)),
+        (["--scenario", "all", "--configurations", "breakwater,fair"], ("breakwater", "fair")),
+    ],
+)
+def test_the_configurations_flag_picks_which_run(flags: list[str], expected: tuple[str, ...]) -> None:
+    assert configurations_of(build_parser().parse_args(["demo", *flags])) == expected
+
+
+def test_the_cli_s_configurations_are_the_demo_s() -> None:
+    from local.scenarios import demo as demo_module
+
+    assert CONFIGURATIONS == demo_module.CONFIGURATION_NAMES
+    assert configurations_of(build_parser().parse_args(["demo"])) == demo_module.DEFAULT_CONFIGURATIONS
+
+
+@pytest.mark.parametrize(
+    ("value", "message"),
+    [
+        (
+            "naive,fifo",
+            "argument --configurations: 'naive,fifo' is not a comma-separated subset of "
+            "naive,fair,breakwater (unknown: fifo)",
+        ),
+        (",", "argument --configurations: ',' is not a comma-separated subset of naive,fair,breakwater"),
+    ],
+)
+def test_a_bad_configuration_names_the_flag_and_the_value(
+    value: str, message: str, capsys: pytest.CaptureFixture[str]
+) -> None:
+    with pytest.raises(SystemExit):
+        build_parser().parse_args(["demo", "--configurations", value])
+    assert message in capsys.readouterr().err
+
+
+def test_the_demo_refuses_a_configuration_it_does_not_have(tmp_path: Path) -> None:
+    from local.scenarios import demo as demo_module
+
+    with pytest.raises(ValueError, match="configurations must be some of breakwater, naive, fair, not fifo"):
+        demo_module.main(out=tmp_path, configurations=("fifo",))
+
+
+def test_fair_is_the_naive_stack_with_the_tenant_as_message_group() -> None:
+    from app import cdk_json_context, merge_context
+    from breakwater_cdk.config import load_config
+    from local.scenarios.demo import CONFIGURATIONS as RUNS
+    from local.scenarios.demo import configuration_context
+
+    # As the runtime synthesizes it: cdk.json's context, then the configuration's.
+    contexts = {
+        name: merge_context(cdk_json_context(), configuration_context(Scenario(), extra))
+        for name, extra in RUNS
+    }
+    configs = {name: load_config(context["breakwater"]) for name, context in contexts.items()}
+    assert (configs["fair"].mode, configs["fair"].queue_set.fair_queues) == ("naive", True)
+    assert (configs["naive"].mode, configs["naive"].queue_set.fair_queues) == ("naive", False)
+    assert (configs["breakwater"].mode, configs["breakwater"].queue_set.fair_queues) == ("breakwater", True)
+    assert configs["fair"].effective_queue_count == configs["naive"].effective_queue_count == 1
 
 
 def test_the_outage_lasts_its_own_flag_and_every_tenant_keeps_its_rate() -> None:

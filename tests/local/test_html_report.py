@@ -190,3 +190,32 @@ def test_an_up_to_date_timeline_is_embedded_as_it_is(tmp_path: Path) -> None:
 def test_no_report_is_an_error_that_says_where_it_looked(tmp_path: Path) -> None:
     with pytest.raises(FileNotFoundError, match=r"report\.json"):
         write_html_report(tmp_path)
+
+
+def test_each_scenario_has_its_configurations_side_by_side_with_the_measures(tmp_path: Path) -> None:
+    out = tmp_path / "out"
+    out.mkdir()
+    measures = {
+        "naive": {"quiet_p99_max_ratio": 40.0, "noisy_fresh_p99_ms": 31_000.0, "usd_per_million": 9.5},
+        "fair": {"quiet_p99_max_ratio": 2.5, "noisy_fresh_p99_ms": 30_000.0, "usd_per_million": 9.75},
+        "breakwater": {"quiet_p99_max_ratio": 1.25, "noisy_fresh_p99_ms": 800.0, "usd_per_million": 19.0},
+    }
+    reports = [
+        config(name, "noisy", seed, quiet_p99_max_window_s=10.0, freshness_s=30.0, drain_s=None, **figures)
+        for seed, (name, figures) in enumerate(measures.items())
+    ]
+    (out / "report.json").write_text(json.dumps(reports), encoding="utf-8")
+
+    html = write_html_report(out).read_text(encoding="utf-8")
+
+    table = html[html.index('<table class="comparison">') :]
+    table = table[: table.index("</table>")]
+    assert "<th>what sets them apart</th><th>naive</th><th>fair</th><th>breakwater</th></tr>" in table
+    assert (
+        "<tr><td>quiet p99 age, worst 10 s / before</td><td>40.00x</td><td>2.50x</td><td>1.25x</td></tr>"
+        in table
+    )
+    assert "<td>31,000 ms</td><td>30,000 ms</td><td>800 ms</td>" in table
+    assert "<td>$9.50</td><td>$9.75</td><td>$19.00</td>" in table
+    assert "<td>backlog drained after the event</td>" + "<td>not within the run</td>" * 3 in table
+    assert "stale work run (older than 30 s)" in table
