@@ -100,10 +100,10 @@ bootstrap: install  ## one-time per account/region: cdk bootstrap (uses your usu
 deploy: install  ## deploy one stage (STAGE=dev by default, or prod...) to the account/region of your AWS credentials
 	$(CDK) deploy --context stage=$(STAGE) --require-approval broadening Breakwater-$(STAGE)
 
-demo: install  ## run the main job on the embedded AWS (moto): a noisy neighbour against quiet tenants
+demo: install  ## run the main job on the embedded AWS (moto): a noisy neighbour, Breakwater vs naive (fair: --configurations)
 	$(PY) -m local demo
 
-scenarios: install  ## every scenario in turn (python -m local demo --scenario all), reports under out/
+scenarios: install  ## every scenario in turn, naive, fair and breakwater each (python -m local demo --scenario all), out/
 	$(PY) -m local demo --scenario all
 
 chaos: install  ## faults injected under 10,000 keyed messages; checks nothing lost, done twice or unexpected (out/chaos/)
