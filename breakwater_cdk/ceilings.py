@@ -49,6 +49,12 @@ def worker_containers(config: BlueprintConfig, mode: WorkerMode) -> int:
     return mapped * config.worker.mapping_concurrency
 
 
+def consumer_bucket_containers(config: BlueprintConfig) -> int:
+    """Worker invocations that may ask one tenant's consumer bucket at once: the live worker's, and the
+    sideline worker's where sidelining is on (the naive mode's workers ask no bucket)."""
+    return worker_containers(config, "live") + worker_containers(config, "sideline")
+
+
 def burst_slots(config: BlueprintConfig, mode: WorkerMode) -> int | None:
     """The burst pool: leases above the tenants' floors over all tenants (None: no pool)."""
     share = config.worker.burst_share

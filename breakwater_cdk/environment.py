@@ -102,6 +102,9 @@ def worker_environment(
         "WORKER_MODE": mode,
         # how many containers may count a tenant at once: they pace its counters' writes together
         "WORKER_CONTAINERS": str(ceilings.worker_containers(config, mode)),
+        # and how many may ask a tenant's consumer bucket, the live and the sideline workers' together:
+        # they pace their asks of a contended bucket together
+        "CONSUMER_BUCKET_CONTAINERS": str(ceilings.consumer_bucket_containers(config)),
         "STATE_TABLE_NAME": tables.state.table_name,
         "IDEMPOTENCY_TABLE_NAME": tables.idempotency.table_name,
         "IDEMPOTENCY_TTL_SECONDS": str(ingest.idempotency_window_seconds),

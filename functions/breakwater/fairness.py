@@ -155,6 +155,31 @@ def demand_lease_size(usual: int, demand_per_second: float, lease_seconds: float
     return max(1, min(usual, wanted))
 
 
+CONTENDED_ASKS_PER_S = 200
+"""Asks a second of one tenant's bucket item, at most, from all the containers that share a contended
+bucket (each paced by :func:`contended_ask_interval_s`): a tenant over its rate with its messages spread
+over a large fleet otherwise asks once per container batch, and its item would pass a partition's
+write limit. A paced container's copy of the item is stale by the time it asks again, so an ask whose
+lease is no longer all there costs a failed conditional write before the one that takes what is left:
+at most about twice this many writes a second, under half a partition's limit."""
+
+
+def contended_ask_interval_s(containers: int) -> float:
+    """How long a container waits between its asks of a contended bucket (one found short of full),
+    given how many containers may ask it at once: together they ask at most :data:`CONTENDED_ASKS_PER_S`
+    times a second. A lease taken then is sized to what the container will spend until its next ask."""
+    return max(containers, 0) / CONTENDED_ASKS_PER_S
+
+
+def paced_lease_size(sized: int, burst: float, demand_per_second: float | None, interval_s: float) -> int:
+    """A contended container's lease when its asks are paced ``interval_s`` apart: what it expects to
+    spend until the next ask (all of it, not :data:`DEMAND_SHARE`: it cannot come back sooner), at most
+    the burst, or the lease ``sized`` as usual if larger."""
+    if demand_per_second is None:
+        return sized
+    return max(sized, min(math.floor(burst), math.ceil(demand_per_second * interval_s)))
+
+
 QUIET_LEASE_SECONDS = 10.0
 """How long a quiet lease lasts: the horizon over which a container sizes it to the tenant's trickle."""
 

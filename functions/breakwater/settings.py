@@ -136,6 +136,12 @@ class WorkerSettings(TierSettings):
         ge=1,
         description="worker invocations this worker's mappings allow at once: each may count any tenant",
     )
+    consumer_bucket_containers: int | None = Field(
+        default=None,
+        ge=1,
+        description="worker invocations of every worker that may ask one tenant's consumer bucket at once "
+        "(None: this worker's)",
+    )
     idempotency_ttl_seconds: int = Field(
         default=86_400, ge=60, description="how long a processed id is remembered"
     )

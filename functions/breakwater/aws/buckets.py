@@ -56,6 +56,7 @@ from breakwater.fairness import (
     is_full,
     lease_size,
     local_refusal_seconds,
+    paced_lease_size,
     quiet_lease_size,
     relaxed_backoff,
     take_lease,
@@ -136,6 +137,7 @@ class LeasedTokenBucket:
         size_to_demand: bool = True,
         rng: random.Random | None = None,
         pause: Callable[[int], bool] = pause_before_retry,
+        contended_interval_s: float = 0.0,
     ) -> None:
         self.table_name = table_name
         self.purpose = purpose
@@ -155,6 +157,11 @@ class LeasedTokenBucket:
         # before the next attempt after a lost race (False: no time left for one); a benchmark on a
         # simulated clock, whose containers take turns, passes one that does not sleep
         self._pause = pause
+        # The shortest time between this container's asks of a tenant's bucket once it was found short
+        # of full (:func:`breakwater.fairness.contended_ask_interval_s`): the containers sharing a
+        # contended tenant then ask its item at a bounded rate however large the fleet, each lease
+        # sized to last until the next ask. 0: asks are paced by the refill and the backoff only.
+        self.contended_interval_s = contended_interval_s
 
     def try_acquire(self, tenant: str, limits: BucketLimits) -> tuple[bool, float]:
         taken, retry_after = self.try_acquire_up_to(tenant, limits, 1)
@@ -176,6 +183,11 @@ class LeasedTokenBucket:
         if lease.is_blocked(now):
             return taken, lease.blocked_until - now
         decision, lost, ttl = self._lease(tenant, limits, now, count - taken)
+        # Contended: refused, or granted less than this container's copy promised (others are taking the
+        # tenant's tokens). Jittered about the interval: a fleet refused together would otherwise all
+        # come back together, and the bucket would refill past its burst, unasked, in between.
+        contended = lost or not decision.ok
+        paced = self.contended_interval_s * (0.5 + self._rng.random()) if contended else 0.0
         known = self._known.get(tenant)
         effective = limits.scaled(known.multiplier) if known else limits
         if lost:  # others took tokens this container's copy promised (fairness.contention_backoff)
@@ -188,9 +200,11 @@ class LeasedTokenBucket:
             # a lease cut short by others paces the next ask by the grown backoff; a whole one relaxes it
             left = known.tokens_at(effective, now) if known else None
             backoff = lease.backoff if lost else relaxed_backoff(lease.backoff, left, effective)
-            lease.grant(decision.granted, now, ttl, backoff)
+            lease.grant(decision.granted, now, max(ttl, paced), backoff)
+            lease.blocked_until = max(lease.blocked_until, now + paced)
             return taken + lease.spend_up_to(count - taken, now), 0.0
         blocked_for = local_refusal_seconds(decision.retry_after, lease.backoff, self._rng.random())
+        blocked_for = max(blocked_for, paced)
         lease.refuse(now, blocked_for)
         return taken, blocked_for
 
@@ -427,6 +441,10 @@ class LeasedTokenBucket:
             # so far need. The usual lease, spent by one request, would forfeit the rest, and with the
             # tenant spread over many containers every container's first lease would.
             sized = max(1, min(usual, math.floor(meter.current)))
+        lease = self._leases.get(tenant)
+        if self.contended_interval_s > self.lease_seconds and lease is not None and lease.backoff > 0:
+            # a container that has lost probes to others is paced after its asks: lease for that long
+            sized = paced_lease_size(sized, effective.burst, demand, self.contended_interval_s)
         wanted = max(sized, min(need, math.floor(effective.burst)))
         if full and meter is not None and demand is not None and sized <= 1:
             quiet = quiet_lease_size(usual, meter.recent_rate(now))

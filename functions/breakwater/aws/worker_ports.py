@@ -22,6 +22,7 @@ from breakwater.aws.tenant_limits import TenantLimitsCache
 from breakwater.aws.tenants import TenantTable
 from breakwater.concurrency import Grant
 from breakwater.envelope import Envelope
+from breakwater.fairness import contended_ask_interval_s
 from breakwater.observability import logger
 from breakwater.processor import WorkContext
 from breakwater.settings import WorkerSettings
@@ -199,6 +200,9 @@ def build_worker_ports(
             settings.lease_max_fraction,
             client=ddb,
             max_attempts=CONSUMER_BUCKET_ATTEMPTS,
+            contended_interval_s=contended_ask_interval_s(
+                settings.consumer_bucket_containers or settings.worker_containers
+            ),
         )
         ports.leases = leases
         ports.report_outage = lambda until_ms: record_dependency_down(ddb, table, until_ms)
