@@ -4,10 +4,19 @@ refusals a container answers without asking the table; :mod:`sim.gates` re-expor
 With a :class:`sim.dynamodb.StateTable`, each ask is a write of the tenant's ``bucket#consumer`` item
 at its virtual time; one still throttled after botocore's retries fails open, as
 ``LeasedTokenBucket`` does.
+
+A contended ask (refused, or granted less than it wanted) paces the container's next ask of that
+tenant, as ``LeasedTokenBucket`` with ``contended_interval_s`` does: about ``interval_s`` later
+(jittered between half and one and a half of it), the lease it took sized to what it will spend
+until then and spent before it asks again. Such a lease is decided on a copy of the item the
+container read an interval ago, so when less than it wanted is left it costs a failed conditional
+write before the one that takes the rest: two writes.
 """
 
 from __future__ import annotations
 
+import math
+import random
 from collections.abc import Callable, Hashable
 
 from breakwater.fairness import BucketLimits, BucketState, lease_size, take_lease
@@ -66,6 +75,8 @@ class ConsumerBuckets:
         limits: Callable[[int], TierLimits],
         table: StateTable | None = None,
         refusals: LocalRefusals | None = None,
+        interval_s: float = 0.0,
+        seed: int = 0,
     ) -> None:
         self._limits = limits
         self._state: dict[int, BucketState] = {}
@@ -75,28 +86,73 @@ class ConsumerBuckets:
         self.waited_s = 0.0  # botocore's waits on throttled asks, since the caller last took them
         self.failed_open = 0  # asks answered from the local view after the retries
         self.refusals = refusals or LocalRefusals()  # by (container, tenant)
+        self.interval_s = interval_s  # ``fairness.contended_ask_interval_s`` of the fleet; 0: no pacing
+        self._rng = random.Random(seed)
+        # (container, tenant) -> [tokens held, when it may ask again (and the lease expires), messages
+        # seen since its last ask, when that was]: only containers a contended ask paced
+        self._paced: dict[Hashable, list[float]] = {}
+        self._swept_at = 0.0
 
     def try_acquire_up_to(self, tenant: int, count: int, now_s: float, holder: str = "") -> int:
         """Up to ``count`` tokens of ``tenant`` for the container ``holder``."""
         refusals = self.refusals
-        if refusals._until and refusals.blocked((holder, tenant), now_s):
+        key = (holder, tenant)
+        if refusals._until and refusals.blocked(key, now_s):
+            if key in self._paced:
+                self._paced[key][2] += count  # its demand, for the lease it takes when it may ask again
             return 0
-        self.writes += 1
+        wanted = count
+        paced = self._paced.get(key) if self._paced else None
+        if paced is not None:
+            if now_s < paced[1]:  # spend the lease; the rest of the batch waits for the next ask
+                taken = min(count, int(paced[0]))
+                paced[0] -= taken
+                paced[2] += count
+                if taken < count:
+                    refusals.refused_locally += 1
+                return taken
+            del self._paced[key]
+            # what this container will spend until its next ask, at its rate since the last one
+            demand = paced[2] / max(now_s - paced[3], 1e-9)
+            wanted = max(count, math.ceil(demand * self.interval_s))
         limits = self._bucket_limits.get(tenant)
         if limits is None:
             limits = self._bucket_limits[tenant] = consumer_bucket_limits(self._limits(tenant))
+        wanted = min(wanted, max(count, math.floor(limits.burst)))
         state = self._state.get(tenant) or BucketState.full(limits, now_s)
-        decision = take_lease(state, limits, now_s, count)
-        if not decision.granted:
-            refusals.refused((holder, tenant), now_s, decision.state, limits)
+        decision = take_lease(state, limits, now_s, wanted)
+        granted = decision.granted
+        contended = self.interval_s > 0 and granted < wanted
+        # a lease a stale copy promised and only part of it left: the failed write, then the one that takes it
+        writes = 2 if contended and granted and paced is not None else 1
+        self.writes += writes
+        if not granted:
+            refusals.refused(key, now_s, decision.state, limits)
+        if contended:
+            pace = self.interval_s * (0.5 + self._rng.random())
+            if granted:
+                self._paced[key] = [granted - min(count, granted), now_s + pace, 0.0, now_s]
+            else:
+                until = refusals._until
+                until[key] = max(until[key], now_s + pace)
+                self._paced[key] = [0.0, now_s, float(count), now_s]  # asks again with its demand known
+            self._sweep(now_s)
         table = self.table
         if table is not None:
-            item, units = table.consumer_items[tenant], table.bucket_wcu
+            item, units = table.consumer_items[tenant], table.bucket_wcu * writes
             if not table.write(item, CONSUMER_BUCKET, now_s, units):
                 written, waited = table.retried_write(item, CONSUMER_BUCKET, now_s, units)
                 self.waited_s += waited
                 if not written:
                     self.failed_open += 1
-                    return decision.granted
+                    return min(count, granted)
         self._state[tenant] = decision.state
-        return decision.granted
+        return min(count, granted)
+
+    def _sweep(self, now_s: float) -> None:
+        """Forget the paced containers whose lease and pacing are over (most never see the tenant again)."""
+        if now_s - self._swept_at < 4 * self.interval_s + 1:
+            return
+        self._swept_at = now_s
+        horizon = now_s - 2 * self.interval_s
+        self._paced = {key: paced for key, paced in self._paced.items() if paced[1] >= horizon}

@@ -34,12 +34,17 @@ from breakwater.backpressure import BackpressurePolicy
 from breakwater.concurrency import counters_interval_s
 from breakwater.controller import ControllerConfig, run_controller
 from breakwater.envelope import Origin
-from breakwater.fairness import BucketLimits, BucketState, take_lease
+from breakwater.fairness import BucketLimits, BucketState, contended_ask_interval_s, take_lease
 from breakwater.observability import logger, metrics
 from breakwater.routing import QueueDepths, choose_queue, shard_for
 from breakwater.settings import TierLimits
 from breakwater.sideline import DecisionConfig
-from breakwater_cdk.ceilings import burst_slots, health_report_shards, worker_containers
+from breakwater_cdk.ceilings import (
+    burst_slots,
+    consumer_bucket_containers,
+    health_report_shards,
+    worker_containers,
+)
 from breakwater_cdk.config import TierConfig
 from local.aws_limits import AwsLimits
 from sim.billing import RECEIVE_MAX, Billing, Meter, usage
@@ -170,7 +175,10 @@ class System:
         table = self.table
         ingest = config.ingest  # the workers lease their consumer tokens as ingest does
         refusals = LocalRefusals(ingest.lease_seconds, ingest.lease_max_fraction)
-        rate = ConsumerBuckets(self.limits, table, refusals) if practices else None
+        # the live and sideline workers' containers pace their asks of a contended bucket together
+        paced_s = contended_ask_interval_s(consumer_bucket_containers(config))
+        seed = scenario.seed + 3
+        rate = ConsumerBuckets(self.limits, table, refusals, paced_s, seed) if practices else None
         concurrency = worker.mapping_concurrency
         # the burst pools as the stack sizes them: a share of what the worker's mappings allow
         live_slots = burst_slots(config, "live")
