@@ -5,9 +5,13 @@ Modelled:
 - Pollers long-poll the queue and invoke the function with a batch of up to ``BatchSize`` records;
   with ``MaximumBatchingWindowInSeconds`` they wait up to that long to fill the batch (above 10
   records a batch needs a window, as the configuration enforces).
-- On-demand scaling: a mapping starts with five concurrent batches and, while messages wait, adds up
-  to 300 concurrent invocations a minute (five a second here), never above its
-  ``ScalingConfig.MaximumConcurrency``; when receives come back empty it lets one go a minute.
+- On-demand scaling: a mapping starts with five concurrent batches and, while messages are still
+  available, adds up to 300 concurrent invocations a minute (five a second here), never above its
+  ``ScalingConfig.MaximumConcurrency``; when receives come back empty it lets one go a minute. A
+  message is *available* while it is visible and no poller of the mapping is free to take it: one
+  that a poller finds on its way back from an invocation waited for it, however few were visible at
+  any instant (at low load the busy pollers' next receives take the waiting ones one at a time, so
+  the queue never shows more than a batch).
 - A function's concurrency (its reserved concurrency, or the account's limit) is shared by all its
   mappings: an invocation waits for a free slot.
 - Partial batch responses: the records reported failed stay in the queue and come back after their
@@ -112,6 +116,8 @@ class EventSourceMapping:
         self._enabled = enabled
         self.active = min(INITIAL_CONCURRENCY, max_concurrency)
         self._changed_at = 0.0
+        # the last time a poller found messages that had waited for one (it was not long-polling)
+        self._waited_at = -math.inf
         self._parked: deque[_Poller] = deque()
         self.busy = 0
         self.invocations = 0
@@ -151,7 +157,8 @@ class EventSourceMapping:
             run_later(self.env, parked)
 
     def _scaler(self) -> Generator[simpy.Event, object, None]:
-        """While messages wait beyond what the pollers take, up to five more concurrent batches a second."""
+        """While messages are still available (visible now, or waiting for a poller in the last second),
+        up to five more concurrent batches a second."""
         env, queue = self.env, self.queue
         while True:
             yield self._wanted
@@ -159,7 +166,8 @@ class EventSourceMapping:
             # a second at the current size before each step up, as long as messages keep waiting
             while True:
                 yield env.timeout(1.0)
-                if not (self.active < self.max_concurrency and self._enabled and queue.visible_count):
+                available = queue.visible_count or env.now - self._waited_at <= 1.0
+                if not (self.active < self.max_concurrency and self._enabled and available):
                     break
                 self.active = min(self.max_concurrency, self.active + SCALE_UP_PER_S)
                 self._changed_at = env.now
@@ -223,6 +231,9 @@ class _Poller:
                 if since is not None:  # the long poll that returns this batch ends a wait (settle_wait)
                     mapping.idle_polls += int((env.now - since) // LONG_POLL_S)
                     self._since = None
+                else:  # back from an invocation (or a scale-up) to messages that waited for a poller
+                    mapping._waited_at = env.now
+                    mapping._want_more()
                 mapping.receives[len(batch)] += 1
                 break
             mapping.empty_receives += 1

@@ -130,3 +130,44 @@ def test_a_batching_window_waits_to_fill_the_batch() -> None:
     # more than one receive's 10 in a batch, gathered within the window (two pollers share the trickle)
     assert max(size for _, size in handler.batches) > 10
     assert sum(size for _, size in handler.batches) == 50
+
+
+def _steady(seconds: float, every_s: float, until: float) -> tuple[EventSourceMapping, Recorder]:
+    """A mapping of at most 10 whose queue gets one message every ``every_s``; batches take ``seconds``."""
+    env = simpy.Environment()
+    queue = SqsQueue(env, "q", visibility_timeout_s=30.0)
+    handler = Recorder(env, seconds)
+    mapping = EventSourceMapping(
+        env,
+        queue,
+        handler,
+        batch_size=10,
+        batching_window_s=0.0,
+        max_concurrency=10,
+        function=FunctionConcurrency(env, None),
+    )
+
+    def arrivals() -> Generator[simpy.Event, object, None]:
+        while True:
+            yield env.timeout(every_s)
+            queue.send(Message(0, 0, None, None, 1.0, False))
+
+    env.process(arrivals())
+    env.run(until=until)
+    return mapping, handler
+
+
+def test_messages_that_wait_for_a_busy_poller_scale_the_mapping_up_though_few_are_visible_at_once() -> None:
+    # Five pollers busy 5.5 s each and a message a second: each poller comes back to the few that
+    # waited for it and takes them all, so the queue never shows more than one receive's worth; they
+    # are still "available" (Lambda Developer Guide, "Configuring scaling behavior for SQS event
+    # source mappings"), and the mapping scales up.
+    mapping, handler = _steady(seconds=5.5, every_s=1.0, until=60.0)
+    assert mapping.active > INITIAL_CONCURRENCY
+    assert handler.peak > INITIAL_CONCURRENCY
+
+
+def test_messages_that_find_an_idle_poller_leave_the_mapping_at_five() -> None:
+    mapping, handler = _steady(seconds=0.5, every_s=1.0, until=120.0)
+    assert mapping.active == INITIAL_CONCURRENCY
+    assert handler.peak == 1
