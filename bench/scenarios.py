@@ -95,7 +95,7 @@ def fair_goals(reports: dict[str, dict[str, dict[str, Any]]]) -> list[dict[str, 
     rows: list[dict[str, Any]] = []
 
     def compare(kind: str, key: str, label: str, better: str, bound: float | None = None) -> None:
-        configs = reports[kind]
+        configs = reports.get(kind, {})
         if "fair" not in configs or "breakwater" not in configs:
             rows.append(
                 {
@@ -114,7 +114,13 @@ def fair_goals(reports: dict[str, dict[str, dict[str, Any]]]) -> list[dict[str, 
         if bound is not None:
             met = met and mine is not None and mine <= bound
         rows.append(
-            {"goal": f"{kind}: {label}", "figure": mine, "met": met, "beside": theirs, "against": "fair"}
+            {
+                "goal": f"{kind}: {label}",
+                "figure": _round(mine),
+                "met": met,
+                "beside": _round(theirs),
+                "against": "fair",
+            }
         )
 
     for kind in REPORTS:
@@ -129,6 +135,10 @@ def fair_goals(reports: dict[str, dict[str, dict[str, Any]]]) -> list[dict[str, 
     compare("noisy", "noisy_fresh_p99_ms", "Breakwater noisy tenant's fresh p99 ms below fair's", "lower")
     compare("outage", "dlq_due_to_outage", "Breakwater dead-letters no more than fair", "no worse")
     return rows
+
+
+def _round(value: Any) -> Any:
+    return round(value, 2) if isinstance(value, float) else value
 
 
 def main() -> int:

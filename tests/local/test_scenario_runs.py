@@ -92,3 +92,27 @@ def test_the_dlq_alarm_fires_while_poison_waits_and_clears_after_the_redrive(poi
 
 def test_an_outage_fires_no_dead_letter_alarm(outage: dict[str, Any]) -> None:
     assert "DlqVisible" not in " ".join(t["alarm"] for t in outage["alarms_fired"])
+
+
+MEASURES = (
+    "quiet_p99_ratio",
+    "quiet_p99_max_ratio",
+    "quiet_p99_max_window_s",
+    "noisy_fresh_p99_ms",
+    "stale_processed",
+    "freshness_s",
+    "dlq_due_to_outage",
+    "peak_backlog",
+    "drain_s",
+    "usd_per_million",
+)
+
+
+def test_each_report_has_the_measures_the_configurations_are_compared_by(
+    outage: dict[str, Any], poison: dict[str, Any]
+) -> None:
+    for report in (outage, poison):
+        assert not set(MEASURES) - set(report)
+        assert report["usd_per_million"] == report["cost"]["usd_per_million_delivered"] > 0
+        assert report["noisy_fresh_processed"] > 0  # tenant-01 keeps sending through the event
+    assert poison["dlq_due_to_outage"] == 0  # poison dead-letters, but there is no outage
