@@ -8,6 +8,8 @@ Examples::
     python -m sim --scenario scale --limit-scale 20    # a partition's rates divided by 20
     python -m sim --scenario noisy --surge-factor 10 --event-minutes 30   # "X sends 10x for 30 min?"
     python -m sim --set worker.max_concurrency=20 --overrides my-fork.json
+    python -m sim --scenario all --concurrency-variants 2   # and again at 2 per live queue's mapping,
+                                                   # in out/sim/max_concurrency_2/
     python -m sim --validate                       # the embedded default's noisy run, against its report
     python -m sim --jobs 1                         # the configurations one after the other (default: in
                                                    # parallel, one process per core; the same results)
@@ -22,9 +24,18 @@ from pathlib import Path
 from typing import Any
 
 import sim  # noqa: F401  (puts the runtime library on the path)
-from breakwater_cdk.config import ConfigError
+from breakwater_cdk.config import BlueprintConfig, ConfigError
 from local.aws_limits import AwsLimits
-from sim.config import CDK_JSON, CONFIGURATIONS, REPO, ConfigName, blueprint, load_context, parse_assignment
+from sim.config import (
+    CDK_JSON,
+    CONFIGURATIONS,
+    REPO,
+    ConfigName,
+    blueprint,
+    load_context,
+    parse_assignment,
+    setups,
+)
 from sim.report import hottest_table, plot, table, write_json
 from sim.run import default_jobs, run_scenario
 from sim.scale import TENANTS, TOTAL_RATE, WORK_MS, scale_scenario, sizing
@@ -109,6 +120,13 @@ def _arguments(argv: list[str] | None) -> argparse.Namespace:
         help="configurations run at once, each in a process of its own (1: one after the other in this "
         "process; the results are the same); default: the number of CPUs",
     )
+    parser.add_argument(
+        "--concurrency-variants",
+        default="",
+        metavar="N[,N...]",
+        help="also run every scenario with worker.max_concurrency=N (each live queue's mapping; naive and "
+        "fair get the live set's total on their one mapping), written to OUT/max_concurrency_N/",
+    )
     parser.add_argument("--out", type=Path, default=REPO / "out" / "sim")
     parser.add_argument("--no-plot", action="store_true")
     parser.add_argument(
@@ -129,35 +147,28 @@ def _or(value: float | None, default: float) -> float:
     return default if value is None else value
 
 
-def main(argv: list[str] | None = None) -> int:
-    args = _arguments(argv)
-    args.out.mkdir(parents=True, exist_ok=True)
-    if args.validate:
-        outcome = run_validation()
-        print(outcome["table"])
-        print()
-        for check in compare(outcome):
-            print(("ok    " if check.passed else "FAIL  ") + check.describe())
-        path = args.out / "validation.json"
-        write_json(path, outcome["scenario"], outcome["results"], {"reference": outcome["reference"]})
-        print(f"\n{path.relative_to(REPO) if path.is_relative_to(REPO) else path}")
-        return 0 if all(check.passed for check in compare(outcome)) else 1
-    costs = Costs()
-    scale = args.scenario == "scale"
-    try:
-        limits = AwsLimits(scale=args.limit_scale)
-        # the scale scenario's fleet as a platform team sizes it for the load; the user's settings on top
-        sized = (
-            [sizing(total_rate=args.total_rate, work_ms=_or(args.work_ms, WORK_MS), costs=costs)]
-            if scale
-            else []
-        )
-        config = blueprint(load_context(args.cdk_json), [*sized, *_config_overrides(args)])
-    except (ConfigError, ValueError) as exc:  # a bad setting: the synth's own message, no traceback
-        print(exc, file=sys.stderr)
-        return 2
-    names: list[ConfigName] = [name for name in CONFIGURATIONS if name in args.configurations.split(",")]
-    kinds: list[Kind] = list(KINDS) if args.scenario == "all" else [args.scenario]
+def _variants(text: str) -> list[int]:
+    """``--concurrency-variants``: each live queue's mapping concurrency to run again at."""
+    values = [part.strip() for part in text.split(",") if part.strip()]
+    if not all(value.isdigit() for value in values):
+        raise ValueError(f"--concurrency-variants takes whole numbers separated by commas, got {text!r}")
+    return [int(value) for value in values]
+
+
+def _run_kinds(
+    args: argparse.Namespace,
+    config: BlueprintConfig,
+    out: Path,
+    names: list[ConfigName],
+    kinds: list[Kind],
+    costs: Costs,
+    limits: AwsLimits,
+) -> None:
+    """Each scenario of ``kinds`` for ``names`` with ``config``: a table, ``out/<scenario>.json``, a plot."""
+    # each configuration's mapping concurrency (a live queue's for Breakwater, the one queue's for naive
+    # and fair), stated in the JSON so that a variant shows its fleet
+    made = setups(config, same_fleet=not args.separate_fleets)
+    mapping_concurrency = {name: made[name].live_max_concurrency for name in names}
     for kind in kinds:
         if kind == "scale":
             scenario = scale_scenario(
@@ -206,10 +217,15 @@ def main(argv: list[str] | None = None) -> int:
             f"{'process' if run.jobs == 1 else 'processes'}), {simulated / wall:,.0f} simulated messages "
             "per wall second =="
         )
+        print(
+            "mapping concurrency: "
+            + ", ".join(f"{name} {value}" for name, value in mapping_concurrency.items())
+            + f" (worker.max_concurrency {config.worker.max_concurrency})"
+        )
         print(table(results))
         print()
         print(hottest_table(results))
-        path = args.out / f"{kind}.json"
+        path = out / f"{kind}.json"
         write_json(
             path,
             scenario,
@@ -221,17 +237,64 @@ def main(argv: list[str] | None = None) -> int:
                 "limits": limits.describe(),
                 "limits_detail": limits.as_dict(),
                 "workers_peak_rss_mb": [round(peak, 1) for peak in run.workers_peak_rss_mb],
+                "worker_max_concurrency": config.worker.max_concurrency,
+                "mapping_concurrency": mapping_concurrency,
             },
         )
         if not args.no_plot:
             plot(
-                args.out / f"{kind}.png",
+                out / f"{kind}.png",
                 scenario.describe(),
                 results,
                 f"{kind}: {len(scenario.tenants)} tenants, quiet p99 AgeOfFirstAttempt and the backlog "
                 "(grey: the event)",
             )
         print(f"{path}")
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = _arguments(argv)
+    args.out.mkdir(parents=True, exist_ok=True)
+    if args.validate:
+        outcome = run_validation()
+        print(outcome["table"])
+        print()
+        for check in compare(outcome):
+            print(("ok    " if check.passed else "FAIL  ") + check.describe())
+        path = args.out / "validation.json"
+        write_json(path, outcome["scenario"], outcome["results"], {"reference": outcome["reference"]})
+        print(f"\n{path.relative_to(REPO) if path.is_relative_to(REPO) else path}")
+        return 0 if all(check.passed for check in compare(outcome)) else 1
+    costs = Costs()
+    scale = args.scenario == "scale"
+    try:
+        limits = AwsLimits(scale=args.limit_scale)
+        # the scale scenario's fleet as a platform team sizes it for the load; the user's settings on top
+        sized = (
+            [sizing(total_rate=args.total_rate, work_ms=_or(args.work_ms, WORK_MS), costs=costs)]
+            if scale
+            else []
+        )
+        overrides = [*sized, *_config_overrides(args)]
+        variants = _variants(args.concurrency_variants)
+        # the configuration as given, then each variant: the same settings at another mapping concurrency
+        runs = [(args.out, blueprint(load_context(args.cdk_json), overrides))]
+        for per_queue in variants:
+            at = {"worker": {"max_concurrency": per_queue}}
+            runs.append(
+                (
+                    args.out / f"max_concurrency_{per_queue}",
+                    blueprint(load_context(args.cdk_json), [*overrides, at]),
+                )
+            )
+    except (ConfigError, ValueError) as exc:  # a bad setting: the synth's own message, no traceback
+        print(exc, file=sys.stderr)
+        return 2
+    names: list[ConfigName] = [name for name in CONFIGURATIONS if name in args.configurations.split(",")]
+    kinds: list[Kind] = list(KINDS) if args.scenario == "all" else [args.scenario]
+    for out, config in runs:
+        out.mkdir(parents=True, exist_ok=True)
+        _run_kinds(args, config, out, names, kinds, costs, limits)
     return 0
 
 
