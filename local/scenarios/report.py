@@ -4,9 +4,10 @@ Per tenant group (noisy / quiet): p50 and p99 AgeOfFirstAttempt on the live queu
 during the burst, the peak live backlog, the workers' processed / dropped / sidelined / spilled /
 deferred counts; per configuration: the quiet tenants' p99 ratio (burst over baseline), the recovery
 after the burst, AWS requests per delivered message, and the accounting of every accepted message.
-The demo adds ``cost``: $ per million delivered messages by service (``local.pricing``).
-:func:`table` prints the headline rows and the cost of each configuration side by side, :func:`plot`
-draws ``out/age_by_tenant.png``.
+The demo adds ``cost``: $ per million delivered messages by service (``local.pricing``), and the
+measures that set the configurations apart (``local.scenarios.measures``). :func:`table` prints the
+headline rows, those measures (:func:`comparison_table`) and the cost of each configuration side by
+side, :func:`plot` draws ``out/age_by_tenant.png``.
 """
 
 from __future__ import annotations
