@@ -126,8 +126,8 @@ bench-demo: install  ## the demo's goal over 5 runs of its Breakwater half (quie
 bench-scenarios: install  ## make scenarios timed, and each scenario's goal judged on its reports (~15 min)
 	$(PY) bench/scenarios.py
 
-simulate: install  ## the seed-scale scenarios in virtual time (1,000 tenants, hours of traffic), out/sim/
-	$(PY) -m sim --scenario all
+simulate: install  ## the seed-scale scenarios in virtual time (1,000 tenants, hours of traffic), out/sim/, again at 2 per mapping
+	$(PY) -m sim --scenario all --concurrency-variants 2
 	@echo "the scale scenario (10,000 tenants, 20,000 messages/s, the hottest DynamoDB items) runs apart: make simulate-scale"
 
 simulate-scale: install  ## 10,000 tenants at 20,000 messages/s for 10 virtual minutes, AWS's limits on, out/sim/scale.json
