@@ -186,8 +186,9 @@ class LeasedTokenBucket:
         # Contended: refused, or granted less than this container's copy promised (others are taking the
         # tenant's tokens). Jittered about the interval: a fleet refused together would otherwise all
         # come back together, and the bucket would refill past its burst, unasked, in between.
-        contended = lost or not decision.ok
-        paced = self.contended_interval_s * (0.5 + self._rng.random()) if contended else 0.0
+        paced = 0.0
+        if (lost or not decision.ok) and self.contended_interval_s > 0:
+            paced = self.contended_interval_s * (0.5 + self._rng.random())
         known = self._known.get(tenant)
         effective = limits.scaled(known.multiplier) if known else limits
         if lost:  # others took tokens this container's copy promised (fairness.contention_backoff)
