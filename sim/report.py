@@ -36,6 +36,7 @@ from typing import Any
 
 import numpy as np
 
+from local.columns import aligned
 from local.pricing.cost import cost_summary
 from sim.scenarios import Scenario
 from sim.system import Recording
@@ -349,14 +350,7 @@ def table(results: Mapping[str, Mapping[str, Any]]) -> str:
         total = [_usd(results[name].get("usd_per_million")) for name in names]
         rows.append(("$ per million delivered", total))
     rows.append(("wall time", [fmt(results[name].get("wall_s"), 1.0, " s") for name in names]))
-    width = max(len(label) for label, _ in rows)
-    cols = [max(len(name), *(len(cells[i]) for _, cells in rows)) for i, name in enumerate(names)]
-    lines = [" " * width + "  " + "  ".join(name.rjust(cols[i]) for i, name in enumerate(names))]
-    for label, cells in rows:
-        lines.append(
-            label.ljust(width) + "  " + "  ".join(cell.rjust(cols[i]) for i, cell in enumerate(cells))
-        )
-    return "\n".join(lines)
+    return aligned(names, rows)
 
 
 def _figure(result: Mapping[str, Any], key: str) -> Any:

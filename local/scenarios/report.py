@@ -17,6 +17,7 @@ from dataclasses import asdict
 from pathlib import Path
 from typing import Any
 
+from local.columns import aligned
 from local.pricing.cost import side_by_side
 from local.scenarios.limits_report import limits_lines
 from local.scenarios.measures import measure_rows, percentile
@@ -220,14 +221,7 @@ def comparison_table(results: list[dict[str, Any]]) -> str:
     """The measures that set the configurations apart (``local.scenarios.measures``), side by side."""
     rows = measure_rows(results)
     names = [str(result["config"]) for result in results]
-    width = max(len(label) for label, _ in rows)
-    cols = [max(len(name), *(len(cells[i]) for _, cells in rows)) for i, name in enumerate(names)]
-    lines = [" " * width + "  " + "  ".join(name.rjust(cols[i]) for i, name in enumerate(names))]
-    for label, cells in rows:
-        lines.append(
-            label.ljust(width) + "  " + "  ".join(cell.rjust(cols[i]) for i, cell in enumerate(cells))
-        )
-    return "\n".join(lines)
+    return aligned(names, rows)
 
 
 def cost_table(results: list[dict[str, Any]]) -> str:

@@ -39,7 +39,14 @@ class Recorder:
 
 
 def setup(
-    *, messages: int, seconds: float, max_concurrency: int, limit: int | None = None, fail: bool = False
+    *,
+    messages: int,
+    seconds: float,
+    max_concurrency: int,
+    limit: int | None = None,
+    fail: bool = False,
+    batch_size: int = 10,
+    batching_window_s: float = 0.0,
 ) -> tuple[simpy.Environment, SqsQueue, Recorder, EventSourceMapping]:
     env = simpy.Environment()
     queue = SqsQueue(env, "q", visibility_timeout_s=30.0, max_receive_count=2)
@@ -50,8 +57,8 @@ def setup(
         env,
         queue,
         handler,
-        batch_size=10,
-        batching_window_s=0.0,
+        batch_size=batch_size,
+        batching_window_s=batching_window_s,
         max_concurrency=max_concurrency,
         function=FunctionConcurrency(env, limit),
     )
@@ -107,17 +114,8 @@ def test_failed_records_come_back_after_the_visibility_timeout_and_then_go_to_th
 
 
 def test_a_batching_window_waits_to_fill_the_batch() -> None:
-    env = simpy.Environment()
-    queue = SqsQueue(env, "q", visibility_timeout_s=30.0)
-    handler = Recorder(env, 0.1)
-    EventSourceMapping(
-        env,
-        queue,
-        handler,
-        batch_size=50,
-        batching_window_s=2.0,
-        max_concurrency=2,
-        function=FunctionConcurrency(env, None),
+    env, queue, handler, _ = setup(
+        messages=0, seconds=0.1, max_concurrency=2, batch_size=50, batching_window_s=2.0
     )
 
     def trickle() -> Generator[simpy.Event, object, None]:
@@ -134,18 +132,7 @@ def test_a_batching_window_waits_to_fill_the_batch() -> None:
 
 def _steady(seconds: float, every_s: float, until: float) -> tuple[EventSourceMapping, Recorder]:
     """A mapping of at most 10 whose queue gets one message every ``every_s``; batches take ``seconds``."""
-    env = simpy.Environment()
-    queue = SqsQueue(env, "q", visibility_timeout_s=30.0)
-    handler = Recorder(env, seconds)
-    mapping = EventSourceMapping(
-        env,
-        queue,
-        handler,
-        batch_size=10,
-        batching_window_s=0.0,
-        max_concurrency=10,
-        function=FunctionConcurrency(env, None),
-    )
+    env, queue, handler, mapping = setup(messages=0, seconds=seconds, max_concurrency=10)
 
     def arrivals() -> Generator[simpy.Event, object, None]:
         while True:
