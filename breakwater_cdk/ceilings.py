@@ -50,8 +50,8 @@ def worker_containers(config: BlueprintConfig, mode: WorkerMode) -> int:
 
 
 def consumer_bucket_containers(config: BlueprintConfig) -> int:
-    """Worker invocations that may ask one tenant's consumer bucket at once: the live worker's, and the
-    sideline worker's where sidelining is on (the naive mode's workers ask no bucket)."""
+    """Worker invocations that may ask one tenant's consumer bucket at once: the live worker's and the
+    sideline worker's (a naive stack's workers ask no bucket, and leave the figure unused)."""
     return worker_containers(config, "live") + worker_containers(config, "sideline")
 
 

@@ -53,6 +53,10 @@ class LocalRefusals:
         del self._until[key]
         return False
 
+    def hold(self, key: Hashable, until_s: float) -> None:
+        """Refuse ``key`` locally until ``until_s`` at least (a paced container's next ask)."""
+        self._until[key] = max(self._until.get(key, until_s), until_s)
+
     def refused(self, key: Hashable, now_s: float, state: BucketState, limits: BucketLimits) -> None:
         """The table refused ``key``'s ask at ``now_s``, leaving the bucket at ``state``: refused
         locally until it holds a lease (``fairness.lease_size``, at least one token) again. A
@@ -133,8 +137,7 @@ class ConsumerBuckets:
             if granted:
                 self._paced[key] = [granted - min(count, granted), now_s + pace, 0.0, now_s]
             else:
-                until = refusals._until
-                until[key] = max(until[key], now_s + pace)
+                refusals.hold(key, now_s + pace)
                 self._paced[key] = [0.0, now_s, float(count), now_s]  # asks again with its demand known
             self._sweep(now_s)
         table = self.table

@@ -165,9 +165,10 @@ at most about twice this many writes a second, under half a partition's limit.""
 
 
 def contended_ask_interval_s(containers: int) -> float:
-    """How long a container waits between its asks of a contended bucket (one found short of full),
-    given how many containers may ask it at once: together they ask at most :data:`CONTENDED_ASKS_PER_S`
-    times a second. A lease taken then is sized to what the container will spend until its next ask."""
+    """How long a container waits between its asks of a contended bucket (an ask refused, or granted
+    less than the container's copy promised), given how many containers may ask it at once: together
+    they ask at most :data:`CONTENDED_ASKS_PER_S` times a second. A lease taken then is sized to what
+    the container will spend until its next ask."""
     return max(containers, 0) / CONTENDED_ASKS_PER_S
 
 

@@ -235,7 +235,6 @@ def run_config(
             report.update(
                 outage_figures(scenario, obs.started, served, obs.accepted_at, obs.depths, first_attempts)
             )
-            report["dlq_due_to_outage"] = report["accounting"]["in_dlq"]
         report.update(
             comparison(
                 scenario,

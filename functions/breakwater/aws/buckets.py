@@ -157,10 +157,10 @@ class LeasedTokenBucket:
         # before the next attempt after a lost race (False: no time left for one); a benchmark on a
         # simulated clock, whose containers take turns, passes one that does not sleep
         self._pause = pause
-        # The shortest time between this container's asks of a tenant's bucket once it was found short
-        # of full (:func:`breakwater.fairness.contended_ask_interval_s`): the containers sharing a
-        # contended tenant then ask its item at a bounded rate however large the fleet, each lease
-        # sized to last until the next ask. 0: asks are paced by the refill and the backoff only.
+        # About how long this container waits before it asks a tenant's bucket again after an ask that
+        # was refused or cut short (:func:`breakwater.fairness.contended_ask_interval_s`): the containers
+        # sharing a contended tenant then ask its item at a bounded rate however large the fleet, each
+        # lease sized to last until the next ask. 0: asks are paced by the refill and the backoff only.
         self.contended_interval_s = contended_interval_s
 
     def try_acquire(self, tenant: str, limits: BucketLimits) -> tuple[bool, float]:
