@@ -162,6 +162,10 @@ def run_config(
             poison = fix_and_redrive(runtime, switches, obs, effects_path, progress, tick)
         stop_sampling.set()
         sampler.join(5)
+        # The alarms' last reading: a gauge holds its last sample, so without one taken after the
+        # redrive emptied the DLQs, their alarms would end the run in ALARM on a stale reading.
+        alarms.sample()
+        last_alarm_sample = time.time()
         time.sleep(max(0.0, events_read_at - time.time()))
         events = {**generator.events.summary(), "consumed": consumed_events(runtime)}
         if progress:
@@ -222,6 +226,11 @@ def run_config(
             requests=sum(requests.values()),
         )
         report["aws_requests_by_function"] = {name: counts for name, counts in by_function.items() if counts}
+        # One more reading a whole (compressed) period after that one, so the last period holds only
+        # readings of the queues as they are at the end, not a sample taken before it mixed in.
+        alarm_period_s = 60.0 / runtime.options.schedule_speedup
+        time.sleep(max(0.0, last_alarm_sample + alarm_period_s - time.time()))
+        alarms.sample()
         # The template's alarms on what the run observed; their periods compressed like the schedules.
         alarm_report = alarms.evaluate(time.time() - obs.started, time_scale=runtime.options.schedule_speedup)
         report["alarms_fired"] = alarm_report.transitions
