@@ -105,6 +105,7 @@ def one_run(mix: str, config: str) -> dict[str, Any]:
         "delivered": result["accounting"]["processed"],
         "unaccounted": result["accounting"]["unaccounted"],
         "requests_by_operation": result["aws_requests_by_operation"],
+        "requests_by_function": result["aws_requests_by_function"],
         "cost": result["cost"],
     }
 
