@@ -3,8 +3,8 @@
 A plain object with slots, not the pydantic envelope: a seed-scale run holds millions of them, and
 ``breakwater.sideline.decide`` reads them through its ``DecisionSubject`` Protocol, which the real
 envelope satisfies too. A message as ingest stored it is never a replay and was never moved, so its
-``origin``, ``attempt`` and ``replay_run`` are the class's; a moved copy (:class:`MovedMessage`)
-carries its own.
+``origin``, ``attempt``, ``replay_run`` and ``failed_receives`` are the class's; a moved copy
+(:class:`MovedMessage`) carries its own.
 """
 
 from __future__ import annotations
@@ -29,6 +29,9 @@ class Message:
     origin: Origin = Origin.LIVE
     attempt: int = 0
     replay_run: str | None = None
+    # receives that ended unprocessed on the queues the message was moved off (None: none), as the
+    # envelope carries them: a move starts SQS's receive count again
+    failed_receives: int | None = None
 
     def __init__(
         self,
@@ -55,18 +58,21 @@ class Message:
     def is_expired(self, now_ms: int) -> bool:
         return self.expires_at is not None and now_ms >= self.expires_at
 
-    def moved(self, origin: Origin, attempt: int) -> MovedMessage:
-        """The copy a move sends: same message (id, ``enqueued_at``), new queue role, receive count 0."""
+    def moved(self, origin: Origin, attempt: int, failed_receives: int | None = None) -> MovedMessage:
+        """The copy a move sends: same message (id, ``enqueued_at``), new queue role, receive count 0;
+        its ``failed_receives`` this one's unless given (0: none), as ``Envelope.moved`` sets them."""
         copy = MovedMessage(
             self.tenant, self.enqueued_at, self.group, self.expires_at, self.work_ms, self.poison
         )
         copy.origin = origin
         copy.attempt = attempt
         copy.replay_run = self.replay_run
+        copy.failed_receives = self.failed_receives if failed_receives is None else failed_receives or None
         return copy
 
 
 class MovedMessage(Message):
-    """A message a worker moved (sidelined, spilled, deferred, held): its role and attempt are its own."""
+    """A message a worker moved (sidelined, spilled, deferred, held): its role, attempt and failed
+    receives are its own."""
 
-    __slots__ = ("attempt", "origin", "replay_run")
+    __slots__ = ("attempt", "failed_receives", "origin", "replay_run")

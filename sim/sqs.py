@@ -373,6 +373,12 @@ class SqsQueue:
         if self.dead_letter is not None:
             self.dead_letter.send(message)
 
+    def send_to_dead_letter(self, message: Message) -> None:
+        """SendMessage of ``message`` to this queue's dead-letter queue by a consumer, which deletes
+        its original itself (``dead_lettered`` counts SQS's redrives only)."""
+        if self.dead_letter is not None:
+            self.dead_letter.send(message)
+
     def waiting_messages(self) -> list[Message]:
         """Every visible and delayed message, without taking them (what a peek at a DLQ shows)."""
         found = list(self._visible)

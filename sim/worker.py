@@ -14,7 +14,9 @@ message is done, and its place in the pool's shard with it (a tenant of several 
 release on its shard). Counters that ride on no release (such a tenant's, or one's that held no lease)
 are kept by the container and written at most every ``WorkerSetup.counters_interval_s``. When the
 invocation returns, the moves made while processing are sent, the rest deleted or left to their
-visibility timeout, and the kept counters that are due written.
+visibility timeout, and the kept counters that are due written. A moved copy carries the receives that
+ended unprocessed before its move; a failure whose carried and current receives reach the limit is sent
+to its queue's dead-letter queue then (``dead_letters_by_hand``): SQS counts the current queue's only.
 
 The gates and the invocation count the AWS calls the real worker makes for them
 (:class:`sim.billing.Meter`): a write per consumer-bucket ask and per tenant's lease (the batch's
@@ -36,7 +38,7 @@ from typing import Literal, Protocol
 
 from breakwater.age_reports import LastReport, report_due
 from breakwater.aws.health import health_shard
-from breakwater.backlog import will_dead_letter
+from breakwater.backlog import dead_letters_by_hand, will_dead_letter
 from breakwater.breaker import CircuitBreaker
 from breakwater.concurrency import ConcurrencyLimits, Grant, lease_shard_count
 from breakwater.envelope import Origin
@@ -193,6 +195,8 @@ class WorkerModel:
         admitted: list[Message] = []
         settled: list[Message] = []
         failed: list[Message] = []
+        dead: list[Message] = []  # failures sent to the dead-letter queue when the invocation returns
+        limit = setup.max_receive_count
         counts: dict[tuple[int, str], int] = {}
         oldest: dict[str, int] = {}
         fresh = _FRESH
@@ -259,11 +263,15 @@ class WorkerModel:
                 else:
                     key = (message.tenant, "failed")
                     counts[key] = counts.get(key, 0) + 1
-                    failed.append(message)
+                    carried = message.failed_receives  # None unless it was moved
+                    if carried and limit and dead_letters_by_hand(carried, message.receive_count, limit):
+                        dead.append(message)
+                    else:
+                        failed.append(message)
             if last and last.get(message.tenant) == position:
                 at += self._release(holder, message.tenant, at, counts, counted)
-        if held:
-            at += costs.move_ms * ((len(held) + 9) // 10) / 1000
+        if held or dead:
+            at += costs.move_ms * ((len(held) + 9) // 10 + (len(dead) + 9) // 10) / 1000
         at += costs.settle_ms / 1000
         return _Finish(
             self,
@@ -272,6 +280,7 @@ class WorkerModel:
             held,
             settled,
             failed,
+            dead,
             counts,
             frozenset(granted),
             holder,
@@ -291,7 +300,9 @@ class WorkerModel:
             destination = decision.destination
             assert destination is not None
             attempt = message.attempt + 1 if decision.action is _DEFER else message.attempt
-            send(message.moved(destination, attempt), destination, decision.delay_seconds, after_s)
+            # the receives before this one ended unprocessed; the copy's queue starts counting again
+            carried = (message.failed_receives or 0) + message.receive_count - 1
+            send(message.moved(destination, attempt, carried), destination, decision.delay_seconds, after_s)
             key = (message.tenant, COUNTER[decision.action])
             counts[key] = counts.get(key, 0) + 1
             sent[destination] = sent.get(destination, 0) + 1
@@ -457,6 +468,7 @@ class _Finish(Invocation):
     __slots__ = (
         "counted",
         "counts",
+        "dead",
         "failed",
         "finished_ms",
         "granted",
@@ -478,6 +490,7 @@ class _Finish(Invocation):
         held: Moves,
         settled: list[Message],
         failed: list[Message],
+        dead: list[Message],
         counts: dict[tuple[int, str], int],
         granted: frozenset[int],
         holder: str,
@@ -494,6 +507,7 @@ class _Finish(Invocation):
         self.held = held
         self.settled = settled
         self.failed = failed
+        self.dead = dead
         self.counts = counts
         self.granted = granted
         self.holder = holder
@@ -510,12 +524,22 @@ class _Finish(Invocation):
         meter = worker.meter
         if self.settled:
             queue.delete(self.settled)
+        dead = self.dead
+        if dead:
+            # a copy of each to the dead-letter queue (a SendMessageBatch), as the real worker sends it:
+            # no failed receives, so redriven it gets every receive again; then deleted, counted as it leaves
+            for message in dead:
+                queue.send_to_dead_letter(message.moved(message.origin, message.attempt, 0))
+                key = (message.tenant, "dead_lettered")
+                counts[key] = counts.get(key, 0) + 1
+            meter.sqs_batches(len(dead))
+            queue.delete(dead)
         moved = len(self.sent_early) + len(self.held)
         if moved:
             queue.delete([message for message, _ in self.sent_early])
             if self.held:
                 queue.delete([message for message, _ in self.held])
-        acknowledged = len(self.settled) + moved
+        acknowledged = len(self.settled) + moved + len(dead)
         if acknowledged:
             # Lambda deletes what the invocation did not report failed: DeleteMessageBatch, ten at a time
             meter.sqs_requests[0] += (acknowledged + RECEIVE_MAX - 1) // RECEIVE_MAX
