@@ -59,6 +59,10 @@ class Invocation:
         if self._finish is not None:
             self._finish()
 
+    def unsettled(self) -> list[Message]:
+        """The messages of its batch it received and did not process (a handler's subclass knows)."""
+        return []
+
 
 Handler = Callable[[list[Message], SqsQueue, int], Invocation]
 
@@ -176,6 +180,16 @@ class EventSourceMapping:
     def _want_more(self) -> None:
         if not self._wanted.triggered and self.active < self.max_concurrency:
             self._wanted.succeed()
+
+    def in_hand(self) -> list[Message]:
+        """The messages its pollers received and did not process: a batch filling or waiting for the
+        function's concurrency, and what a running invocation did not process."""
+        found: list[Message] = []
+        for poller in self._pollers:
+            found.extend(poller._batch)
+            if poller._invocation is not None:
+                found.extend(poller._invocation.unsettled())
+        return found
 
     def settle_polls(self) -> None:
         """Count the empty long polls of the pollers still waiting (at the end of a run)."""

@@ -18,7 +18,11 @@ messages over the whole run, by service and in total.
 What the event costs the tenants, beside the quiet ones' ages:
 
 - ``noisy_fresh_p99_ms``: the p99 age at which the event's subject gets its *own fresh* work done: its
-  messages enqueued since the event started, processed (how stale is what it gets back);
+  messages enqueued since the event started (how stale is what it gets back). One accepted and never
+  processed within the run (``noisy_fresh_unserved`` counts them: waiting in a queue or a dead-letter
+  queue, in a worker's hands, parked by the archiver; not expired by then) counts at its age when the
+  run ended, a lower bound, so that a configuration that leaves the subject's oldest work undone does
+  not look fresher for it;
 - ``stale_processed``: messages processed older than the scenario's TTL, or without one older than
   :data:`FRESHNESS_S` (work done too late to be of use);
 - ``dlq_due_to_outage``: in the outage scenario, the messages dead-lettered (none are poison there);
@@ -105,6 +109,7 @@ def summarize(rec: Recording, scenario: Scenario) -> dict[str, Any]:
     samples = np.asarray(rec.samples, dtype=np.float64) if rec.samples else np.zeros((0, 5))
     totals = rec.totals
     fresh = ~served_quiet & (served_enqueued >= scenario.event_start_s)
+    fresh_ages = np.concatenate([served_age[fresh], _unserved_ages(rec, scenario)])
     freshness_s = scenario.ttl_s if scenario.ttl_s is not None else FRESHNESS_S
     priced = cost_summary(rec.usage, totals.get("processed", 0), scenario.end_s)
     return {
@@ -117,7 +122,8 @@ def summarize(rec: Recording, scenario: Scenario) -> dict[str, Any]:
         "recovery_min": None if recovery_s is None else round(recovery_s / 60, 2),
         "peak_backlog": int(samples[:, 3].max()) if len(samples) else 0,
         "drain_s": _drain_s(samples, scenario),
-        "noisy_fresh_p99_ms": _pct(served_age[fresh], 99),
+        "noisy_fresh_p99_ms": _pct(fresh_ages, 99),
+        "noisy_fresh_unserved": len(fresh_ages) - int(np.count_nonzero(fresh)),
         "stale_processed": int(np.count_nonzero(served_age > freshness_s)),
         "dlq_due_to_outage": totals.get("in_dlq", 0) if scenario.kind == "outage" else 0,
         "peak_live_backlog": int(samples[:, 1].max()) if len(samples) else 0,
@@ -155,6 +161,15 @@ def summarize(rec: Recording, scenario: Scenario) -> dict[str, Any]:
             "sideline_backlog": samples[:, 2].astype(int).tolist(),
         },
     }
+
+
+def _unserved_ages(rec: Recording, scenario: Scenario) -> np.ndarray:
+    """The ages at the run's end of the subject's messages enqueued since the event started and never
+    processed within the run."""
+    enqueued = np.asarray(rec.unserved_enqueued, dtype=np.float64)
+    tenants = np.asarray(rec.unserved_tenant, dtype=np.int64)
+    fresh = enqueued[(tenants == scenario.subject) & (enqueued >= scenario.event_start_s)]
+    return np.maximum(scenario.end_s - fresh, 0.0)
 
 
 THROTTLE_EFFECTS = (
@@ -315,6 +330,7 @@ def table(results: Mapping[str, Mapping[str, Any]]) -> str:
         ("peak backlog", "peak_backlog", ""),
         ("backlog drained after the event", "drain_s", " s"),
         ("subject's fresh work p99 age", "noisy_fresh_p99_ms", " ms"),
+        ("subject's fresh work never processed", "noisy_fresh_unserved", ""),
         ("stale work processed", "stale_processed", ""),
         ("dead-lettered by the outage", "dlq_due_to_outage", ""),
         ("peak live backlog", "peak_live_backlog", ""),

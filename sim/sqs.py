@@ -388,6 +388,13 @@ class SqsQueue:
         found.extend(self._incoming)
         return found
 
+    def unprocessed_messages(self) -> list[Message]:
+        """Every message held but those a consumer has in hand: the waiting ones, and the ones whose
+        processing failed until their visibility timeout runs out."""
+        found = self.waiting_messages()
+        found.extend(entry[2] for entry in self._pending if entry[3])
+        return found
+
     def purge_waiting(self) -> list[Message]:
         """Take every visible and delayed message out (what the archiver parks); in-flight ones stay."""
         taken = list(self._visible)

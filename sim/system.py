@@ -73,6 +73,10 @@ class Recording:
     served_enqueued: array[float] = field(default_factory=lambda: array("d"))
     served_at: array[float] = field(default_factory=lambda: array("d"))
     served_tenant: array[int] = field(default_factory=lambda: array("l"))
+    # every message accepted and not processed by the run's end, and not expired then: waiting in a
+    # queue or a dead-letter queue, failed or held in a worker's hands, parked by the archiver
+    unserved_enqueued: array[float] = field(default_factory=lambda: array("d"))
+    unserved_tenant: array[int] = field(default_factory=lambda: array("l"))
     samples: list[tuple[float, int, int, int, int]] = field(default_factory=list)  # t, live, aside, all, dlq
     totals: dict[str, int] = field(default_factory=dict)
     controller_runs: int = 0
@@ -567,6 +571,7 @@ class System:
             parked = queue.purge_waiting()
             for message in parked:
                 by_tenant[message.tenant] = by_tenant.get(message.tenant, 0) + 1
+            self._record_unserved(parked)  # nothing replays them within the run
             # one run: it receives and deletes what waits, ten at a time, and writes it to S3 in objects
             meter = self.meter
             meter.invoke("archiver", 1, math.ceil(self.billing.archiver_ms))
@@ -618,6 +623,14 @@ class System:
             rec.add("consumer_refused_locally", self.live_worker.rate.refusals.refused_locally)
         rec.add("ingest_refused_locally", self._ingest_refusals.refused_locally)
 
+    def _record_unserved(self, messages: list[Message]) -> None:
+        """Record ``messages``, accepted and left unprocessed at the run's end, but those expired by
+        then (dropped when received, as the ones dropped before)."""
+        end_ms = self.scenario.end_s * 1000
+        kept = [message for message in messages if message.expires_at is None or message.expires_at > end_ms]
+        self.rec.unserved_enqueued.extend(message.enqueued_at / 1000 for message in kept)
+        self.rec.unserved_tenant.extend(message.tenant for message in kept)
+
     def run(self) -> Recording:
         """Run to the scenario's end (virtual); the policies' logs and metrics stay quiet meanwhile."""
         level = logger.log_level
@@ -645,6 +658,11 @@ class System:
         self._throttle_effects()
         rec.totals["waiting_at_end"] = sum(queue.depth for queue in self.every)
         rec.totals["in_dlq"] = sum(queue.depth for queue in self.dlqs)
+        # what is left in the queues and the workers' hands (what the archiver parked is recorded)
+        for queue in [*self.every, *self.dlqs]:
+            self._record_unserved(queue.unprocessed_messages())
+        for mapping in [*self.mappings, *self.sideline_mappings.values()]:
+            self._record_unserved(mapping.in_hand())
         rec.totals["poison_in_dlq"] = sum(
             message.poison for queue in self.dlqs for message in queue.waiting_messages()
         )

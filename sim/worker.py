@@ -516,6 +516,10 @@ class _Finish(Invocation):
         self.finished_ms = finished_ms
         self.counted = counted
 
+    def unsettled(self) -> list[Message]:
+        """The failures and the messages the breaker holds (the moves sent early are in their queues)."""
+        return [*self.failed, *self.dead, *(message for message, _ in self.held)]
+
     def finish(self) -> None:
         worker, queue, counts = self.worker, self.queue, self.counts
         setup = worker.setup
