@@ -252,6 +252,7 @@ def run_config(
                 effects,
                 in_dlq=report["accounting"]["in_dlq"],
                 cost=report["cost"],
+                ended_t=ended - obs.started,
             )
         )
         if poison is not None:

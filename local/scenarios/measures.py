@@ -13,7 +13,9 @@ scenario's burst phase (the burst, the slowdown, the outage; the poison scenario
 - ``noisy_fresh_p99_ms``: the p99 age at which the processor ran the event subject's (tenant-01's) own
   messages enqueued since the event started: how stale the work it gets back is. From the processor
   hooks' effects (each carries when its envelope was enqueued, at the front door, and when it ran),
-  each message once; one never run within the run is not in it (``noisy_fresh_unserved`` counts them).
+  each message once. One never run within the run (``noisy_fresh_unserved`` counts them) counts at its
+  age when the run ended, the latest fresh send times taken as theirs: a lower bound, so that a
+  configuration that leaves the subject's oldest work undone does not look fresher for it.
   ``noisy_fresh_first_attempt_p99_ms`` is the same on the age at first receive (a message's send time is
   its first attempt's time less its age);
 - ``stale_processed``: messages run older than :data:`FRESHNESS_S` (no scenario sets a TTL): the
@@ -123,10 +125,12 @@ def comparison(
     *,
     in_dlq: int,
     cost: dict[str, Any] | None,
+    ended_t: float | None = None,
 ) -> dict[str, Any]:
     """The measures above for one configuration's run: ``obs`` its observations (accepted messages,
     depths; ``obs.started`` the load's start, epoch seconds), ``first_attempts`` the workers' EMF rows
-    (t, tenant, age ms, queue role), ``effects`` every processing the hooks recorded (epoch ms)."""
+    (t, tenant, age ms, queue role), ``effects`` every processing the hooks recorded (epoch ms);
+    ``ended_t``: when the run stopped (seconds after the start; default the last depth sample)."""
     start, end = scenario.baseline_s, scenario.baseline_s + scenario.burst_s
     subject = scenario.noisy
     live = [(t, tenant, age) for (t, tenant, age, role) in first_attempts if role == "live"]
@@ -141,7 +145,12 @@ def comparison(
                 float(effect["at"] - effect["enqueued_at"]),
             )
     subject_runs = _subject_runs(effects, runs, subject, start)
-    fresh_accepted = sum(1 for (t, tenant) in obs.accepted_at if tenant == subject and t >= start)
+    fresh_sent = sorted(t for (t, tenant) in obs.accepted_at if tenant == subject and t >= start)
+    fresh_accepted = len(fresh_sent)
+    unserved = max(0, fresh_accepted - len(subject_runs))
+    if ended_t is None:
+        ended_t = max((row[0] for row in obs.depths), default=end)
+    waiting = [max(0.0, ended_t - t) * 1000 for t in fresh_sent[fresh_accepted - unserved :]]
     fresh_first = [age for (t, tenant, age) in live if tenant == subject and t - age / 1000 >= start]
     totals = [live_depth + side for (_, live_depth, side, _) in obs.depths]
     return {
@@ -149,9 +158,9 @@ def comparison(
         "quiet_p99_max_ratio": worst / max(baseline, 1.0) if worst is not None and baseline else None,
         "quiet_p99_max_window_s": WINDOW_S,
         "quiet_p99_windows_ms": windows,
-        "noisy_fresh_p99_ms": percentile(subject_runs, 99),
+        "noisy_fresh_p99_ms": percentile(subject_runs + waiting, 99),
         "noisy_fresh_processed": len(subject_runs),
-        "noisy_fresh_unserved": max(0, fresh_accepted - len(subject_runs)),
+        "noisy_fresh_unserved": unserved,
         "noisy_fresh_first_attempt_p99_ms": percentile(fresh_first, 99),
         "stale_processed": sum(1 for (_, age) in runs.values() if age > FRESHNESS_S * 1000),
         "freshness_s": FRESHNESS_S,

@@ -93,6 +93,20 @@ def test_the_subject_s_fresh_work_is_its_messages_sent_since_the_event_each_run_
     assert result["noisy_fresh_first_attempt_p99_ms"] == 25_000.0
 
 
+def test_the_subject_s_work_never_run_counts_at_its_age_when_the_run_ended() -> None:
+    """A configuration that leaves the subject's oldest work undone must not look fresher for it."""
+    effects = [effect(name, SUBJECT, 20.0, 3.0) for name in "abc"]
+    accepted = [(20.0, SUBJECT)] * 3 + [(30.0, SUBJECT), (32.0, SUBJECT)]
+
+    result = comparison(
+        SCENARIO, observations(accepted_at=accepted), [], effects, in_dlq=0, cost=None, ended_t=100.0
+    )
+
+    assert result["noisy_fresh_unserved"] == 2
+    # the two never run count at least as old as the latest fresh sends: 100 - 30 and 100 - 32 s
+    assert result["noisy_fresh_p99_ms"] == 70_000.0
+
+
 def test_stale_work_is_what_ran_older_than_the_freshness_window() -> None:
     assert FRESHNESS_S == 30.0  # three of the demo's 10 s sideline ages
     effects = [
