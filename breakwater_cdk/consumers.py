@@ -80,7 +80,8 @@ class Consumers(Construct):
     def _subscribe(
         self, worker: BreakwaterFunction, pair: QueueWithDlq, *, enabled: bool
     ) -> sources.SqsEventSource:
-        """Map ``pair.queue`` to ``worker``; grants receive, delete and visibility changes on it only."""
+        """Map ``pair.queue`` to ``worker``; grants receive, delete and visibility changes on it, and
+        sends to its DLQ only."""
         settings = self._config.worker
         window = settings.batching_window_seconds
         source = sources.SqsEventSource(
@@ -93,4 +94,6 @@ class Consumers(Construct):
             enabled=enabled,
         )
         worker.function.add_event_source(source)
+        # A message moved between failures is dead-lettered by the worker itself (SQS's count restarts).
+        pair.dlq.grant_send_messages(worker.role)
         return source

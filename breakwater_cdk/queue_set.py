@@ -14,6 +14,7 @@ from aws_cdk import Duration
 from aws_cdk import aws_sqs as sqs
 from constructs import Construct
 
+from breakwater.backlog import DEAD_LETTER_SUFFIX
 from breakwater_cdk.config import BlueprintConfig
 
 # DLQs keep messages as long as SQS allows: a standard queue's message keeps its original enqueue
@@ -67,7 +68,8 @@ class QueueSet(Construct):
     def _build_queue(self, role: str) -> QueueWithDlq:
         construct_id = "".join(part.capitalize() for part in role.split("-"))
         name = f"{self._config.service_name}-{role}"
-        dlq = dead_letter_queue(self, f"{construct_id}Dlq", f"{name}-dlq")
+        # The worker finds a queue's DLQ by this name (it dead-letters some messages itself).
+        dlq = dead_letter_queue(self, f"{construct_id}Dlq", f"{name}{DEAD_LETTER_SUFFIX}")
         queue = sqs.Queue(
             self,
             construct_id,

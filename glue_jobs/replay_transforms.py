@@ -37,6 +37,7 @@ ENVELOPE_SCHEMA = StructType(
         StructField("dedup_key", StringType(), nullable=True),
         StructField("ordering_key", StringType(), nullable=True),
         StructField("attempt", LongType(), nullable=False),
+        StructField("failed_receives", LongType(), nullable=True),
         StructField("origin", StringType(), nullable=False),
         StructField("replay_run", StringType(), nullable=True),
     ]

@@ -259,6 +259,28 @@ def reconcile(
     return Reconciliation(total, depth, allowed, scale, after)
 
 
+# Every queue a worker reads has its own dead-letter queue, named the queue's name and this suffix
+# (the stack names both): a worker dead-letters a message by hand there (:func:`dead_letter_queue_url`).
+DEAD_LETTER_SUFFIX = "-dlq"
+
+
+def dead_letter_queue_url(queue_url: str) -> str:
+    """The URL of the dead-letter queue of the (standard) queue at ``queue_url``."""
+    return queue_url + DEAD_LETTER_SUFFIX
+
+
+def dead_letters_by_hand(failed_receives: int | None, receive_count: int, max_receive_count: int) -> bool:
+    """Whether a message that fails on this receive must be sent to its dead-letter queue by the worker.
+
+    SQS dead-letters after ``max_receive_count`` receives *from one queue*; a message moved between
+    failures (spilled, deferred, held) starts that count again on its new queue, and carries the
+    receives it failed before in ``failed_receives``. Once those and this queue's reach the limit,
+    the worker moves it itself; a message never moved is left to SQS (:func:`will_dead_letter`).
+    """
+    carried = failed_receives or 0
+    return carried > 0 and carried + receive_count >= max_receive_count
+
+
 def will_dead_letter(receive_count: int, max_receive_count: int) -> bool:
     """A message that fails on this receive goes to its dead-letter queue (SQS moves it, nobody counts).
 

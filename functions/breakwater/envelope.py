@@ -54,6 +54,10 @@ class Envelope(BaseModel):
     dedup_key: str | None = Field(default=None, max_length=128)
     ordering_key: str | None = Field(default=None, max_length=128)
     attempt: int = Field(default=0, ge=0)
+    # Receives that ended unprocessed on the queues the message was moved off (None: none). A move
+    # starts SQS's receive count again, so without it a message that fails every time and is moved
+    # between failures would never reach a dead-letter queue.
+    failed_receives: int | None = Field(default=None, ge=0)
     origin: Origin = Origin.LIVE
     replay_run: str | None = None
 
@@ -71,10 +75,13 @@ class Envelope(BaseModel):
     def is_expired(self, now_ms: int) -> bool:
         return self.expires_at is not None and now_ms >= self.expires_at
 
-    def moved(self, origin: Origin, *, attempt: int | None = None) -> Envelope:
+    def moved(
+        self, origin: Origin, *, attempt: int | None = None, failed_receives: int | None = None
+    ) -> Envelope:
         """The same message, re-homed to another queue role (its id and ``enqueued_at`` never change)."""
         next_attempt = self.attempt if attempt is None else attempt
-        return self.model_copy(update={"origin": origin, "attempt": next_attempt})
+        failed = self.failed_receives if failed_receives is None else failed_receives or None
+        return self.model_copy(update={"origin": origin, "attempt": next_attempt, "failed_receives": failed})
 
 
 def processing_id(envelope: Envelope) -> str:

@@ -20,3 +20,22 @@ def test_the_workers_know_after_how_many_receives_their_queues_dead_letter(synth
     """A message that fails on its last receive is counted dead_lettered: the count must be the queues'."""
     for worker in (synth.breakwater.consumers.live_worker, synth.breakwater.consumers.sideline_worker):
         assert _env(synth, worker)["MAX_RECEIVE_COUNT"] == str(synth.config.queue_set.max_receive_count)
+
+
+def test_every_queue_a_worker_reads_has_its_dead_letter_queue_where_the_worker_looks(synth: Synth) -> None:
+    """A worker sends a message moved between failures to ``<queue url>-dlq`` itself, when allowed to."""
+    from breakwater.backlog import dead_letter_queue_url
+
+    template = synth.template
+    queues = template.find_resources("AWS::SQS::Queue")
+    names = {logical: props["Properties"].get("QueueName") for logical, props in queues.items()}
+    mapped = [
+        props["Properties"]["EventSourceArn"]["Fn::GetAtt"][0]
+        for props in template.find_resources("AWS::Lambda::EventSourceMapping").values()
+        if "Fn::GetAtt" in props["Properties"]["EventSourceArn"]
+    ]
+    standard = [q for q in mapped if q in names and not str(names[q]).endswith(".fifo")]  # not streams
+    assert standard
+    for logical in standard:
+        redrive = queues[logical]["Properties"]["RedrivePolicy"]["deadLetterTargetArn"]["Fn::GetAtt"][0]
+        assert dead_letter_queue_url(f"https://sqs/{names[logical]}") == f"https://sqs/{names[redrive]}"

@@ -68,6 +68,7 @@ def test_accepted_message_lands_in_a_candidate_queue_with_the_full_envelope(
         "dedup_key": "d-1",
         "ordering_key": "o-1",
         "attempt": 0,
+        "failed_receives": None,
         "origin": "live",
         "replay_run": None,
     }

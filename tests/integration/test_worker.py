@@ -5,6 +5,7 @@ from __future__ import annotations
 import os
 import subprocess
 import sys
+import time
 from pathlib import Path
 from typing import Any
 
@@ -391,3 +392,55 @@ def test_work_the_redrive_brings_back_is_counted_back_and_measured_apart(
     assert raw_backlog({**counters, "accepted": 1}) == 0  # it left the estimate once, with its processing
     blobs = [json.loads(line) for line in capsys.readouterr().out.splitlines() if '"_aws"' in line]
     assert [(blob["QueueRole"], values(blob, "Processed")) for blob in blobs] == [("redrive", [1])]
+
+
+def test_a_message_moved_between_failures_still_reaches_a_dead_letter_queue_and_is_redriven_once(
+    world: WorkerWorld, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """SQS counts one queue's receives: the worker counts those the message failed before its move."""
+    broken = {"on": True}
+
+    def sometimes_broken(envelope: Any, work: WorkContext) -> dict[str, Any]:
+        if broken["on"]:
+            raise RuntimeError("bug")
+        return {}
+
+    monkeypatch.setattr(processor, "process", sometimes_broken)
+    world.send("live-0", make_envelope("acme"))
+    handler = load(monkeypatch, "worker.handler", world.environment(defer_base_seconds=1))
+    world.deliver(handler, "live-0", requeue_failures=True)  # fails on its first receive
+    leases = {f"other-{i}": {"M": {"exp": {"N": str(FAR)}, "burst": {"BOOL": i > 0}}} for i in range(4)}
+    world.put(
+        {
+            "pk": {"S": "tenant#acme"},
+            "sk": {"S": "counters"},
+            "leases": {"M": leases},  # other containers hold every slot of its tier
+            "version": {"N": "1"},
+            **{name: {"N": str(value)} for name, value in counts(world, "acme").items()},
+        }
+    )
+    world.deliver(handler, "live-0")  # over its concurrency on the second: deferred to surge
+    assert [body.failed_receives for body in world.bodies("surge")] == [MAX_RECEIVE_COUNT - 1]
+    world.dynamodb.update_item(
+        TableName=worker_fixtures.STATE_TABLE,
+        Key={"pk": {"S": "tenant#acme"}, "sk": {"S": "counters"}},
+        UpdateExpression="REMOVE leases.#a, leases.#b, leases.#c, leases.#d",
+        ExpressionAttributeNames={f"#{k}": f"other-{i}" for i, k in enumerate("abcd")},
+    )
+
+    deadline = time.monotonic() + 10
+    while not (received := world.deliver(handler, "surge")[1]) and time.monotonic() < deadline:
+        time.sleep(0.2)  # the deferral's delay
+    assert received[0]["Attributes"]["ApproximateReceiveCount"] == "1"
+
+    assert world.depth("surge", dlq=True)["Visible"] == 1  # its second failure: out, by the worker
+    assert world.depth("surge")["Visible"] + world.depth("surge")["NotVisible"] == 0
+    assert counts(world, "acme") == {"failed": 2, "deferred": 1, "dead_lettered": 1}
+
+    broken["on"] = False
+    assert move_by_hand(world.sqs, world.dlqs["surge"], world.urls["surge"]).moved == 1
+    response, received = world.deliver(handler, "surge")
+    assert len(received) == 1 and response == {"batchItemFailures": []}
+    counters = counts(world, "acme")
+    assert counters == {"failed": 2, "deferred": 1, "dead_lettered": 1, "redriven": 1, "processed": 1}
+    assert raw_backlog({**counters, "accepted": 1}) == 0

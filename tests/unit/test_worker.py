@@ -542,6 +542,63 @@ def test_on_the_last_receive_only_what_stays_unacknowledged_is_dead_lettered(wor
     }
 
 
+def test_a_copy_carries_the_receives_its_original_failed(world: World) -> None:
+    world.leases.full = {"busy"}
+    again, carried = envelope("busy"), envelope("busy", failed_receives=2)
+
+    world.worker().handle(event(again, receive_count=2), context())
+    world.worker().handle(event(carried, receive_count=3), context())
+
+    assert [Envelope.from_json(move.body).failed_receives for move in world.moves] == [1, 4]
+
+
+def test_a_first_receive_moved_carries_no_failures(world: World) -> None:
+    world.leases.full = {"busy"}
+
+    world.worker().handle(event(envelope("busy")), context())
+
+    assert Envelope.from_json(world.moves[0].body).failed_receives is None
+    assert '"failed_receives":null' in world.moves[0].body
+
+
+def test_a_message_moved_between_failures_is_dead_lettered_by_the_worker_on_its_last_receive(
+    world: World,
+) -> None:
+    """SQS counts one queue's receives: a message moved after failing starts again at one there."""
+    bad = envelope(failed_receives=MAX_RECEIVE_COUNT - 1)
+    world.idempotency.failing = {bad.id}
+
+    response = world.worker().handle(event(bad), context())
+
+    assert failed_ids(response) == set()  # acknowledged: its copy is in the dead-letter queue
+    assert [(move.key, move.queue_url) for move in world.moves] == [("m0", SOURCE_URL + "-dlq")]
+    copy = Envelope.from_json(world.moves[0].body)
+    # redriven after a fix, it gets every receive again
+    assert (copy.id, copy.origin, copy.failed_receives) == (bad.id, bad.origin, None)
+    assert world.counters() == {"acme": {"failed": 1, "dead_lettered": 1}}
+
+
+def test_a_message_with_receives_left_across_queues_goes_back_to_its_queue(world: World) -> None:
+    bad = envelope(failed_receives=MAX_RECEIVE_COUNT - 2)
+    world.idempotency.failing = {bad.id}
+
+    response = world.worker().handle(event(bad), context())
+
+    assert failed_ids(response) == {"m0"} and world.moves == []
+    assert world.counters() == {"acme": {"failed": 1}}
+
+
+def test_a_dead_letter_copy_that_cannot_be_sent_leaves_its_original_unacknowledged(world: World) -> None:
+    world.failing_moves = {"m0"}
+    bad = envelope(failed_receives=MAX_RECEIVE_COUNT)
+    world.idempotency.failing = {bad.id}
+
+    response = world.worker().handle(event(bad), context())
+
+    assert failed_ids(response) == {"m0"}
+    assert world.counters() == {"acme": {"failed": 1}}  # still in the estimate: it stays on its queue
+
+
 def test_a_message_without_time_left_on_its_last_receive_is_dead_lettered(world: World) -> None:
     response = world.worker().handle(
         event(envelope(), receive_count=MAX_RECEIVE_COUNT), context(remaining_ms=1_000)

@@ -36,6 +36,7 @@ from typing import Any
 from aws_lambda_powertools.utilities.batch import BatchProcessor, EventType, process_partial_response
 from aws_lambda_powertools.utilities.typing import LambdaContext
 
+from breakwater.backlog import dead_letter_queue_url, dead_letters_by_hand
 from breakwater.breaker import CircuitBreaker
 from breakwater.concurrency import Grant, lease_shard_count
 from breakwater.envelope import Envelope
@@ -68,6 +69,7 @@ from breakwater.worker.record import EnvelopeSqsRecord, queue_url_from_arn
 from breakwater.worker.tally import COUNTER, Admitted, BatchTally, log_tenant_batches
 
 LOG_KEYS = ("tenant", "envelope_id", "request_id", "trace_id")
+DEAD_LETTERED = "dead_lettered"  # the counter of a message that leaves for a dead-letter queue
 
 
 def _gate_error(tenant: str, exc: Exception) -> dict[str, str]:
@@ -252,6 +254,8 @@ class Worker:
             logger.exception("processing failed")
             if isinstance(exc, HeldElsewhereError):
                 self._wait_out(each.record, exc.retry_in_s)
+            elif self._dead_letter(each, batch):
+                return None  # acknowledged once its copy is in the dead-letter queue
             return each.record.messageId
         if breaker is not None and breaker.record_success():
             logger.info("dependency available again: circuit closed")
@@ -259,6 +263,31 @@ class Worker:
             each.record.messageId, envelope, role, "processed", OUTCOME_METRIC[SidelineDecision.PROCESS]
         )
         return None
+
+    def _dead_letter(self, each: Admitted, batch: BatchTally) -> bool:
+        """Buffer the move of a failed message to its queue's dead-letter queue when the receives it
+        failed on earlier queues and on this one reach the limit (SQS counts this queue's only).
+
+        The copy carries no failed receives: redriven after a fix, it gets every receive again, as a
+        message SQS dead-lettered does. Counted ``dead_lettered`` once the copy is sent.
+        """
+        record, envelope = each.record, each.envelope
+        limit = self.config.max_receive_count
+        if limit is None or not dead_letters_by_hand(envelope.failed_receives, record.receive_count, limit):
+            return False
+        logger.warning(
+            "failed on its last receive across queues: sent to the dead-letter queue",
+            extra={"failed_receives": (envelope.failed_receives or 0) + record.receive_count},
+        )
+        batch.moves.append(
+            Move(
+                key=record.messageId,
+                queue_url=dead_letter_queue_url(queue_url_from_arn(record.eventSourceARN)),
+                body=envelope.model_copy(update={"failed_receives": None}).to_json(),
+            )
+        )
+        batch.moved[record.messageId] = (envelope.tenant, each.role, DEAD_LETTERED, None)
+        return True
 
     def _wait_out(self, record: EnvelopeSqsRecord, retry_in_s: float) -> None:
         """Keep a message whose lock another invocation holds hidden until that lock can have expired."""
@@ -360,17 +389,24 @@ class Worker:
     ) -> None:
         assert decision.destination is not None
         attempt = envelope.attempt + 1 if decision.action is SidelineDecision.DEFER else envelope.attempt
+        # The receives before this one ended unprocessed; the copy's queue starts counting again.
+        failed = (envelope.failed_receives or 0) + record.receive_count - 1
         batch.moves.append(
             Move(
                 key=record.messageId,
                 queue_url=self.config.queue_urls[decision.destination],
-                body=envelope.moved(decision.destination, attempt=attempt).to_json(),
+                body=envelope.moved(decision.destination, attempt=attempt, failed_receives=failed).to_json(),
                 delay_seconds=decision.delay_seconds,
                 group_id=envelope.tenant if self.config.fair_queues else None,
                 redriven=record.redriven,
             )
         )
-        batch.moved[record.messageId] = (envelope.tenant, role, decision.action)
+        batch.moved[record.messageId] = (
+            envelope.tenant,
+            role,
+            COUNTER[decision.action],
+            OUTCOME_METRIC[decision.action],
+        )
 
     def _process(self, record: EnvelopeSqsRecord, envelope: Envelope, now_ms: int) -> None:
         """Run the processor under a heartbeat; a cancelled message is made visible again at once."""
@@ -417,11 +453,12 @@ class Worker:
             return
         batch.moves, batch.moved = [], {}
         failed = self.ports.send_moves(moves)
-        for key, (tenant, role, action) in moved.items():
+        for key, (tenant, role, counter, metric) in moved.items():
             if key in failed:
-                batch.count(tenant, role, "failed", FAILED)
+                if counter != DEAD_LETTERED:  # a dead-letter copy's original was counted failed already
+                    batch.count(tenant, role, "failed", FAILED)
             else:
-                batch.count(tenant, role, COUNTER[action], OUTCOME_METRIC[action])
+                batch.count(tenant, role, counter, metric)
                 batch.settled.add(key)
         batch.failed_moves |= failed
         if failed:

@@ -44,7 +44,8 @@ class BatchTally:
     context: LambdaContext
     admitted: list[Admitted] = field(default_factory=list)
     moves: list[Move] = field(default_factory=list)
-    moved: dict[str, tuple[str, MetricRole, SidelineDecision]] = field(default_factory=dict)
+    # message id -> (tenant, role, counter, outcome metric or None) of each buffered move
+    moved: dict[str, tuple[str, MetricRole, str, str | None]] = field(default_factory=dict)
     grants: dict[str, Grant] = field(default_factory=dict)
     counters: dict[str, Counter[str]] = field(default_factory=lambda: defaultdict(Counter))
     metrics: BatchMetrics = field(default_factory=BatchMetrics)
@@ -63,9 +64,10 @@ class BatchTally:
         """The tenant's counters this batch has not written yet (counters only grow)."""
         return self.counters.get(tenant, Counter()) - self.written.get(tenant, Counter())
 
-    def count(self, tenant: str, role: MetricRole, counter: str, metric: str) -> None:
+    def count(self, tenant: str, role: MetricRole, counter: str, metric: str | None) -> None:
         self.counters[tenant][counter] += 1
-        self.metrics.outcome(role, metric)
+        if metric is not None:
+            self.metrics.outcome(role, metric)
 
     def finished(self, key: str, envelope: Envelope, role: MetricRole, counter: str, metric: str) -> None:
         """Count a message that leaves the system (processed or dropped); ``key`` is its message id.
