@@ -55,7 +55,8 @@ class Meter:
     dynamodb_transact_items: int = 0  # items written in a TransactWriteItems
     dynamodb_item_reads: int = 0  # items read strongly consistently (GetItem, BatchGetItem)
     dynamodb_read_units: float = 0.0  # reads counted in units already (a Query's page)
-    s3_puts: int = 0
+    s3_puts: int = 0  # PUT-class requests (PutObject, ListObjectsV2)
+    s3_gets: int = 0
 
     def invoke(self, function: str, count: int, billed_ms: int) -> None:
         self.invocations[function] = self.invocations.get(function, 0) + count
@@ -109,6 +110,7 @@ def usage(meter: Meter, config: BlueprintConfig, billing: Billing) -> dict[str, 
         * read_units(billing.item_bytes, consistent=True)
         + meter.dynamodb_read_units,
         "s3.put_requests": float(meter.s3_puts),
+        "s3.get_requests": float(meter.s3_gets),
     }
     return {unit: quantity for unit, quantity in counted.items() if quantity}
 

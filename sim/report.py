@@ -20,9 +20,10 @@ What the event costs the tenants, beside the quiet ones' ages:
 - ``noisy_fresh_p99_ms``: the p99 age at which the event's subject gets its *own fresh* work done: its
   messages enqueued since the event started (how stale is what it gets back). One accepted and never
   processed within the run (``noisy_fresh_unserved`` counts them: waiting in a queue or a dead-letter
-  queue, in a worker's hands, parked by the archiver; not expired by then) counts at its age when the
-  run ended, a lower bound, so that a configuration that leaves the subject's oldest work undone does
-  not look fresher for it;
+  queue, in a worker's hands, parked by the archiver and not replayed; not expired by then) counts at
+  its age when the run ended, a lower bound, so that a configuration that leaves the subject's oldest
+  work undone does not look fresher for it; one replayed from the archive counts at its age when
+  processed;
 - ``stale_processed``: messages processed older than the scenario's TTL, or without one older than
   :data:`FRESHNESS_S` (work done too late to be of use);
 - ``dlq_due_to_outage``: in the outage scenario, the messages dead-lettered (none are poison there);
@@ -134,6 +135,7 @@ def summarize(rec: Recording, scenario: Scenario) -> dict[str, Any]:
         "processed": totals.get("processed", 0),
         "dropped_ttl": totals.get("dropped", 0),
         "parked": totals.get("archived", 0),
+        "replayed": totals.get("replayed", 0),
         "dead_lettered": totals.get("in_dlq", 0),
         "poison_sent": totals.get("poison_sent", 0),
         "poison_in_dlq": totals.get("poison_in_dlq", 0),
@@ -338,6 +340,7 @@ def table(results: Mapping[str, Mapping[str, Any]]) -> str:
         ("refused", "refused", ""),
         ("dropped by TTL", "dropped_ttl", ""),
         ("parked (archived)", "parked", ""),
+        ("replayed from the archive", "replayed", ""),
         ("dead-lettered", "dead_lettered", ""),
         ("waiting at end", "waiting_at_end", ""),
         ("DynamoDB throttles", "dynamodb_throttled", ""),

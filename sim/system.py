@@ -6,7 +6,8 @@ multiplier), routes them by shuffle sharding (``breakwater.routing``) and sends 
 its own arrival time. Workers (``sim.worker``) consume through event source mappings
 (``sim.lambda_esm``); the controller (``breakwater.controller.run_controller``) runs on its schedule
 with in-memory ports (``sim.control``) and turns the sideline drainers on and off, starts the
-archiver and sets each tenant's multiplier.
+archiver and sets each tenant's multiplier. What the archiver parks an operator replays once the
+event has ended and the queues have drained back (``sim.replay``).
 
 Every part counts the AWS calls it stands for in one :class:`sim.billing.Meter`; at the end of the
 run they become the billed units of ``local/pricing`` (:attr:`Recording.usage`). Every DynamoDB call
@@ -54,6 +55,7 @@ from sim.dynamodb import COUNTERS, DEPENDENCY_HEALTH, INGEST_BUCKET, LEGACY_DYNA
 from sim.gates import ConsumerBuckets, LeaseTable, LocalRefusals
 from sim.lambda_esm import EventSourceMapping, FunctionConcurrency
 from sim.messages import Message
+from sim.replay import ArchiveReplay
 from sim.scenarios import Load, Scenario
 from sim.sqs import SqsQueue
 from sim.worker import Costs, Outcome, WorkerModel, WorkerSetup
@@ -74,7 +76,7 @@ class Recording:
     served_at: array[float] = field(default_factory=lambda: array("d"))
     served_tenant: array[int] = field(default_factory=lambda: array("l"))
     # every message accepted and not processed by the run's end, and not expired then: waiting in a
-    # queue or a dead-letter queue, failed or held in a worker's hands, parked by the archiver
+    # queue or a dead-letter queue, failed or held in a worker's hands, parked and not replayed
     unserved_enqueued: array[float] = field(default_factory=lambda: array("d"))
     unserved_tenant: array[int] = field(default_factory=lambda: array("l"))
     samples: list[tuple[float, int, int, int, int]] = field(default_factory=list)  # t, live, aside, all, dlq
@@ -244,6 +246,11 @@ class System:
         shard = min(config.queue_set.shard_size, setup.queue_count)
         self._shards = [shard_for(name, setup.queue_count, shard) for name in scenario.tenants]
         self._depths = QueueDepths(config.ingest.depth_refresh_seconds)
+        self.replay = (
+            ArchiveReplay(env, scenario, self.live, self.by_role, self._shards, config.archive, self.meter)
+            if practices
+            else None
+        )
         # the authorizer's answer is cached per API key (a tenant) this long
         self._authorizer_cache_s = float(config.api.authorizer_cache_seconds)
         self._authorized_until: dict[int, float] = {}
@@ -300,7 +307,8 @@ class System:
 
     # -- Sink: what the workers report -----------------------------------------------------------------
     def observe(self, message: Message, role: str, now_s: float) -> None:
-        if message.receive_count == 1 and role == "live":
+        # a replayed message is old work, not a first attempt (the demo reports those on their own)
+        if message.receive_count == 1 and role == "live" and message.replay_run is None:
             rec = self.rec
             rec.first_enqueued.append(message.enqueued_at / 1000)
             rec.first_received.append(now_s)
@@ -571,13 +579,13 @@ class System:
             parked = queue.purge_waiting()
             for message in parked:
                 by_tenant[message.tenant] = by_tenant.get(message.tenant, 0) + 1
-            self._record_unserved(parked)  # nothing replays them within the run
             # one run: it receives and deletes what waits, ten at a time, and writes it to S3 in objects
+            assert self.replay is not None  # only Breakwater archives
             meter = self.meter
             meter.invoke("archiver", 1, math.ceil(self.billing.archiver_ms))
             meter.sqs_batches(len(parked))
             meter.sqs(0, -(-len(parked) // RECEIVE_MAX))  # DeleteMessageBatch
-            meter.s3_puts += -(-len(parked) // self.setup.config.archive.max_messages_per_object)
+            meter.s3_puts += self.replay.park(parked)
             for tenant, amount in by_tenant.items():
                 self.count(tenant, "archived", amount)
 
@@ -644,8 +652,9 @@ class System:
             env = self.env
             env.process(self._load())
             env.process(self._sampler())
-            if self.setup.practices:
+            if self.replay is not None:
                 env.process(self._controller())
+                env.process(self.replay.run())
             env.run(until=self.scenario.end_s)
         finally:
             if collecting:
@@ -658,9 +667,12 @@ class System:
         self._throttle_effects()
         rec.totals["waiting_at_end"] = sum(queue.depth for queue in self.every)
         rec.totals["in_dlq"] = sum(queue.depth for queue in self.dlqs)
-        # what is left in the queues and the workers' hands (what the archiver parked is recorded)
+        # what is left in the queues, the workers' hands and the archive (parked, not replayed)
         for queue in [*self.every, *self.dlqs]:
             self._record_unserved(queue.unprocessed_messages())
+        if self.replay is not None:
+            self._record_unserved(self.replay.remaining())
+            rec.totals["replay_sent"] = self.replay.sent
         for mapping in [*self.mappings, *self.sideline_mappings.values()]:
             self._record_unserved(mapping.in_hand())
         rec.totals["poison_in_dlq"] = sum(

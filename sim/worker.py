@@ -81,6 +81,13 @@ COUNTER = {
 Moves = list[tuple[Message, Decision]]
 
 
+def _count_replayed(counts: dict[tuple[int, str], int], tenant: int) -> None:
+    """A replayed message finished (processed or dropped): ``replayed`` too, as the real worker's
+    tally counts it, which gives back in the backlog estimate what ``archived`` took."""
+    key = (tenant, "replayed")
+    counts[key] = counts.get(key, 0) + 1
+
+
 @dataclass(frozen=True)
 class Costs:
     """Virtual time an invocation spends besides the processor: AWS calls and the handler's own work."""
@@ -215,6 +222,8 @@ class WorkerModel:
             elif decision.action is _DROP:
                 key = (message.tenant, "dropped")
                 counts[key] = counts.get(key, 0) + 1
+                if message.replay_run is not None:
+                    _count_replayed(counts, message.tenant)
                 settled.append(message)
             else:
                 admitted.append(message)
@@ -255,6 +264,8 @@ class WorkerModel:
                         breaker.record_success()
                     key = (message.tenant, "processed")
                     counts[key] = counts.get(key, 0) + 1
+                    if message.replay_run is not None:
+                        _count_replayed(counts, message.tenant)
                     settled.append(message)
                 elif outcome == "down" and breaker is not None:
                     until = breaker.record_outage(at)
