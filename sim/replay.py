@@ -4,10 +4,10 @@ The archiver parks a sideline queue's waiting messages in S3; an operator replay
 job (``glue_jobs/replay_backlog.py``) once the system has drained back, as ``local/scenarios/demo.py``
 (``park_and_replay``) does once its load has drained. Here the load goes on after the event, so the
 replay starts at the first check (every ``scenario.sample_s``) after the event's end at which the
-sideline queues hold nothing and the live queues (with surge) hold no more than the most they held
-at a check before the event; if that check never comes, as long after the event's end as the event
-lasted. It is one run over what the archive holds then, as the job reads the archive once: what the
-archiver parks after it started stays parked.
+archive holds messages, the sideline queues hold nothing (the archiver has nothing left to park) and
+the live queues (with surge) hold no more than the most they held at a check before the event; if
+that check never comes, nothing is replayed. It is one run over what the archive holds then, as the
+job reads the archive once: what the archiver parks after it started stays parked.
 
 What it sends is the job's (``glue_jobs.replay_save``): each parked message not expired, in the job's
 order (every tenant's oldest first, then every tenant's second, ...), re-homed with ``origin=replay``
@@ -117,9 +117,8 @@ class ArchiveReplay:
             yield env.timeout(min(check, scenario.event_start_s - env.now))
         if env.now < scenario.event_end_s:
             yield env.timeout(scenario.event_end_s - env.now)
-        latest = scenario.event_end_s + scenario.event_s
-        while env.now < latest and not self._drained(before):
-            yield env.timeout(min(check, latest - env.now))
+        while not (self.parked and self._drained(before)):
+            yield env.timeout(check)
         yield from self._replay()
 
     def _depth(self, queues: Sequence[SqsQueue]) -> int:
