@@ -361,11 +361,8 @@ def test_counters_the_state_table_refused_are_written_with_the_next_batch(
     assert set(world.item("tenant#acme", "counters")["leases"]) == set()  # the lease went back
 
 
-def test_work_the_redrive_brings_back_is_counted_back_and_measured_apart(
-    world: WorkerWorld, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
-) -> None:
-    import json
-
+def breakable(monkeypatch: pytest.MonkeyPatch) -> dict[str, bool]:
+    """A processor that fails while the switch returned is on (the bug), and succeeds once it is off."""
     broken = {"on": True}
 
     def sometimes_broken(envelope: Any, work: WorkContext) -> dict[str, Any]:
@@ -374,6 +371,15 @@ def test_work_the_redrive_brings_back_is_counted_back_and_measured_apart(
         return {}
 
     monkeypatch.setattr(processor, "process", sometimes_broken)
+    return broken
+
+
+def test_work_the_redrive_brings_back_is_counted_back_and_measured_apart(
+    world: WorkerWorld, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    import json
+
+    broken = breakable(monkeypatch)
     world.send("live-0", make_envelope("acme", age_ms=1_000))
     handler = load(monkeypatch, "worker.handler", world.environment())
     for _ in range(MAX_RECEIVE_COUNT):
@@ -398,14 +404,7 @@ def test_a_message_moved_between_failures_still_reaches_a_dead_letter_queue_and_
     world: WorkerWorld, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     """SQS counts one queue's receives: the worker counts those the message failed before its move."""
-    broken = {"on": True}
-
-    def sometimes_broken(envelope: Any, work: WorkContext) -> dict[str, Any]:
-        if broken["on"]:
-            raise RuntimeError("bug")
-        return {}
-
-    monkeypatch.setattr(processor, "process", sometimes_broken)
+    broken = breakable(monkeypatch)
     world.send("live-0", make_envelope("acme"))
     handler = load(monkeypatch, "worker.handler", world.environment(defer_base_seconds=1))
     world.deliver(handler, "live-0", requeue_failures=True)  # fails on its first receive
