@@ -370,8 +370,7 @@ class SqsQueue:
         self.dead_lettered += 1
         if self.on_dead_letter is not None:
             self.on_dead_letter(message)
-        if self.dead_letter is not None:
-            self.dead_letter.send(message)
+        self.send_to_dead_letter(message)
 
     def send_to_dead_letter(self, message: Message) -> None:
         """SendMessage of ``message`` to this queue's dead-letter queue by a consumer, which deletes
