@@ -108,10 +108,8 @@ def fair_goals(reports: dict[str, dict[str, dict[str, Any]]]) -> list[dict[str, 
             )
             return
         mine, theirs = configs["breakwater"].get(key), configs["fair"].get(key)
-        # judged at the precision they are reported (two decimals): a run's noise is larger than that
         met = mine is not None and (
-            theirs is None
-            or (_round(mine) < _round(theirs) if better == "lower" else _round(mine) <= _round(theirs))
+            theirs is None or (mine < theirs if better == "lower" else mine <= theirs)
         )
         if bound is not None:
             met = met and mine is not None and mine <= bound
