@@ -7,6 +7,10 @@ import threading
 import time
 from typing import Any
 
+# Between the reads of the plans a request for a key not yet known makes when one fails (the last
+# pause is not waited: no read follows it).
+READ_RETRY_PAUSES_S = (0.05, 0.2, 0.5, 0.0)
+
 
 class StageThrottle:
     """The stage's token bucket (ThrottlingRateLimit / ThrottlingBurstLimit of ``/*``)."""
@@ -83,19 +87,29 @@ class UsagePlanThrottles:
                 if len(self._missed) >= 10_000:
                     self._missed.clear()
                 self._missed[key_value] = arrived
-            self._read_into()
+            # A failed read is the emulator's own hiccup (its server busy or briefly unreachable), not
+            # an answer: read again before a known key would be refused as in no plan.
+            for pause in READ_RETRY_PAUSES_S:
+                if self._read_into():
+                    break
+                time.sleep(pause)
+            else:
+                with self._lock:
+                    self._missed.pop(key_value, None)  # not known to be missing: the next request reads
         with self._lock:
             return self._plan_of_key.get(key_value)
 
-    def _read_into(self) -> None:
-        """One read of the plans and keys (the caller holds the read lock); a failed read changes nothing."""
+    def _read_into(self) -> bool:
+        """One read of the plans and keys (the caller holds the read lock); a failed read changes nothing
+        (False)."""
         started = time.monotonic()
         try:
             read = self._read()
         except Exception:  # the emulator briefly unreachable: keep the plans read last
-            return
+            return False
         with self._lock:
             self._plan_of_key, self._read_started = read, started
+        return True
 
     def _read(self) -> dict[str, tuple[str, float | None, int | None]]:
         keys: dict[str, dict[str, Any]] = {}
