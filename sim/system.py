@@ -197,6 +197,7 @@ class System:
             rate,
             LeaseTable(live_slots, table) if practices else None,
             self.meter,
+            seed=scenario.seed + 4,
         )
         self.mappings: list[EventSourceMapping] = []
         mapped = list(self.live)
@@ -222,6 +223,7 @@ class System:
                 rate,
                 LeaseTable(sideline_slots, table),
                 self.meter,
+                seed=scenario.seed + 5,
             )
             for role in (Origin.SPILLOVER, Origin.BACKLOG):
                 self.sideline_mappings[self.by_role[role].name] = self._mapping(

@@ -32,6 +32,7 @@ where a message goes; ``tests/sim/test_worker_model.py`` runs the same batches t
 
 from __future__ import annotations
 
+import random
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Literal, Protocol
@@ -142,8 +143,11 @@ class WorkerModel:
         rate: ConsumerBuckets | None,
         leases: LeaseTable | None,
         meter: Meter | None = None,
+        seed: int = 0,
     ) -> None:
         self.name = name
+        # the share of its backoff each deferral waits, as the real worker draws it
+        self._jitter = random.Random(seed).random
         self.setup = setup
         self.sink = sink
         self.limits = limits
@@ -216,7 +220,9 @@ class WorkerModel:
                 age = now_ms - message.enqueued_at
                 if age > oldest.get(role, -1):
                     oldest[role] = age
-            decision = decide(message, now_ms, fresh, config, retried=message.receive_count > 1)
+            decision = decide(
+                message, now_ms, fresh, config, retried=message.receive_count > 1, jitter=self._jitter()
+            )
             if decision.destination is not None:
                 moves.append((message, decision))
             elif decision.action is _DROP:
@@ -436,7 +442,14 @@ class WorkerModel:
                 over = _OVER_RATE
                 for message in admitted:
                     if tokens[message.tenant] <= 0:
-                        decision = decide(message, now_ms, over, config, retried=message.receive_count > 1)
+                        decision = decide(
+                            message,
+                            now_ms,
+                            over,
+                            config,
+                            retried=message.receive_count > 1,
+                            jitter=self._jitter(),
+                        )
                         moves.append((message, decision))
                         continue
                     tokens[message.tenant] -= 1
@@ -465,7 +478,9 @@ class WorkerModel:
         kept: list[Message] = []
         for message in within:
             if grants[message.tenant] is _REFUSED:
-                decision = decide(message, now_ms, refused, config, retried=message.receive_count > 1)
+                decision = decide(
+                    message, now_ms, refused, config, retried=message.receive_count > 1, jitter=self._jitter()
+                )
                 moves.append((message, decision))
             else:
                 kept.append(message)

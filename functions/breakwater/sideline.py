@@ -14,7 +14,7 @@ Rules, in order (the first that matches wins):
 - SPILL     the tenant is over its consumer-side rate: moved to the spillover queue, so one tenant's
             flood cannot use up the workers.
 - DEFER     the tenant holds no concurrency slot: re-sent to the surge queue with a delay that grows
-            with ``attempt``.
+            with ``attempt``, jittered (:func:`defer_delay_seconds`).
 - PROCESS   run the processor.
 
 Sideline mode (the spillover and backlog drainers) applies DROP, and the rate and concurrency gates,
@@ -23,11 +23,12 @@ only loop it between queues. Over a gate it is DEFERred back to *its own* queue 
 growing delay, so draining the sideline respects every tenant's limits and stays behind live traffic.
 
 With sidelining disabled (the naive baseline) every message is PROCESSed except expired ones.
-Everything here is pure; ``now`` is injected.
+Everything here is pure; ``now`` and the jitter are injected.
 """
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass
 from enum import StrEnum
 from typing import Literal, NamedTuple, Protocol
@@ -139,10 +140,20 @@ class Move:
     redriven: bool = False  # a copy of redriven work: marked, so it is never measured as live
 
 
-def defer_delay_seconds(attempt: int, config: DecisionConfig) -> int:
-    """Exponential backoff on ``attempt`` (0, 1, 2, ...), capped by ``max_defer_seconds`` (SQS allows 900)."""
+def defer_delay_seconds(attempt: int, config: DecisionConfig, jitter: float = 1.0) -> int:
+    """Exponential backoff on ``attempt`` (0, 1, 2, ...), capped by ``max_defer_seconds`` (SQS allows 900),
+    with full jitter: ``jitter`` (in [0, 1], drawn at random by the caller) is the share of that
+    backoff the delay takes, never less than ``defer_base_seconds``. 1: the whole backoff.
+
+    Without jitter every message deferred at the same attempt comes back at the same instant: a
+    tenant's deferred backlog returns as one wave, its bucket grants a burst's worth, and the rest of
+    the wave is deferred again, longer, together: its oldest messages starve while fresher ones pass.
+    """
     exponent = min(max(attempt, 0), 20)  # 2**20 already exceeds any cap; keeps the number small
-    return min(config.max_defer_seconds, config.defer_base_seconds * 2**exponent)
+    capped = min(config.max_defer_seconds, config.defer_base_seconds * 2**exponent)
+    if jitter >= 1.0:
+        return capped
+    return max(min(config.defer_base_seconds, capped), math.ceil(max(jitter, 0.0) * capped))
 
 
 _PROCESS = Decision(SidelineDecision.PROCESS, Reason.ADMITTED)
@@ -155,10 +166,12 @@ def decide(
     config: DecisionConfig,
     *,
     retried: bool = False,
+    jitter: float = 1.0,
 ) -> Decision:
     """The one decision per message; see the module docstring for the rules and their order.
 
-    ``retried``: the message was received before (its SQS receive count is above one)."""
+    ``retried``: the message was received before (its SQS receive count is above one); ``jitter``:
+    the share of the backoff a deferral waits (:func:`defer_delay_seconds`)."""
     if envelope.is_expired(now_ms):
         return Decision(SidelineDecision.DROP, Reason.EXPIRED)
     if not config.sidelining_enabled:
@@ -177,11 +190,11 @@ def decide(
 
     if not tenant_state.within_consumer_rate:
         if sideline_mode:
-            return _defer(envelope, Reason.OVER_RATE, config)
+            return _defer(envelope, Reason.OVER_RATE, config, jitter)
         return Decision(SidelineDecision.SPILL, Reason.OVER_RATE, Origin.SPILLOVER)
 
     if not tenant_state.holds_concurrency_slot:
-        return _defer(envelope, Reason.OVER_CONCURRENCY, config)
+        return _defer(envelope, Reason.OVER_CONCURRENCY, config, jitter)
     return _PROCESS
 
 
@@ -206,7 +219,9 @@ def hold_for_outage(envelope: DecisionSubject, retry_in_s: int, config: Decision
     return Decision(SidelineDecision.SIDELINE, Reason.DEPENDENCY_DOWN, Origin.BACKLOG, delay)
 
 
-def _defer(envelope: DecisionSubject, reason: Reason, config: DecisionConfig) -> Decision:
+def _defer(
+    envelope: DecisionSubject, reason: Reason, config: DecisionConfig, jitter: float = 1.0
+) -> Decision:
     if config.mode == "sideline":
         # Back into its own sideline queue; a replayed/live origin never reaches a sideline worker.
         destination = (
@@ -215,5 +230,5 @@ def _defer(envelope: DecisionSubject, reason: Reason, config: DecisionConfig) ->
     else:
         destination = Origin.SURGE
     return Decision(
-        SidelineDecision.DEFER, reason, destination, defer_delay_seconds(envelope.attempt, config)
+        SidelineDecision.DEFER, reason, destination, defer_delay_seconds(envelope.attempt, config, jitter)
     )

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import random
+
 import pytest
 
 from breakwater.envelope import Envelope, Origin
@@ -134,6 +136,25 @@ def test_naive_mode_processes_everything_but_expired() -> None:
 @pytest.mark.parametrize(("attempt", "delay"), [(0, 2), (1, 4), (5, 64), (9, 900), (10_000, 900)])
 def test_defer_delay_grows_with_attempt_and_is_capped(attempt: int, delay: int) -> None:
     assert defer_delay_seconds(attempt, LIVE) == delay
+
+
+@pytest.mark.parametrize(("jitter", "delay"), [(0.0, 2), (0.001, 2), (0.5, 450), (0.999, 900), (1.0, 900)])
+def test_a_jittered_delay_takes_its_share_of_the_backoff_at_least_the_base(jitter: float, delay: int) -> None:
+    assert defer_delay_seconds(9, LIVE, jitter) == delay
+
+
+def test_messages_deferred_together_come_back_spread_over_their_backoff() -> None:
+    # A wave deferred at one attempt, each with its own draw: spread over the backoff, not one instant.
+    rng = random.Random(7)
+    over_rate = TenantState(within_consumer_rate=False)
+    delays = [
+        decide(envelope(attempt=9), NOW, over_rate, SIDELINE, jitter=rng.random()) for _ in range(1_000)
+    ]
+    seconds = [decision.delay_seconds for decision in delays]
+    assert {decision.action for decision in delays} == {SidelineDecision.DEFER}
+    assert min(seconds) >= 2 and max(seconds) <= 900
+    assert len(set(seconds)) > 500  # no wave: most deferred messages come back at a second of their own
+    assert sum(1 for second in seconds if second <= 450) == pytest.approx(500, abs=60)
 
 
 def test_replayed_messages_count_as_live() -> None:

@@ -161,6 +161,7 @@ class World:
     visibility: list[tuple[str, str, int]] = field(default_factory=list)
     monotonic_s: float = 1_000.0  # the breaker's clock
     outages_reported: list[int] = field(default_factory=list)  # down-until epoch ms per report
+    jitter_draws: list[float] = field(default_factory=list)  # the deferrals' draws (none left: 1.0)
 
     def worker(
         self,
@@ -205,7 +206,12 @@ class World:
             clock_ms=lambda: NOW,
             monotonic=lambda: self.monotonic_s,
         )
-        return Worker(config, ports, metrics=self.metrics)
+        return Worker(
+            config,
+            ports,
+            metrics=self.metrics,
+            jitter=lambda: self.jitter_draws.pop(0) if self.jitter_draws else 1.0,
+        )
 
     def settle(
         self, grants: Mapping[str, Grant], counters: Mapping[str, Mapping[str, int]]
@@ -354,6 +360,17 @@ def test_a_record_that_is_not_an_envelope_fails_alone(world: World) -> None:
 
     assert failed_ids(response) == {"m0"}
     assert world.counters() == {"acme": {"processed": 1}}
+
+
+def test_deferred_messages_each_wait_their_own_share_of_the_backoff(world: World) -> None:
+    world.leases.full = {"busy"}
+    first, second = envelope("busy", attempt=3), envelope("busy", attempt=3)
+    world.jitter_draws = [1.0, 1.0, 0.0, 0.5]  # one draw per decision: the rules' two, then the gate's
+
+    world.worker().handle(event(first, second), context())
+
+    # the default backoff at attempt 3 is 16 s: one waits the base, the other half of it
+    assert [move.delay_seconds for move in world.moves] == [2, 8]
 
 
 def test_a_duplicate_is_not_processed_twice(world: World) -> None:

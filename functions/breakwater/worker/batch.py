@@ -28,8 +28,9 @@ This module talks to AWS only through :class:`WorkerPorts`; what a batch accumul
 from __future__ import annotations
 
 import math
+import random
 from collections import Counter
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import replace
 from typing import Any
 
@@ -86,8 +87,16 @@ MAX_VISIBILITY_S = 43_200  # SQS's longest visibility timeout
 class Worker:
     """One per container: holds the ports, the configuration and the heartbeat thread."""
 
-    def __init__(self, config: WorkerOptions, ports: WorkerPorts, metrics: MetricsSink | None = None) -> None:
+    def __init__(
+        self,
+        config: WorkerOptions,
+        ports: WorkerPorts,
+        metrics: MetricsSink | None = None,
+        jitter: Callable[[], float] = random.random,
+    ) -> None:
         self.config = config
+        # the share of its backoff a deferred message waits: deferrals spread out, not one wave
+        self.jitter = jitter
         self.ports = ports
         self.metrics: MetricsSink = metrics if metrics is not None else powertools_metrics
         self.monitor = HeartbeatMonitor(ports.monotonic)
@@ -168,7 +177,9 @@ class Worker:
         state = TenantState()
         if config.sidelining_enabled:
             state = TenantState(swept_at_ms=self.ports.swept_at_ms(envelope.tenant))
-        decision = decide(envelope, now, state, config, retried=record.receive_count > 1)
+        decision = decide(
+            envelope, now, state, config, retried=record.receive_count > 1, jitter=self.jitter()
+        )
         if decision.moves:
             self._buffer_move(record, envelope, role, decision, batch)
         elif decision.action is SidelineDecision.DROP:
@@ -375,7 +386,12 @@ class Worker:
     def _redecide(self, each: Admitted, state: TenantState, batch: BatchTally) -> None:
         """Decide again for ``each`` with the gate's answer in ``state``, and buffer the move."""
         decision = decide(
-            each.envelope, each.now, state, self.config.decision, retried=each.record.receive_count > 1
+            each.envelope,
+            each.now,
+            state,
+            self.config.decision,
+            retried=each.record.receive_count > 1,
+            jitter=self.jitter(),
         )
         self._buffer_move(each.record, each.envelope, each.role, decision, batch)
 
