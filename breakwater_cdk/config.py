@@ -292,7 +292,7 @@ class ArchiveConfig(_Strict):
 
 class BackpressureConfig(_Strict):
     backlog_target: int = Field(
-        default=1000, ge=1, description="a tenant's backlog at which its rate starts to fall"
+        default=500, ge=1, description="a tenant's backlog at which its rate starts to fall"
     )
     min_multiplier: float = Field(default=0.1, gt=0, le=1)
     growth_step: float = Field(default=0.1, ge=0, le=1, description="organic growth per controller run")
