@@ -107,6 +107,11 @@ class RuntimeOptions:
     # gets that many, up to this cap; None: no cap, as in Lambda. 0: never more than max_containers.
     mapping_containers: int | None = None
     warm_containers: int = 0  # per function, started before the first invocation (Lambda starts none)
+    # Started instead for a function that serves no SQS mapping and no API route (a scheduled or
+    # invoked one: the controller, the archiver, the redrive; a stream's consumer, one invocation per
+    # shard), which runs one invocation at a time or seldom; None: ``warm_containers`` as for the
+    # others. Each start costs about a second of a core.
+    warm_others: int | None = None
     schedule_speedup: float = 1.0  # rate(1 minute) runs every 60 / speedup seconds
     extra_function_env: dict[str, str] = field(default_factory=dict)
     start_api: bool = True
@@ -160,6 +165,23 @@ def container_cap(options: RuntimeOptions, mapping_concurrency: int) -> int:
     if options.mapping_containers is not None:
         allowed = min(allowed, options.mapping_containers)
     return max(options.max_containers, allowed)
+
+
+def serving_functions(mapping_concurrency: dict[str, int], api: discovery.ApiSpec | None) -> set[str]:
+    """The functions (logical ids) that SQS mappings or the API's routes and authorizers invoke."""
+    busy = set(mapping_concurrency)
+    for route in api.routes if api is not None else []:
+        busy.add(route.function_logical_id)
+        if route.authorizer is not None:
+            busy.add(route.authorizer.function_logical_id)
+    return busy
+
+
+def warm_count(options: RuntimeOptions, logical_id: str, busy: set[str]) -> int:
+    """Environments to start for a function before the first invocation (``busy``: what
+    :func:`serving_functions` returned)."""
+    others = options.warm_others
+    return options.warm_containers if logical_id in busy or others is None else others
 
 
 class LocalRuntime:
@@ -231,10 +253,12 @@ class LocalRuntime:
             self.pools[logical_id] = FunctionPool(spec, env, self.logs, cap)
         # Lambda Invoke (the controller starting the archiver) runs in these containers, not in Docker.
         self.aws.route_invocations(self._dispatch_invoke)
+        self.api_spec = discovery.api(self.assembly, self.deployment)
         if self.options.warm_containers:
+            busy = serving_functions(concurrency, self.api_spec)
             warmers = [
-                threading.Thread(target=pool.warm, args=(self.options.warm_containers,))
-                for pool in self.pools.values()
+                threading.Thread(target=pool.warm, args=(warm_count(self.options, logical_id, busy),))
+                for logical_id, pool in self.pools.items()
             ]
             for thread in warmers:
                 thread.start()
@@ -242,7 +266,6 @@ class LocalRuntime:
                 thread.join()
         self.mapping_specs = discovery.mappings(self.aws, self.assembly, self.deployment)
         self.schedule_specs = discovery.schedules(self.assembly)
-        self.api_spec = discovery.api(self.assembly, self.deployment)
         if self.options.start_mappings:
             self.start_mappings()
         if self.options.start_api and self.api_spec is not None:

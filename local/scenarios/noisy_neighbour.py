@@ -198,12 +198,18 @@ class Scenario:
 def runtime_options(workdir: Path) -> RuntimeOptions:
     """How the demo runs the emulator (each configuration in a ``workdir`` of its own).
 
-    Every container is started before the load: cold starts are not a queue effect. The host's cap
+    Every container the load's path may use is started before it: cold starts are not a queue effect
+    (the scheduled and invoked functions get one each: they run one invocation at a time). The host's cap
     stays low, since more containers than the machine's cores can serve only move the wait into moto;
     a function whose SQS mappings allow more invocations at once (the live worker, one mapping per
     live queue) gets more, up to ``mapping_containers``. The schedules run twelve times as often, as
     the scenario's other times are compressed in :data:`DEMO_CONTEXT`.
     """
     return RuntimeOptions(
-        workdir=workdir, max_containers=6, mapping_containers=10, warm_containers=10, schedule_speedup=12.0
+        workdir=workdir,
+        max_containers=6,
+        mapping_containers=10,
+        warm_containers=10,
+        warm_others=1,
+        schedule_speedup=12.0,
     )
