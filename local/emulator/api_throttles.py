@@ -39,8 +39,8 @@ class UsagePlanThrottles:
     Plans and keys are read from the embedded API Gateway, one read at a time: again every
     ``refresh_seconds`` (by whichever request finds them stale, while the others go on with the last
     read), and when a request's key is not in the last read. Such a request waits for a read that
-    began after it arrived, so a key enrolled before its first request is always found; a key that
-    is still unknown causes at most one read a second. A changed plan applies within
+    began after it arrived (or one that found its key while it waited), so a key enrolled before its
+    first request is always found; a key that is still unknown causes at most one read a second. A changed plan applies within
     ``refresh_seconds`` (API Gateway, too, applies plan changes after a delay).
     """
 
@@ -80,8 +80,11 @@ class UsagePlanThrottles:
         """The key's plan as of a read that began after ``arrived`` (an unknown key reads once a second)."""
         with self._read_lock:
             with self._lock:
-                if self._read_started >= arrived:
-                    return self._plan_of_key.get(key_value)
+                # a read that began after this request arrived, or one (begun a moment before it) that
+                # found the key while this request waited for it: that read's answer stands
+                known = self._plan_of_key.get(key_value)
+                if known is not None or self._read_started >= arrived:
+                    return known
                 if arrived - self._missed.get(key_value, float("-inf")) < 1.0:
                     return None
                 if len(self._missed) >= 10_000:

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import threading
+import time
 from collections.abc import Iterator
 from typing import Any
 
@@ -58,3 +60,32 @@ def test_a_read_that_fails_is_read_again_before_a_known_key_is_refused(
 
     assert plans.admit(value) is True
     assert failures["left"] == 0
+
+
+def test_requests_that_arrive_while_the_first_read_runs_find_the_key_that_read_found(
+    enrolled: tuple[Any, str, str],
+) -> None:
+    # The first request of a tenant reads the plans; others of that tenant arriving meanwhile wait for the
+    # read lock and must take the key from that read, not be refused as a key missing a moment ago.
+    client, api, value = enrolled
+    reading, release = threading.Event(), threading.Event()
+
+    def slow(**_: Any) -> None:
+        if not reading.is_set():
+            reading.set()
+            release.wait(5)
+
+    client.meta.events.register("before-call.api-gateway.GetApiKeys", slow)
+    plans = UsagePlanThrottles(client, api, STAGE)
+    answers: list[bool | None] = []
+    first = threading.Thread(target=lambda: answers.append(plans.admit(value)))
+    first.start()
+    assert reading.wait(5)
+    others = [threading.Thread(target=lambda: answers.append(plans.admit(value))) for _ in range(3)]
+    for thread in others:
+        thread.start()
+    time.sleep(0.2)  # they arrived after the read began, and wait for it
+    release.set()
+    for thread in [first, *others]:
+        thread.join(10)
+    assert answers == [True, True, True, True]
