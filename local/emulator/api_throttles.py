@@ -40,8 +40,9 @@ class UsagePlanThrottles:
     ``refresh_seconds`` (by whichever request finds them stale, while the others go on with the last
     read), and when a request's key is not in the last read. Such a request waits for a read that
     began after it arrived (or one that found its key while it waited), so a key enrolled before its
-    first request is always found; a key that is still unknown causes at most one read a second. A changed plan applies within
-    ``refresh_seconds`` (API Gateway, too, applies plan changes after a delay).
+    first request is always found; a key that is still unknown causes at most one read a second. A
+    changed plan applies within ``refresh_seconds`` (API Gateway, too, applies plan changes after a
+    delay).
     """
 
     def __init__(self, client: Any, rest_api_id: str, stage: str, refresh_seconds: float = 5.0) -> None:
