@@ -144,10 +144,11 @@ class WorkerModel:
         leases: LeaseTable | None,
         meter: Meter | None = None,
         seed: int = 0,
+        jitter: Callable[[], float] | None = None,
     ) -> None:
         self.name = name
         # the share of its backoff each deferral waits, as the real worker draws it
-        self._jitter = random.Random(seed).random
+        self._jitter = jitter if jitter is not None else random.Random(seed).random
         self.setup = setup
         self.sink = sink
         self.limits = limits

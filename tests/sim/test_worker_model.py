@@ -151,7 +151,8 @@ def real_fates(items: list[Item], mode: str, *, down: bool = False) -> list[tupl
         outage_backoff_s=5 if mode else None,
         outage_backoff_max_s=60,
     )
-    worker = Worker(options, ports.worker_ports(), metrics=_NoMetrics())
+    # both take a deferral's whole backoff (each draws its share at random otherwise)
+    worker = Worker(options, ports.worker_ports(), metrics=_NoMetrics(), jitter=lambda: 1.0)
     envelopes = [envelope_of(index, item) for index, item in enumerate(items)]
     records = [
         {
@@ -235,7 +236,13 @@ def sim_fates(items: list[Item], mode: str, *, down: bool = False) -> list[tuple
     sink = Sink(down=down)
     setup = WorkerSetup(decision_config(mode), True, (5, 60), 5, 60, Costs(0, 0, 0, 0, 0, 0))
     model = WorkerModel(
-        "worker", setup, sink, lambda _t: LIMITS, ConsumerBuckets(lambda _t: LIMITS), leases_held_by_others()
+        "worker",
+        setup,
+        sink,
+        lambda _t: LIMITS,
+        ConsumerBuckets(lambda _t: LIMITS),
+        leases_held_by_others(),
+        jitter=lambda: 1.0,
     )
     model.handle(batch, queue, 1, NOW_MS / 1000).finish()
     moved = {(copy.tenant, copy.enqueued_at): (role, delay, copy.attempt) for copy, role, delay in sink.moves}
