@@ -221,9 +221,8 @@ class WorkerModel:
                 age = now_ms - message.enqueued_at
                 if age > oldest.get(role, -1):
                     oldest[role] = age
-            decision = decide(
-                message, now_ms, fresh, config, retried=message.receive_count > 1, jitter=self._jitter()
-            )
+            # the gates are open here, as in the worker's first pass: no deferral, no jitter drawn
+            decision = decide(message, now_ms, fresh, config, retried=message.receive_count > 1)
             if decision.destination is not None:
                 moves.append((message, decision))
             elif decision.action is _DROP:

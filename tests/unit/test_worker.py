@@ -365,7 +365,7 @@ def test_a_record_that_is_not_an_envelope_fails_alone(world: World) -> None:
 def test_deferred_messages_each_wait_their_own_share_of_the_backoff(world: World) -> None:
     world.leases.full = {"busy"}
     first, second = envelope("busy", attempt=3), envelope("busy", attempt=3)
-    world.jitter_draws = [1.0, 1.0, 0.0, 0.5]  # one draw per decision: the rules' two, then the gate's
+    world.jitter_draws = [0.0, 0.5]  # one draw per decision the gate refused
 
     world.worker().handle(event(first, second), context())
 

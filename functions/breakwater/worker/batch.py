@@ -177,9 +177,8 @@ class Worker:
         state = TenantState()
         if config.sidelining_enabled:
             state = TenantState(swept_at_ms=self.ports.swept_at_ms(envelope.tenant))
-        decision = decide(
-            envelope, now, state, config, retried=record.receive_count > 1, jitter=self.jitter()
-        )
+        # the gates are open here (asked later, per batch): nothing is deferred, so no jitter is drawn
+        decision = decide(envelope, now, state, config, retried=record.receive_count > 1)
         if decision.moves:
             self._buffer_move(record, envelope, role, decision, batch)
         elif decision.action is SidelineDecision.DROP:
