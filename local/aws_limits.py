@@ -137,8 +137,10 @@ class ItemStats:
     peak_write_units: float = 0.0
     peak_read_units: float = 0.0
     throttled: int = 0
+    total_write_units: float = 0.0  # over the run: where a workload's write cost goes, by kind
 
     def add(self, second: int, read_units: float, write_units: float) -> None:
+        self.total_write_units += write_units
         if second != self.second:
             self.second, self.read_units, self.write_units = second, 0.0, 0.0
         self.read_units += read_units
@@ -257,6 +259,13 @@ class ItemThroughput:
             }
             for item, stats in ranked[:count]
         ]
+
+    def write_units_by_kind(self) -> dict[str, float]:
+        """Write units taken over the run, per kind of item (most first)."""
+        totals: dict[str, float] = {}
+        for stats in self.stats.values():
+            totals[stats.kind] = totals.get(stats.kind, 0.0) + stats.total_write_units
+        return {kind: round(units, 1) for kind, units in sorted(totals.items(), key=lambda kv: -kv[1])}
 
     def throttles_by_kind(self) -> dict[str, int]:
         counts: dict[str, int] = {}

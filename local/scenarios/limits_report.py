@@ -37,6 +37,10 @@ def limits_lines(name: str, section: dict[str, Any] | None, hottest: int = 10) -
         f"Kinesis records throttled = {section.get('kinesis_throttled_records', 0)}; "
         f"other refusals = {section.get('refused') or 'none'}"
     )
+    by_kind = section.get("dynamodb_write_units_by_kind") or {}
+    if by_kind:
+        totals = ", ".join(f"{kind} {units:g}" for kind, units in by_kind.items() if units)
+        lines.append(f"{name:10s} DynamoDB write units by item kind: {totals}")
     items = section.get("hottest_items") or []
     if items:
         lines.append(f"{name:10s} hottest items: {'item':60s} {'WCU/s':>7s} {'RCU/s':>7s} {'throttled':>9s}")

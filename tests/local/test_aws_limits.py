@@ -92,6 +92,18 @@ def test_hottest_ranks_by_peak_write_units_per_second() -> None:
     ]
 
 
+def test_write_units_are_totalled_by_kind_over_the_run_throttled_calls_excluded() -> None:
+    meter = ItemThroughput.for_dynamodb(AwsLimits(scale=100))  # 10 WCU/s per item
+    for second in range(3):
+        for _ in range(12):  # two a second over the limit: refused, and not counted as written
+            meter.consume(("state", "tenant#a", "counters"), float(second), write_units=1, kind="counters")
+        meter.consume(("state", "tenant#b", "counters"), float(second), write_units=2, kind="counters")
+        bucket = ("state", "tenant#a", "bucket#ingest")
+        meter.consume(bucket, float(second), write_units=1, kind="ingest_bucket")
+    meter.charge(("state", "tenant#a", "bucket#ingest"), 3.0, write_units=0.5, kind="ingest_bucket")
+    assert meter.write_units_by_kind() == {"counters": 36.0, "ingest_bucket": 3.5}
+
+
 def test_kinesis_records_and_bytes_are_separate_limits() -> None:
     limits = AwsLimits(scale=100)  # 10 records/s, ~10 KiB/s per shard
     records, size = ItemThroughput.for_kinesis_records(limits), ItemThroughput.for_kinesis_bytes(limits)

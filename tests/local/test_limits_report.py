@@ -19,6 +19,7 @@ SECTION = {
             "throttled": 3,
         }
     ],
+    "dynamodb_write_units_by_kind": {"counters": 1293.0, "consumer_bucket": 420.0, "sweep": 0.0},
     "kinesis_throttled_records": 0,
     "refused": {},
     "api_gateway": API_THROTTLES,
@@ -32,6 +33,8 @@ def test_the_lines_state_the_limits_the_throttles_the_conflicts_and_the_hottest_
     assert "DynamoDB throttled calls = 5 (burst_pool 3, counters 2)" in text
     assert "transaction conflicts = 7 (burst_pool 7)" in text
     assert "pool#concurrency/burst" in text and "61.0" in text
+    assert "write units by item kind: counters 1293, consumer_bucket 420" in text
+    assert "sweep" not in text  # a kind nothing was written to
 
 
 def test_limits_off_is_one_line_and_a_report_without_the_section_says_so() -> None:

@@ -73,6 +73,7 @@ class Enforcement:
                 "dynamodb_throttles": self.dynamodb.throttles_by_kind(),
                 "transaction_conflicts": dict(sorted(self.conflicts.items())),
                 "hottest_items": self.dynamodb.hottest(HOTTEST),
+                "dynamodb_write_units_by_kind": self.dynamodb.write_units_by_kind(),
                 "kinesis_throttled_records": kinesis_throttled,
                 "refused": dict(sorted(self.refused.items())),
             }
