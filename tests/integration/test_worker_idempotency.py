@@ -200,7 +200,7 @@ def test_a_failed_counter_write_is_carried_to_the_next_batch(
     assert response == {"batchItemFailures": []} and refused == [1]
     (stored,) = _records(world)
     assert stored["status"] == {"S": "COMPLETED"}
-    assert handler.worker._unsettled["acme"]["processed"] == 1  # added to the next batch's counters
+    assert handler.worker.settlement.unsettled["acme"]["processed"] == 1  # added to the next batch's counters
 
 
 def test_at_least_once_takes_no_lock_reads_the_records_and_records_after(

@@ -1,6 +1,7 @@
-"""The SQS worker: the batch orchestration (``batch``), what a batch accumulates (``tally``), its
-options and per-tenant limits (``options``), the record it reads (``record``), the ports it talks to
-AWS through (``ports``) and the metrics of a batch (``metrics``).
+"""The SQS worker: the batch orchestration (``batch``), what a batch accumulates (``tally``), the
+leases it gives back with its counters (``settlement``), its options and per-tenant limits
+(``options``), the record it reads (``record``), the ports it talks to AWS through (``ports``) and
+the metrics of a batch (``metrics``).
 
 ``breakwater.aws.worker_ports`` builds the real ports; tests and benchmarks can build others.
 """

@@ -8,13 +8,10 @@ write per tenant; a lone tenant's floor lease without the read), then the idempo
 messages let through. What passes is processed under a heartbeat, one after the other. After the
 batch: every buffered move goes out through ``SendMessageBatch`` and a failed entry turns its
 original into a batch item failure (nothing is acknowledged before its copy exists); the
-idempotency records, the lease releases with the per-tenant counters (one write per tenant), the
-oldest age per queue role and the metrics go out once per batch;
-counters whose write failed are kept and go out with the container's next batch. Counters that ride on
-no release of a lease held on the counters item (a sharded tenant's, whose release goes to its lease
-shard; a refused tenant's) are written at most every ``WorkerOptions.counters_interval_s`` by this
-container (:func:`breakwater.concurrency.counters_interval_s`): kept in between, and written at the end
-of the first batch after that interval, with or without the tenant.
+idempotency records, the leases still held with the per-tenant counters (one write per tenant), the
+oldest age per queue role and the metrics go out once per batch. A tenant's lease goes back, with its
+counters, as soon as its last message is done; what is written then and what is kept for a later
+batch is ``breakwater.worker.settlement``'s.
 Replayed and redriven work is measured apart (``breakwater.worker.metrics.metric_role``) and never
 reported as a queue's oldest age. A message left unacknowledged on its queue's last receive is
 counted ``dead_lettered``: SQS moves it to the dead-letter queue without telling anyone, and the
@@ -30,7 +27,7 @@ from __future__ import annotations
 import math
 import random
 from collections import Counter
-from collections.abc import Callable, Mapping
+from collections.abc import Callable
 from dataclasses import replace
 from typing import Any
 
@@ -65,8 +62,9 @@ from breakwater.worker.metrics import (
     metric_role,
 )
 from breakwater.worker.options import WorkerOptions, concurrency_limits, consumer_bucket_limits
-from breakwater.worker.ports import HeldElsewhereError, SettleWrite, WorkerPorts
+from breakwater.worker.ports import HeldElsewhereError, WorkerPorts
 from breakwater.worker.record import EnvelopeSqsRecord, queue_url_from_arn
+from breakwater.worker.settlement import Settlement
 from breakwater.worker.tally import COUNTER, Admitted, BatchTally, log_tenant_batches
 
 LOG_KEYS = ("tenant", "envelope_id", "request_id", "trace_id")
@@ -101,14 +99,8 @@ class Worker:
         self.metrics: MetricsSink = metrics if metrics is not None else powertools_metrics
         self.monitor = HeartbeatMonitor(ports.monotonic)
         self._batch: BatchTally | None = None
-        # Counters a failed write left behind: added to the next batch's, so the backlog estimates
-        # lose them only with the container.
-        self._unsettled: dict[str, dict[str, int]] = {}
-        # Counters that ride on no release go out at most every interval, so a tenant's counters item
-        # is not written by every container that counts it at every batch; when each may next go
-        # (monotonic), and the tenants whose leases are on shards of their own (no release to ride on).
-        self._counters_due: dict[str, float] = {}
-        self._sharded: set[str] = set()
+        # the lease releases with the counters, and the counters kept between batches
+        self.settlement = Settlement(ports)
         self.breaker: CircuitBreaker | None = None
         if config.outage_backoff_s is not None:
             self.breaker = CircuitBreaker(
@@ -232,8 +224,9 @@ class Worker:
                 failures.add(failed)
             tenant = each.envelope.tenant
             left[tenant] -= 1
-            if not left[tenant]:
-                self._release(batch, tenant)
+            if not left[tenant]:  # its lease goes back now, with its counters (dead letters included)
+                self._count_dead_letters(batch, tenant)
+                self.settlement.release(batch, tenant, self.config.counters_interval_s)
         if unused_locks:
             self._unlock(unused_locks)
         return failures
@@ -348,7 +341,9 @@ class Worker:
         for tenant, count in Counter(each.envelope.tenant for each in batch.admitted).items():
             try:
                 limits[tenant] = self.ports.tenant_limits(tenant)
-                self._note_sharding(tenant, lease_shard_count(concurrency_limits(limits[tenant])) > 1)
+                self.settlement.note_sharding(
+                    tenant, lease_shard_count(concurrency_limits(limits[tenant])) > 1
+                )
                 if self.ports.rate is not None:  # one ask: the tenant's first messages get the tokens
                     bucket = consumer_bucket_limits(limits[tenant])
                     tokens[tenant] = self.ports.rate.try_acquire_up_to(tenant, bucket, count)[0]
@@ -486,96 +481,6 @@ class Worker:
                 "failed on the last receive: bound for the dead-letter queue", extra={"message_ids": leaving}
             )
 
-    def _release(self, batch: BatchTally, tenant: str) -> None:
-        """Give back ``tenant``'s lease as soon as its last message of the batch is done, with its
-        counters (and those an earlier write left behind) in the same write; counters that cannot
-        ride on the release only once their interval has passed (:meth:`_carried`)."""
-        grant = batch.grants.pop(tenant, None)
-        self._count_dead_letters(batch, tenant)
-        counters = batch.unwritten(tenant)
-        counters.update(self._unsettled.pop(tenant, {}))
-        if self._carried(tenant, counters, self._rides(tenant, grant)):
-            counters = Counter()
-        self._write_settlement(
-            {tenant: grant} if grant is not None else {}, {tenant: counters}, self.ports.release
-        )
-        batch.written[tenant] = Counter(batch.counters.get(tenant, Counter()))
-
-    def _settle(self, batch: BatchTally) -> None:
-        """Give back the leases still held and write the counters not written yet, with those an
-        earlier batch left behind (not those a write of this batch just failed to write: they wait
-        for the next batch rather than meet the same trouble again at once)."""
-        counters = {
-            tenant: Counter(deltas)
-            for tenant, deltas in self._unsettled.items()
-            if tenant not in batch.written
-        }
-        self._unsettled = {
-            tenant: deltas for tenant, deltas in self._unsettled.items() if tenant not in counters
-        }
-        for tenant in batch.counters:
-            counters.setdefault(tenant, Counter()).update(batch.unwritten(tenant))
-        counters = {
-            tenant: deltas
-            for tenant, deltas in counters.items()
-            if not self._carried(tenant, deltas, self._rides(tenant, batch.grants.get(tenant)))
-        }
-        self._write_settlement(dict(batch.grants), counters)
-        batch.grants = {}
-
-    def _note_sharding(self, tenant: str, sharded: bool) -> None:
-        """Whether ``tenant``'s leases are on shards of their own (its release then carries no counters)."""
-        if sharded:
-            self._sharded.add(tenant)
-        else:
-            self._sharded.discard(tenant)
-
-    def _rides(self, tenant: str, grant: Grant | None) -> bool:
-        """Whether ``tenant``'s counters go in the write that releases its lease: a lease held on its
-        counters item (not refused, not on a shard of its own)."""
-        return grant is not None and grant is not Grant.REFUSED and tenant not in self._sharded
-
-    def _carried(self, tenant: str, counters: Mapping[str, int], rides: bool) -> bool:
-        """Whether ``tenant``'s ``counters`` wait for a later write (kept with those a failed write left):
-        counters that do not ride on a release, whose last write is less than the interval ago. False:
-        write them now."""
-        interval = self.config.counters_interval_s
-        if rides or not interval or not any(counters.values()):
-            return False
-        now = self.ports.monotonic()
-        if self._counters_due.get(tenant, now) > now:
-            kept = Counter(self._unsettled.get(tenant, {}))
-            kept.update(counters)
-            self._unsettled[tenant] = dict(kept)
-            return True
-        self._counters_due[tenant] = now + interval
-        return False
-
-    def _write_settlement(
-        self,
-        grants: Mapping[str, Grant],
-        counters: Mapping[str, Counter[str]],
-        write: SettleWrite | None = None,
-    ) -> None:
-        """One write per tenant (release and counters) with ``write`` (the ports' settle by default);
-        counters not written are kept for the next one."""
-        grants = {tenant: grant for tenant, grant in grants.items() if grant is not Grant.REFUSED}
-        pending = {tenant: dict(deltas) for tenant, deltas in counters.items() if any(deltas.values())}
-        if not grants and not pending:
-            return
-        unwritten: Mapping[str, Mapping[str, int]]
-        try:  # leases expire on their own, and counters not written go out with the next write
-            unwritten = (write or self.ports.settle)(grants, pending)
-        except Exception as exc:
-            logger.warning("lease release and counter flush failed", extra={"error": str(exc)})
-            unwritten = pending
-        for tenant, deltas in unwritten.items():
-            if any(deltas.values()):
-                kept = Counter(self._unsettled.get(tenant, {}))
-                kept.update(deltas)
-                self._unsettled[tenant] = dict(kept)
-                logger.warning("counters kept for the next batch", extra={"tenant": tenant})
-
     def _flush_processed(self) -> None:
         try:
             self.ports.flush_processed()
@@ -585,7 +490,7 @@ class Worker:
     def _flush_aggregates(self, batch: BatchTally) -> None:
         now = self.ports.clock_ms()
         log_tenant_batches(batch)
-        self._settle(batch)
+        self.settlement.settle(batch, self.config.counters_interval_s)
         for role, oldest in batch.oldest.items():
             try:
                 self.ports.record_oldest_age(role, oldest, now)
