@@ -12,11 +12,12 @@ messages are processed one after the other under the container's circuit breaker
 Each tenant's lease is given back, with its counters in the same write, as soon as its last
 message is done, and its place in the pool's shard with it (a tenant of several lease shards: the
 release on its shard). Counters that ride on no release (such a tenant's, or one's that held no lease)
-are kept by the container and written at most every ``WorkerSetup.counters_interval_s``. When the
-invocation returns, the moves made while processing are sent, the rest deleted or left to their
-visibility timeout, and the kept counters that are due written. A moved copy carries the receives that
-ended unprocessed before its move; a failure whose carried and current receives reach the limit is sent
-to its queue's dead-letter queue then (``dead_letters_by_hand``): SQS counts the current queue's only.
+are kept by the container and written at most every ``WorkerSetup.counters_interval_s``
+(``sim.kept_counters``). When the invocation returns, the moves made while processing are sent, the rest
+deleted or left to their visibility timeout, and the kept counters that are due written. A moved copy
+carries the receives that ended unprocessed before its move; a failure whose carried and current
+receives reach the limit is sent to its queue's dead-letter queue then (``dead_letters_by_hand``): SQS
+counts the current queue's only.
 
 The gates and the invocation count the AWS calls the real worker makes for them
 (:class:`sim.billing.Meter`): a write per consumer-bucket ask and per tenant's lease (the batch's
@@ -41,7 +42,7 @@ from breakwater.age_reports import LastReport, report_due
 from breakwater.aws.health import health_shard
 from breakwater.backlog import dead_letters_by_hand, will_dead_letter
 from breakwater.breaker import CircuitBreaker
-from breakwater.concurrency import ConcurrencyLimits, Grant, lease_shard_count
+from breakwater.concurrency import ConcurrencyLimits, Grant
 from breakwater.envelope import Origin
 from breakwater.settings import TierLimits
 from breakwater.sideline import (
@@ -53,9 +54,11 @@ from breakwater.sideline import (
     hold_for_outage,
 )
 from breakwater.worker.options import concurrency_limits
+from breakwater.worker.tally import COUNTER  # the counter each decision counts, as the worker names it
 from sim.billing import RECEIVE_MAX, Meter
-from sim.dynamodb import COUNTERS, QUEUE_HEALTH, StateTable
+from sim.dynamodb import QUEUE_HEALTH, StateTable
 from sim.gates import ConsumerBuckets, LeaseTable
+from sim.kept_counters import KeptCounters
 from sim.lambda_esm import Invocation
 from sim.messages import Message
 from sim.sqs import SqsQueue
@@ -70,14 +73,6 @@ _DROP, _DEFER = SidelineDecision.DROP, SidelineDecision.DEFER
 _FRESH = TenantState()
 _OVER_RATE = TenantState(within_consumer_rate=False)
 _NO_SLOT = TenantState(holds_concurrency_slot=False)
-
-COUNTER = {
-    SidelineDecision.PROCESS: "processed",
-    SidelineDecision.DROP: "dropped",
-    SidelineDecision.SIDELINE: "sidelined",
-    SidelineDecision.SPILL: "spilled",
-    SidelineDecision.DEFER: "deferred",
-}
 
 Moves = list[tuple[Message, Decision]]
 
@@ -169,13 +164,10 @@ class WorkerModel:
         self.batch_failure_messages = 0
         self.unreleased_leases = 0  # tenants' leases left to expire: their release write was throttled
         self.health_throttled = 0
-        # Counters that ride on no release (a sharded tenant's, an unleased tenant's): kept by each
-        # container, written at a release or a batch's end once ``setup.counters_interval_s`` has
-        # passed since that container's last write of them
-        self._sharded: dict[int, bool] = {}  # tenant -> whether its leases are on shards of their own
-        self._carried: dict[str, dict[int, int]] = {}  # holder -> tenant -> counts not written yet
-        self._counters_due: dict[tuple[str, int], float] = {}  # (holder, tenant) -> next write from
-        self.counts_written: dict[int, int] = {}  # counts in writes of counters that rode on no release
+        # counters that ride on no release (a sharded tenant's, an unleased tenant's), per container
+        self.kept = KeptCounters(
+            setup.counters_interval_s, limits, self._concurrency, leases, self.table, self.meter
+        )
 
     def _container(self, queue: SqsQueue, index: int) -> tuple[str, CircuitBreaker | None, int]:
         """A new container's lease holder name, breaker and health shard."""
@@ -332,7 +324,7 @@ class WorkerModel:
     ) -> float:
         """The tenant's lease given back with its counters (one write) and its place in the pool's shard
         (one more) at ``at``: the time botocore's retries took. A sharded tenant's release is on its
-        lease shard, its ``counts`` kept (in ``counted``) and written only if due (:meth:`_keep_counters`)."""
+        lease shard, its ``counts`` kept (in ``counted``) and written only if due (``KeptCounters.keep``)."""
         leases = self.leases
         assert leases is not None
         self.meter.dynamodb_writes += 1
@@ -348,46 +340,10 @@ class WorkerModel:
             self.unreleased_leases += 1
         if leases.holds_place(holder, tenant):
             leases.release_place(holder, tenant, at + waited)
-        if self.sharded(tenant):
+        if self.kept.sharded(tenant):
             amount = counted[tenant] = sum(each for (whose, _), each in counts.items() if whose == tenant)
-            waited += self._keep_counters(holder, tenant, amount, at + waited)
+            waited += self.kept.keep(holder, tenant, amount, at + waited)
         return waited
-
-    def sharded(self, tenant: int) -> bool:
-        """Whether the tenant's leases are on shards of their own (its release carries no counters)."""
-        sharded = self._sharded.get(tenant)
-        if sharded is None:
-            limits = self._concurrency.get(tenant) or concurrency_limits(self.limits(tenant))
-            sharded = self._sharded[tenant] = lease_shard_count(limits) > 1
-        return sharded
-
-    def _keep_counters(self, holder: str, tenant: int, amount: int, at: float) -> float:
-        """``amount`` more counts of ``tenant`` that ride on no release kept by ``holder``, and all it
-        keeps written at ``at`` if the interval has passed since its last write (a write still throttled
-        keeps them for the next): the time botocore's retries took."""
-        carried = self._carried.setdefault(holder, {})
-        pending = carried[tenant] = carried.get(tenant, 0) + amount
-        if not pending:
-            del carried[tenant]
-            return 0.0
-        if self._counters_due.get((holder, tenant), at) > at:
-            return 0.0
-        self._counters_due[(holder, tenant)] = at + self.setup.counters_interval_s
-        self.meter.dynamodb_writes += 1
-        done, waited = True, 0.0
-        if (table := self.table) is not None:
-            # billed by its size: a sharded tenant's without leases, a small one's with its map
-            held = 0 if self.sharded(tenant) or self.leases is None else self.leases.held_count(tenant)
-            counters = table.counters_items[tenant]
-            done, waited = table.retried_write(counters, COUNTERS, at, table.counters_units(held))
-        if done:
-            del carried[tenant]
-            self.counts_written[tenant] = self.counts_written.get(tenant, 0) + pending
-        return waited
-
-    def carried(self, tenant: int) -> int:
-        """A tenant's counts its containers keep, not written yet."""
-        return sum(kept.get(tenant, 0) for kept in self._carried.values())
 
     def _waited(self) -> float:
         """botocore's waits and the conflicts' pauses in this batch's gates (taken, so counted once)."""
@@ -585,20 +541,6 @@ class _Finish(Invocation):
         for (tenant, counter), amount in counts.items():
             count(tenant, counter, amount)
         if setup.gates:
-            # the counters that rode on no release (a sharded tenant's, a tenant's that held no lease)
-            # kept by the container, then those due written (a small leased tenant's went with its release)
-            granted = self.granted
-            kept: dict[int, int] = {}
-            sharded = worker.sharded
-            for (tenant, _), amount in counts.items():
-                if sharded(tenant) or tenant not in granted:
-                    kept[tenant] = kept.get(tenant, 0) + amount
-            at_s = self.finished_ms / 1000
-            carried = worker._carried.get(self.holder)
-            if kept or carried:
-                counted = self.counted  # what its release kept already
-                for tenant in {*kept, *(carried or ())}:
-                    rest = kept.get(tenant, 0) - counted.get(tenant, 0)
-                    worker._keep_counters(self.holder, tenant, rest, at_s)
+            worker.kept.settle(self.holder, counts, self.granted, self.counted, self.finished_ms / 1000)
         for role, age in self.oldest.items():
             worker.report_oldest(self.holder, self.health, role, age, self.finished_ms)

@@ -210,16 +210,16 @@ def test_a_sharded_tenants_counters_go_out_at_most_once_per_interval_per_contain
     batch(model, queue, 1, [BIG, BIG, BIG], NOW_S)  # its first write: at once
     batch(model, queue, 2, [BIG], NOW_S + 0.1)  # another container's first
     batch(model, queue, 1, [BIG, BIG], NOW_S + 0.3)  # within the interval: kept
-    assert model.carried(BIG) == 2
+    assert model.kept.carried(BIG) == 2
     batch(model, queue, 1, [SMALL], NOW_S + 0.6)  # no message of it, not due yet: still kept
-    assert model.carried(BIG) == 2
+    assert model.kept.carried(BIG) == 2
     batch(model, queue, 1, [SMALL], NOW_S + 1.2)  # due: written at the end of this batch
     assert [at for at, _ in writes_on(calls, table.counters(BIG))] == pytest.approx(
         [NOW_S, NOW_S + 0.1, NOW_S + 1.2]
     )
     assert {units for _, units in writes_on(calls, table.counters(BIG))} == {table.counters_units(0)}
-    assert model.carried(BIG) == 0
-    assert model.counts_written[BIG] == sink.counted[BIG] == 6
+    assert model.kept.carried(BIG) == 0
+    assert model.kept.counts_written[BIG] == sink.counted[BIG] == 6
     # its releases went to its lease shards (a write each), never to its counters item
     shard_writes = [call for call in calls if call[0][2].startswith("lease#") and call[3]]  # type: ignore[index]
     assert len(shard_writes) >= 3
@@ -238,8 +238,8 @@ def test_a_small_tenants_writes_per_batch_are_as_before(monkeypatch: pytest.Monk
     # then a floor lease without reading and the release with its counters: two writes every batch
     assert len(writes_on(calls, counters)) - len(first) == 2
     assert not [call for call in calls if str(call[0][2]).startswith("lease#")]  # type: ignore[index]
-    assert model.counts_written == {}
-    assert model.carried(SMALL) == 0
+    assert model.kept.counts_written == {}
+    assert model.kept.carried(SMALL) == 0
 
 
 def test_a_lease_shard_is_keyed_as_the_adapter_keys_it_and_billed_by_its_leases() -> None:
@@ -263,9 +263,9 @@ def test_a_refused_tenants_counters_go_out_at_most_once_per_interval(monkeypatch
     )
     batch(model, queue, 1, [SMALL], NOW_S)  # deferred, counted: its first write at once
     batch(model, queue, 1, [SMALL], NOW_S + 0.5)  # within the interval: kept
-    assert model.carried(SMALL) == 1
+    assert model.kept.carried(SMALL) == 1
     batch(model, queue, 1, [SMALL], NOW_S + INTERVAL_S)  # due: written with what was kept
     assert [at for at, _ in writes_on(calls, table.counters(SMALL))] == pytest.approx(
         [NOW_S, NOW_S + INTERVAL_S]
     )
-    assert model.counts_written[SMALL] == sink.counted[SMALL] == 3
+    assert model.kept.counts_written[SMALL] == sink.counted[SMALL] == 3
