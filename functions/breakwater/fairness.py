@@ -82,6 +82,11 @@ DEMAND_SHARE = 0.5
 random, and a lease sized to the whole expectation often expires with tokens left, forfeited."""
 
 
+RECENT_DEMAND_SECONDS = 10.0
+"""The window of :meth:`DemandMeter.recent_rate`: a trickle's rate, which a one-second window sees as
+0 or 1, estimated over about this long."""
+
+
 @dataclass
 class DemandMeter:
     """Requests one container saw for one tenant: the last whole second and the current one.
@@ -94,7 +99,7 @@ class DemandMeter:
     current: float = 0.0
     previous: float = 0.0
     first: int | None = None  # the first second this container saw the tenant
-    # Requests over the last QUIET_LEASE_SECONDS or so, decayed exponentially: a trickle's rate,
+    # Requests over the last RECENT_DEMAND_SECONDS or so, decayed exponentially: a trickle's rate,
     # which a one-second window sees as 0 or 1
     recent: float = 0.0
     recent_at: float = 0.0
@@ -109,14 +114,14 @@ class DemandMeter:
         self.recent_at = max(now, self.recent_at)
 
     def recent_rate(self, now: float) -> float:
-        """Requests per second over about the last :data:`QUIET_LEASE_SECONDS` (an exponentially
+        """Requests per second over about the last :data:`RECENT_DEMAND_SECONDS` (an exponentially
         weighted count; it starts at zero, so a container new to a tenant underestimates it)."""
-        return self._recent(now) / QUIET_LEASE_SECONDS
+        return self._recent(now) / RECENT_DEMAND_SECONDS
 
     def _recent(self, now: float) -> float:
         if now <= self.recent_at:
             return self.recent
-        return self.recent * math.exp((self.recent_at - now) / QUIET_LEASE_SECONDS)
+        return self.recent * math.exp((self.recent_at - now) / RECENT_DEMAND_SECONDS)
 
     def own_rate(self, now: float) -> float:
         """Requests per second this container sees: the last second's (in its first second, the requests
@@ -181,11 +186,17 @@ def paced_lease_size(sized: int, burst: float, demand_per_second: float | None, 
     return max(sized, min(math.floor(burst), math.ceil(demand_per_second * interval_s)))
 
 
-QUIET_LEASE_SECONDS = 10.0
-"""How long a quiet lease lasts: the horizon over which a container sizes it to the tenant's trickle."""
+QUIET_LEASE_SECONDS = 60.0
+"""How long a quiet lease lasts: the horizon over which a container sizes it to the tenant's trickle.
+A tenant spread over many containers is seen by each only every so often; over a minute a container
+still sees a few of its requests where over ten seconds it would see one, and a one-token lease is
+a write per request."""
+
+QUIET_MAX_FRACTION = 0.5
+"""A quiet lease holds at most this share of the burst (or the usual lease, if larger)."""
 
 
-def quiet_lease_size(usual: int, recent_per_second: float) -> int:
+def quiet_lease_size(usual: int, recent_per_second: float, burst: float) -> int:
     """Tokens for a quiet lease: what the container expects to spend over :data:`QUIET_LEASE_SECONDS`.
 
     A container that sees a tenant less than a few times a second gets a one-token lease from
@@ -194,9 +205,12 @@ def quiet_lease_size(usual: int, recent_per_second: float) -> int:
     instead lease what it expects to spend over the longer horizon, for that long: unspent tokens
     of a full bucket are forfeited from refill the tenant was not using, and every admitted request
     still spent a token taken from the shared bucket exactly once, so the limits hold as before.
-    Capped at ``usual`` (a share of the burst); 0 or 1 means no quiet lease is worth taking.
+    Capped at :data:`QUIET_MAX_FRACTION` of the burst, or ``usual`` if larger: a quiet lease is taken
+    from a full bucket only, so a tenant using its rate takes none, and one that wakes up still finds
+    the rest of its burst in the bucket. 0 or 1 means no quiet lease is worth taking.
     """
-    return min(usual, math.floor(recent_per_second * QUIET_LEASE_SECONDS))
+    cap = max(usual, math.floor(burst * QUIET_MAX_FRACTION))
+    return min(cap, math.floor(recent_per_second * QUIET_LEASE_SECONDS))
 
 
 class LeaseDecision(NamedTuple):

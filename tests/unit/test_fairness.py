@@ -207,7 +207,7 @@ def test_a_lease_is_half_what_the_container_will_spend_and_never_more_than_usual
 
 
 def test_recent_demand_sees_a_trickle_that_a_one_second_window_sees_as_nothing():
-    from breakwater.fairness import QUIET_LEASE_SECONDS, DemandMeter
+    from breakwater.fairness import RECENT_DEMAND_SECONDS, DemandMeter
 
     meter = DemandMeter()
     for i in range(200):  # one request every two seconds for 400 s
@@ -215,13 +215,17 @@ def test_recent_demand_sees_a_trickle_that_a_one_second_window_sees_as_nothing()
     now = 100.0 + 2 * 199 + 2.5
     assert meter.rate(now) == pytest.approx(0)  # the last second held no request
     assert meter.recent_rate(now) == pytest.approx(0.5, rel=0.2)
-    later = now + 3 * QUIET_LEASE_SECONDS
+    later = now + 3 * RECENT_DEMAND_SECONDS
     assert meter.recent_rate(later) < 0.05 * meter.recent_rate(now)  # a trickle that stopped fades
 
 
-def test_a_quiet_lease_is_the_horizons_expected_requests_and_never_more_than_usual():
+def test_a_quiet_lease_is_the_horizons_expected_requests_capped_at_half_the_burst_or_usual():
     from breakwater.fairness import QUIET_LEASE_SECONDS, quiet_lease_size
 
-    assert quiet_lease_size(usual=25, recent_per_second=0.5) == math.floor(0.5 * QUIET_LEASE_SECONDS)
-    assert quiet_lease_size(usual=3, recent_per_second=0.5) == 3
-    assert quiet_lease_size(usual=25, recent_per_second=0.01) == 0
+    assert quiet_lease_size(usual=25, recent_per_second=0.1, burst=100) == math.floor(
+        0.1 * QUIET_LEASE_SECONDS
+    )
+    assert quiet_lease_size(usual=3, recent_per_second=0.5, burst=10) == 5  # half the burst
+    assert quiet_lease_size(usual=25, recent_per_second=0.5, burst=10) == 25  # the usual lease
+    assert quiet_lease_size(usual=1, recent_per_second=0.5, burst=5) == 2  # a small consumer bucket
+    assert quiet_lease_size(usual=25, recent_per_second=0.001, burst=100) == 0

@@ -448,7 +448,7 @@ class LeasedTokenBucket:
             sized = paced_lease_size(sized, effective.burst, demand, self.contended_interval_s)
         wanted = max(sized, min(need, math.floor(effective.burst)))
         if full and meter is not None and demand is not None and sized <= 1:
-            quiet = quiet_lease_size(usual, meter.recent_rate(now))
+            quiet = quiet_lease_size(usual, meter.recent_rate(now), effective.burst)
             if quiet > wanted:
                 return quiet, max(QUIET_LEASE_SECONDS, self.lease_seconds)
         return wanted, self.lease_seconds
