@@ -1,6 +1,6 @@
 """What Breakwater costs per million delivered messages, beside the naive configuration, at three loads.
 
-    .venv/bin/python bench/cost.py [--mix low high noisy] [--out out/bench/cost.json]
+    .venv/bin/python bench/cost.py [--mix low high noisy] [--phase-seconds 15] [--out out/bench/cost.json]
 
 Each load runs the demo's own pipeline (``local.scenarios.demo.run_config``: the stack synthesized
 and created in the embedded AWS, the tenants, the open-loop clients, the drain) once per
@@ -58,8 +58,9 @@ SERVICE_PREFIXES = {
 }
 
 
-def scenario_and_context(mix: str) -> tuple[Any, dict[str, Any]]:
-    """The demo scenario of ``mix`` and what it adds to the demo's context."""
+def scenario_and_context(mix: str, phase_s: float = STEADY_PHASE_S) -> tuple[Any, dict[str, Any]]:
+    """The demo scenario of ``mix`` (a steady mix's three phases ``phase_s`` each) and what it adds to
+    the demo's context."""
     from local.scenarios.noisy_neighbour import Scenario
 
     if mix == "noisy":
@@ -72,9 +73,9 @@ def scenario_and_context(mix: str) -> tuple[Any, dict[str, Any]]:
             noisy_rate=rate,
             burst_rate=rate,
             replay=False,
-            baseline_s=STEADY_PHASE_S,
-            burst_s=STEADY_PHASE_S,
-            after_s=STEADY_PHASE_S,
+            baseline_s=phase_s,
+            burst_s=phase_s,
+            after_s=phase_s,
             **fields,
         )
 
@@ -86,13 +87,13 @@ def scenario_and_context(mix: str) -> tuple[Any, dict[str, Any]]:
     raise ValueError(f"mix must be one of {', '.join(MIXES)}, not {mix!r}")
 
 
-def one_run(mix: str, config: str) -> dict[str, Any]:
+def one_run(mix: str, config: str, phase_s: float = STEADY_PHASE_S) -> dict[str, Any]:
     """One configuration under one load, in this process: its cost section and the figures beside it."""
     from app import merge_context
     from local.aws_limits import AwsLimits
     from local.scenarios.demo import CONFIGURATIONS, configuration_context, run_config
 
-    scenario, extra = scenario_and_context(mix)
+    scenario, extra = scenario_and_context(mix, phase_s)
     configurations = {**dict(CONFIGURATIONS), **EXTRA_CONFIGURATIONS}
     context = configuration_context(scenario, merge_context(extra, configurations[config]))
     # AWS's own limits, as make demo runs: nothing is throttled at these loads, and the embedded
@@ -202,11 +203,18 @@ def main() -> int:
     parser.add_argument("--mix", nargs="+", choices=MIXES, default=list(MIXES))
     parser.add_argument("--configs", nargs="+", default=["breakwater", AT_LEAST_ONCE, "naive"])
     parser.add_argument("--out", type=Path, default=ROOT / "out" / "bench" / "cost.json")
+    parser.add_argument(
+        "--phase-seconds",
+        type=float,
+        default=STEADY_PHASE_S,
+        help="each of a steady mix's three phases (longer: containers past their first minute)",
+    )
     parser.add_argument("--one", nargs=2, metavar=("MIX", "CONFIG"), help=argparse.SUPPRESS)  # a child
     args = parser.parse_args()
     sys.path[:0] = [str(ROOT), str(ROOT / "functions")]
     if args.one:
-        print(json.dumps(one_run(*args.one)), flush=True)
+        mix, config = args.one
+        print(json.dumps(one_run(mix, config, args.phase_seconds)), flush=True)
         return 0
     results: dict[str, dict[str, dict[str, Any]]] = {}
     failed = 0
@@ -218,7 +226,11 @@ def main() -> int:
             began = time.time()
             print(f"-- {mix} / {config} ...", flush=True)
             child = subprocess.run(  # noqa: S603 - this interpreter and this script
-                [sys.executable, str(Path(__file__).resolve()), "--one", mix, config],
+                [
+                    sys.executable,
+                    str(Path(__file__).resolve()),
+                    *("--one", mix, config, "--phase-seconds", str(args.phase_seconds)),
+                ],
                 cwd=ROOT,
                 capture_output=True,
                 text=True,
