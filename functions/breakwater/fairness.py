@@ -188,9 +188,9 @@ def paced_lease_size(sized: int, burst: float, demand_per_second: float | None, 
 
 QUIET_LEASE_SECONDS = 60.0
 """How long a quiet lease lasts: the horizon over which a container sizes it to the tenant's trickle.
-A tenant spread over many containers is seen by each only every so often; over a minute a container
-still sees a few of its requests where over ten seconds it would see one, and a one-token lease is
-a write per request."""
+Longer than :data:`RECENT_DEMAND_SECONDS`: a tenant spread over many containers is seen by each only
+every so often, and over a short horizon a container expects one of its requests (a one-token lease,
+a write per request) where over a longer one it expects a few."""
 
 QUIET_MAX_FRACTION = 0.5
 """A quiet lease holds at most this share of the burst (or the usual lease, if larger)."""
