@@ -130,6 +130,15 @@ def requests_by_service(row: dict[str, Any]) -> dict[str, float | None]:
     return {service: (count / delivered if delivered else None) for service, count in counts.items()}
 
 
+def _line(label: str, cells: list[str]) -> str:
+    """One line of the tables below the cost: a label, then a right-aligned cell per configuration."""
+    return f"{label:36s}" + "".join(f"{cell:>14s}" for cell in cells)
+
+
+def _figure(value: float | None) -> str:
+    return "-" if value is None else f"{value:.2f}"
+
+
 def table(mix: str, rows: dict[str, dict[str, Any]]) -> str:
     from local.pricing.cost import side_by_side
 
@@ -143,14 +152,14 @@ def table(mix: str, rows: dict[str, dict[str, Any]]) -> str:
         + ", ".join(f"{c} {r['refused']}" for c, r in rows.items()),
         side_by_side({config: row["cost"] for config, row in rows.items()}),
         "",
-        f"{'AWS requests per delivered message':36s}" + "".join(f"{c:>14s}" for c in rows),
+        _line("AWS requests per delivered message", list(rows)),
     ]
     per_service = {config: requests_by_service(row) for config, row in rows.items()}
     services = sorted({s for counts in per_service.values() for s in counts})
     for service in services:
         values = [per_service[c].get(service) for c in rows]
-        lines.append(f"{service:36s}" + "".join(f"{'-' if v is None else f'{v:.2f}':>14s}" for v in values))
-    lines += ["", f"{'DynamoDB write units per message, by item':36s}" + "".join(f"{c:>14s}" for c in rows)]
+        lines.append(_line(service, [_figure(v) for v in values]))
+    lines += ["", _line("DynamoDB write units per message, by item", list(rows))]
     kinds: dict[str, float] = {}
     for row in rows.values():
         for kind, units in row.get("write_units_by_kind", {}).items():
@@ -161,7 +170,7 @@ def table(mix: str, rows: dict[str, dict[str, Any]]) -> str:
             for row in rows.values()
         ]
         if any(values):
-            lines.append(f"{kind:36s}" + "".join(f"{'-' if v is None else f'{v:.2f}':>14s}" for v in values))
+            lines.append(_line(kind, [_figure(v) for v in values]))
     return "\n".join(lines)
 
 
