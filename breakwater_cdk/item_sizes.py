@@ -41,6 +41,8 @@ ROLE_BYTES = 32  # a queue's role in its health item's key (live-<n>, spillover,
 BUCKET_PURPOSE_BYTES = 16  # a token bucket's purpose in its sort key (ingest, consumer, events)
 BUCKET_NUMBERS = ("tokens", "updated_at", "full_at", "version", "multiplier", "ttl")
 HEALTH_NUMBERS = ("oldest_age_ms", "observed_at")
+# a consumer bucket kept on its tenant's counters item (its attributes prefixed ``consumer_``)
+CONSUMER_BUCKET_NUMBERS = ("tokens", "updated_at", "full_at", "version", "multiplier", "backoff")
 
 
 def string(name: str | int, value_bytes: int) -> int:
@@ -84,9 +86,17 @@ def _lease_bytes() -> int:
 
 
 def counters_item_bytes(leases: int) -> int:
-    """``tenant#<id>``/``counters`` holding ``leases`` leases (``{exp: N, burst: BOOL}`` each)."""
+    """``tenant#<id>``/``counters`` holding ``leases`` leases (``{exp: N, burst: BOOL}`` each), and the
+    tenant's consumer bucket beside them (its attributes prefixed ``consumer_``, and a backoff)."""
     keys = _keys(len("tenant#") + TENANT_ID_BYTES, len("counters"))
-    return keys + map_of("leases", [_lease_bytes()] * leases) + number("version") + COUNTERS_FIELDS_BYTES
+    bucket = sum(number(f"consumer_{name}") for name in CONSUMER_BUCKET_NUMBERS)
+    return (
+        keys
+        + map_of("leases", [_lease_bytes()] * leases)
+        + number("version")
+        + bucket
+        + COUNTERS_FIELDS_BYTES
+    )
 
 
 def lease_shard_item_bytes(leases: int, shards: int) -> int:

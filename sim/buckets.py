@@ -1,9 +1,11 @@
 """The worker's consumer buckets in memory (``RateGate``: one ask per tenant and batch), and the
 refusals a container answers without asking the table; :mod:`sim.gates` re-exports them with the leases.
 
-With a :class:`sim.dynamodb.StateTable`, each ask is a write of the tenant's ``bucket#consumer`` item
-at its virtual time; one still throttled after botocore's retries fails open, as
-``LeasedTokenBucket`` does.
+With a :class:`sim.dynamodb.StateTable`, each ask is a write of the tenant's bucket item at its
+virtual time: its counters item for a tenant whose leases are on it (``on_counters``: the live
+worker keeps the bucket there, and the floor lease rides on that write, :meth:`sim.gates.LeaseTable.
+acquire_many`'s ``riding``), its ``bucket#consumer`` item for a tenant whose leases are on lease
+shards; one still throttled after botocore's retries fails open, as ``LeasedTokenBucket`` does.
 
 A contended ask (refused, or granted less than it wanted) paces the container's next ask of that
 tenant, as ``LeasedTokenBucket`` with ``contended_interval_s`` does: about ``interval_s`` later
@@ -19,10 +21,11 @@ import math
 import random
 from collections.abc import Callable, Hashable
 
+from breakwater.concurrency import lease_shard_count
 from breakwater.fairness import BucketLimits, BucketState, lease_size, take_lease
 from breakwater.settings import TierLimits
-from breakwater.worker.options import consumer_bucket_limits
-from sim.dynamodb import CONSUMER_BUCKET, StateTable
+from breakwater.worker.options import concurrency_limits, consumer_bucket_limits
+from sim.dynamodb import CONSUMER_BUCKET, COUNTERS, StateTable
 
 
 class LocalRefusals:
@@ -96,11 +99,23 @@ class ConsumerBuckets:
         # seen since its last ask, when that was]: only containers a contended ask paced
         self._paced: dict[Hashable, list[float]] = {}
         self._swept_at = 0.0
+        # whether each tenant's bucket is on its counters item (its leases are there)
+        self._on_counters: dict[int, bool] = {}
+        self.wrote = False  # whether the last ask wrote the tenant's counters item (a lease may ride on it)
+
+    def on_counters(self, tenant: int) -> bool:
+        """Whether ``tenant``'s bucket is kept on its counters item: its leases are on it."""
+        beside = self._on_counters.get(tenant)
+        if beside is None:
+            limits = concurrency_limits(self._limits(tenant))
+            beside = self._on_counters[tenant] = lease_shard_count(limits) == 1
+        return beside
 
     def try_acquire_up_to(self, tenant: int, count: int, now_s: float, holder: str = "") -> int:
         """Up to ``count`` tokens of ``tenant`` for the container ``holder``."""
         refusals = self.refusals
         key = (holder, tenant)
+        self.wrote = False
         if refusals._until and refusals.blocked(key, now_s):
             if key in self._paced:
                 self._paced[key][2] += count  # its demand, for the lease it takes when it may ask again
@@ -142,13 +157,17 @@ class ConsumerBuckets:
             self._sweep(now_s)
         table = self.table
         if table is not None:
-            item, units = table.consumer_items[tenant], table.bucket_wcu * writes
-            if not table.write(item, CONSUMER_BUCKET, now_s, units):
-                written, waited = table.retried_write(item, CONSUMER_BUCKET, now_s, units)
+            if self.on_counters(tenant):  # the item beside its leases (sized as holding one)
+                item, kind, units = table.counters_items[tenant], COUNTERS, table.counters_units(1) * writes
+            else:
+                item, kind, units = table.consumer_items[tenant], CONSUMER_BUCKET, table.bucket_wcu * writes
+            if not table.write(item, kind, now_s, units):
+                written, waited = table.retried_write(item, kind, now_s, units)
                 self.waited_s += waited
                 if not written:
                     self.failed_open += 1
                     return min(count, granted)
+        self.wrote = granted > 0 and self.on_counters(tenant)
         self._state[tenant] = decision.state
         return min(count, granted)
 

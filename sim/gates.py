@@ -158,7 +158,12 @@ class LeaseTable:
         return order_made
 
     def acquire_many(
-        self, requests: dict[int, ConcurrencyLimits], holder: str, expires_at_ms: int, now_ms: int
+        self,
+        requests: dict[int, ConcurrencyLimits],
+        holder: str,
+        expires_at_ms: int,
+        now_ms: int,
+        riding: Sequence[int] = (),
     ) -> dict[int, Grant]:
         """Mirrors ``ConcurrencyLeases.acquire_many``: each tenant's grant, burst leases in the shard.
 
@@ -168,7 +173,20 @@ class LeaseTable:
         with the shard, one conditional write per floor lease. A write that did not go through (a
         lost race, a throttle) leaves its tenants to be acquired on their own (:meth:`_acquire_in`);
         a sharded tenant its first item refused is tried in its other one, read then written.
+
+        ``riding``: tenants whose consumer bucket just wrote their counters item, where the worker's
+        floor lease rides on that write (:meth:`_ride`); those it lands on are not leased again.
         """
+        rode: dict[int, Grant] = {}
+        for tenant in riding:
+            limits = requests.get(tenant)
+            if limits is not None and self._ride(tenant, limits, holder, expires_at_ms, now_ms):
+                rode[tenant] = _FLOOR
+        if rode:
+            requests = {tenant: limits for tenant, limits in requests.items() if tenant not in rode}
+            if not requests:
+                return rode
+            return rode | self.acquire_many(requests, holder, expires_at_ms, now_ms)
         orders = {tenant: self.choices(tenant, limits, holder) for tenant, limits in requests.items()}
         if len(requests) == 1:
             tenant, order = next(iter(orders.items()))
@@ -238,6 +256,36 @@ class LeaseTable:
             self.second_tries += 1
             grants[tenant] = self._acquire_in(tenant, orders[tenant][1:], holder, expires_at_ms, now_ms)
         return grants
+
+    def _ride(
+        self, tenant: int, limits: ConcurrencyLimits, holder: str, expires_at_ms: int, now_ms: int
+    ) -> bool:
+        """``ConcurrencyLeases.floor_rider``: the floor lease taken in the consumer bucket's write of the
+        tenant's counters item (billed there), on the blind floor write's condition; a condition that
+        fails costs the bucket's write made again alone (billed here), and the item is read first for
+        a while. False: lease the tenant as usual."""
+        if limits.floor == 0 or lease_shard_count(limits) != 1:
+            return False
+        crowded = (holder, tenant)
+        if self._crowded.get(crowded, 0) > now_ms:
+            return False
+        leases = self._maps.get(tenant)
+        own = leases.get(holder) if leases else None
+        renewing = own is not None and own.expires_at_ms > now_ms
+        if leases is not None and (renewing or _held(leases, now_ms) < limits.floor):
+            self._take(tenant, holder, Lease(expires_at_ms, False), now_ms)
+            return True
+        self.writes += 1  # the joint write failed on the lease's condition: the bucket's alone
+        table = self.table
+        if table is not None:
+            units = _write_units(table, tenant, len(leases or _NO_LEASES))
+            _written, waited = table.retried_write(
+                table.counters_items[tenant], COUNTERS, now_ms / 1000, units
+            )
+            self.waited_s += waited
+        if leases is not None:
+            self._crowded[crowded] = now_ms + CROWDED_MS
+        return False
 
     def _floor_without_read(
         self, key: LeaseKey, limits: ConcurrencyLimits, holder: str, expires_at_ms: int, now_ms: int

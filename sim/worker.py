@@ -380,13 +380,17 @@ class WorkerModel:
         for message in admitted:
             wanted[message.tenant] = wanted.get(message.tenant, 0) + 1
         within: list[Message]
+        riding: list[int] = []
         if self.rate is not None:
-            acquire = self.rate.try_acquire_up_to
+            rate = self.rate
+            acquire = rate.try_acquire_up_to
             tokens: dict[int, int] = {}
             tenants: list[int] = []
             short = False
             for tenant, count in wanted.items():
                 granted = tokens[tenant] = acquire(tenant, count, at, holder)
+                if rate.wrote:  # the tenant's counters item: its floor lease rides on that write
+                    riding.append(tenant)
                 if granted > 0:
                     tenants.append(tenant)
                 if granted < count:
@@ -423,7 +427,7 @@ class WorkerModel:
             if limits is None:
                 limits = known[tenant] = concurrency_limits(self.limits(tenant))
             requests[tenant] = limits
-        grants = self.leases.acquire_many(requests, holder, expires_at, now_ms)
+        grants = self.leases.acquire_many(requests, holder, expires_at, now_ms, riding)
         held: list[int] = []  # plain loops here and in finish: they run for every batch
         for tenant, grant in grants.items():
             if grant is not _REFUSED:

@@ -19,6 +19,7 @@ from breakwater.requests import MAX_KEY_LENGTH
 from breakwater_cdk import ceilings
 from breakwater_cdk.config import MAX_TENANT_CONCURRENCY, BlueprintConfig, TierConfig, load_config
 from breakwater_cdk.item_sizes import (
+    CONSUMER_BUCKET_NUMBERS,
     CONTAINER_ID_BYTES,
     COUNTERS_FIELDS_BYTES,
     TENANT_ID_BYTES,
@@ -187,10 +188,12 @@ def test_the_sizes_are_never_below_what_dynamodb_counts_for_the_real_items() -> 
         "sk": {"S": "counters"},
         "leases": {"M": leases},
         "version": {"N": "123456789"},
+        **{f"consumer_{name}": {"N": "1764325200.123456"} for name in CONSUMER_BUCKET_NUMBERS},
     }
     real = item_size(counters)
     assert real <= counters_item_bytes(LEASE_SHARD_PLACES) - COUNTERS_FIELDS_BYTES < real * 1.3
-    shard = {**counters, "sk": {"S": "lease#62"}}  # the last of a ceiling of 1,000's 63 shards
+    shard = {key: value for key, value in counters.items() if not key.startswith("consumer_")}
+    shard = {**shard, "sk": {"S": "lease#62"}}  # the last of a ceiling of 1,000's 63 shards
     assert item_size(shard) <= lease_shard_item_bytes(LEASE_SHARD_PLACES, 63) < item_size(shard) * 1.3
     places = {f"{tenant}#{index:0{CONTAINER_ID_BYTES}x}": {"N": "1764325200123"} for index in range(16)}
     pool = {

@@ -20,6 +20,7 @@ from breakwater.processor import WorkContext
 from tests.integration import worker_fixtures
 from tests.integration.worker_fixtures import (
     MAX_RECEIVE_COUNT,
+    STATE_TABLE,
     WorkerWorld,
     add_tenant,
     load,
@@ -51,14 +52,16 @@ def counts(world: WorkerWorld, tenant: str) -> dict[str, int]:
 
 
 def empty_consumer_bucket(world: WorkerWorld, tenant: str) -> None:
-    world.put(
-        {
-            "pk": {"S": f"tenant#{tenant}"},
-            "sk": {"S": "bucket#consumer"},
-            "tokens": {"N": "0"},
-            "updated_at": {"N": str(now_ms() / 1000)},
-            "version": {"N": "1"},
-        }
+    """An empty consumer bucket where a tenant of one lease shard keeps it: on its counters item."""
+    world.dynamodb.update_item(
+        TableName=STATE_TABLE,
+        Key={"pk": {"S": f"tenant#{tenant}"}, "sk": {"S": "counters"}},
+        UpdateExpression="SET consumer_tokens = :zero, consumer_updated_at = :now, consumer_version = :one",
+        ExpressionAttributeValues={
+            ":zero": {"N": "0"},
+            ":now": {"N": str(now_ms() / 1000)},
+            ":one": {"N": "1"},
+        },
     )
 
 
@@ -241,26 +244,38 @@ def test_the_worker_handler_does_not_import_every_powertools_parser_model(world:
     assert done.stdout.strip() == "[]"
 
 
-def test_a_batch_takes_its_tenant_s_consumer_tokens_in_one_write(
+def test_a_batch_takes_its_tenant_s_consumer_tokens_and_floor_lease_in_one_write(
     world: WorkerWorld, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     add_tenant("slow", "slow")  # consumer rate 3/s, burst 3
     envelopes = [make_envelope("slow") for _ in range(5)]
     for envelope in envelopes:
         world.send("live-0", envelope)
+    # the tenant's counters item as ingest leaves it, with the map its leases go in
+    world.dynamodb.update_item(
+        TableName=STATE_TABLE,
+        Key={"pk": {"S": "tenant#slow"}, "sk": {"S": "counters"}},
+        UpdateExpression="SET leases = :none ADD accepted :five",
+        ExpressionAttributeValues={":none": {"M": {}}, ":five": {"N": "5"}},
+    )
     handler = load(monkeypatch, "worker.handler", world.environment())
-    bucket_writes: list[str] = []
+    writes: list[str] = []
 
     def count(params: dict[str, Any], **_: Any) -> None:
-        if params["Key"]["sk"]["S"] == "bucket#consumer":
-            bucket_writes.append(params["UpdateExpression"])
+        assert params["Key"]["sk"]["S"] != "bucket#consumer"  # kept on the counters item
+        if params["Key"] == {"pk": {"S": "tenant#slow"}, "sk": {"S": "counters"}}:
+            writes.append(params["UpdateExpression"])
 
     handler.worker.ports.rate._client.meta.events.register("provide-client-params.dynamodb.UpdateItem", count)
 
     response, received = world.deliver(handler, "live-0")
 
     assert len(received) == 5 and response == {"batchItemFailures": []}
-    assert len(bucket_writes) == 1  # the batch's three tokens in one lease, not one write per message
+    # the batch's three tokens in one lease (not one write per message), and the floor lease in it
+    taking = [update for update in writes if "#tok" in update]
+    assert len(taking) == 1 and "leases.#h = :lease" in taking[0]
+    # then only the release with the counters: two writes of the tenant's item for the whole batch
+    assert len(writes) == 2 and "REMOVE leases.#h" in writes[1]
     # the first three (record order) are processed, the other two are over the rate and spill
     assert world.item("tenant#slow", "counters")["processed"] == 3
     assert sorted(e.id for e in world.bodies("spillover")) == sorted(e.id for e in envelopes[3:])

@@ -18,6 +18,7 @@ import simpy
 import sim  # noqa: F401
 from breakwater.concurrency import POOL_SHARD_PLACES, ConcurrencyLimits, Grant
 from breakwater.envelope import Origin
+from breakwater.settings import TierLimits
 from breakwater_cdk.ceilings import health_report_shards
 from local.aws_limits import AwsLimits
 from sim.config import blueprint, load_context, setups
@@ -78,6 +79,7 @@ def worker(
     sink: TimedSink | None = None,
     leases: LeaseTable | None = None,
     health_shards: int = 1,
+    limits: TierLimits = LIMITS,
 ) -> tuple[WorkerModel, TimedSink, SqsQueue, list[Message]]:
     env = simpy.Environment(initial_time=NOW_S)
     queue = SqsQueue(env, "live-0", visibility_timeout_s=360, max_receive_count=5)
@@ -89,8 +91,8 @@ def worker(
         "worker",
         setup,
         sink,
-        lambda _t: LIMITS,
-        ConsumerBuckets(lambda _t: LIMITS, table),
+        lambda _t: limits,
+        ConsumerBuckets(lambda _t: limits, table),
         leases if leases is not None else LeaseTable(10, table),
     )
     return model, sink, queue, queue.receive(10)
@@ -118,11 +120,30 @@ def test_a_tenant_whose_lease_item_stays_throttled_has_only_its_messages_deferre
 def test_a_consumer_bucket_throttled_through_its_retries_fails_open() -> None:
     table = StateTable(NAMES, LIMIT)
     exhaust(table, table.consumer_bucket(0), CONSUMER_BUCKET)
-    model, sink, queue, batch = worker([0, 1, 0, 1], table)
+    # tenants whose leases are on lease shards: their consumer buckets are on items of their own
+    model, sink, queue, batch = worker(
+        [0, 1, 0, 1], table, limits=LIMITS.model_copy(update={"concurrency": 64})
+    )
     model.handle(batch, queue, 1, NOW_S).finish()
     assert model.rate is not None and model.rate.failed_open == 1
     assert len(sink.processed) == 4  # within the tenants' rates and leases: processed all the same
     assert model.batch_failures == 0
+
+
+def test_a_floor_lease_rides_on_the_consumer_bucket_s_write_of_the_counters_item() -> None:
+    table = StateTable(NAMES, LIMIT)
+    model, sink, queue, batch = worker([0, 1, 0, 1], table)
+    model.handle(batch, queue, 1, NOW_S).finish()  # the tenants' first leases make their maps
+    assert model.rate is not None and model.leases is not None
+    rate_writes, lease_writes = model.rate.writes, model.leases.writes
+    later = NOW_S + 5
+    for index, tenant in enumerate([0, 1, 1]):
+        queue.send(Message(tenant, int(later * 1000) - index, None, None, 0.0, False))
+    model.handle(queue.receive(10), queue, 1, later).finish()
+    assert len(sink.processed) == 7
+    assert model.rate.writes - rate_writes == 2  # one ask per tenant, each a write of its counters item
+    assert model.leases.writes == lease_writes  # the floor leases rode on those asks
+    assert all(row["kind"] != CONSUMER_BUCKET for row in table.report(count=100)["hottest_items"])
 
 
 def test_a_pool_shard_left_unread_leaves_the_batch_floors_only() -> None:

@@ -231,11 +231,13 @@ def test_a_small_tenants_writes_per_batch_are_as_before(monkeypatch: pytest.Monk
     model, _, queue = worker(table)
     counters = table.counters(SMALL)
     batch(model, queue, 1, [SMALL, SMALL], NOW_S)
-    # a write without reading that finds no map of leases, the read, the map made, the floor, the release
+    # its consumer bucket's write with the floor lease, which finds no map of leases, the bucket's write
+    # again alone, a write without reading that finds no map either, the read, the map made, the
+    # floor, the release
     first = writes_on(calls, counters)
-    assert len(first) == 4
+    assert len(first) == 6
     batch(model, queue, 1, [SMALL, SMALL], NOW_S + 0.2)
-    # then a floor lease without reading and the release with its counters: two writes every batch
+    # then the bucket's write with the floor lease, and the release with its counters: two writes a batch
     assert len(writes_on(calls, counters)) - len(first) == 2
     assert not [call for call in calls if str(call[0][2]).startswith("lease#")]  # type: ignore[index]
     assert model.kept.counts_written == {}
@@ -261,6 +263,8 @@ def test_a_refused_tenants_counters_go_out_at_most_once_per_interval(monkeypatch
         "acquire_many",
         lambda requests, *_args, **_kwargs: dict.fromkeys(requests, Grant.REFUSED),
     )
+    assert model.rate is not None
+    model.rate.table = None  # its consumer bucket's writes of the same item are not what is counted here
     batch(model, queue, 1, [SMALL], NOW_S)  # deferred, counted: its first write at once
     batch(model, queue, 1, [SMALL], NOW_S + 0.5)  # within the interval: kept
     assert model.kept.carried(SMALL) == 1

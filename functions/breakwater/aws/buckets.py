@@ -1,4 +1,5 @@
-"""Token buckets in the state table, leased in chunks (``pk=tenant#<id>``, ``sk=bucket#<purpose>``).
+"""Token buckets in the state table, leased in chunks (``pk=tenant#<id>``, ``sk=bucket#<purpose>``, or
+the tenant's counters item for a consumer bucket kept beside its leases: :mod:`breakwater.aws.bucket_items`).
 
 Shared by ingest (purpose ``ingest``) and the workers (purpose ``consumer``). One conditional
 UpdateItem on ``version`` takes a lease; it returns the new item (so the next lease needs no read)
@@ -34,14 +35,20 @@ from __future__ import annotations
 import math
 import random
 from collections.abc import Callable, Mapping
-from dataclasses import dataclass
-from decimal import Decimal
 from typing import TYPE_CHECKING, Any
 
 from botocore.exceptions import BotoCoreError, ClientError
 
 from breakwater.aws import clients
+from breakwater.aws.bucket_items import (
+    BucketItem,
+    StoredBucket,
+    multiplier_condition,
+    parse_bucket_item,
+    state_values,
+)
 from breakwater.aws.conflicts import pause_before_retry
+from breakwater.aws.counters import Rider, carried_write
 from breakwater.fairness import (
     QUIET_LEASE_SECONDS,
     BucketLimits,
@@ -52,7 +59,6 @@ from breakwater.fairness import (
     backoff_cap,
     contention_backoff,
     demand_lease_size,
-    full_at,
     is_full,
     lease_size,
     local_refusal_seconds,
@@ -65,53 +71,6 @@ from breakwater.observability import logger
 
 if TYPE_CHECKING:
     from mypy_boto3_dynamodb import DynamoDBClient
-
-MIN_MULTIPLIER = 0.001
-"""A multiplier the controller wrote as 0 or less would mean "never admit"; clamp it to a trickle."""
-
-
-@dataclass(frozen=True)
-class StoredBucket:
-    """What this container last knew of the shared item; ``version`` None means "no bucket stored yet"."""
-
-    state: BucketState | None
-    version: int | None
-    multiplier: float = 1.0
-    full_at: float | None = None  # as stored (None: an item written before ``full_at`` was kept)
-    backoff: float = 0.0  # the contention backoff of the last container that leased from it
-
-    def tokens_at(self, limits: BucketLimits, now: float) -> float | None:
-        """The tokens the bucket holds at ``now`` by its stored ``full_at`` (None: not stored)."""
-        if self.full_at is None:
-            return None
-        return limits.burst - max(0.0, self.full_at - now) * limits.rate
-
-
-def bucket_key(tenant: str, purpose: str) -> dict[str, dict[str, str]]:
-    return {"pk": {"S": f"tenant#{tenant}"}, "sk": {"S": f"bucket#{purpose}"}}
-
-
-def parse_bucket_item(item: Mapping[str, Any] | None) -> StoredBucket:
-    """A low-level item as what we know; missing attributes mean a full, unversioned bucket."""
-    if not item:
-        return StoredBucket(state=None, version=None)
-    multiplier = float(item["multiplier"]["N"]) if "multiplier" in item else 1.0
-    if not math.isfinite(multiplier):
-        multiplier = 1.0
-    multiplier = max(MIN_MULTIPLIER, multiplier)
-    if "version" not in item or "tokens" not in item or "updated_at" not in item:
-        # e.g. the controller set a multiplier before anyone leased: treat as full, create the version.
-        return StoredBucket(state=None, version=None, multiplier=multiplier)
-    state = BucketState(tokens=float(item["tokens"]["N"]), updated_at=float(item["updated_at"]["N"]))
-    stored_full_at = float(item["full_at"]["N"]) if "full_at" in item else None
-    backoff = float(item["backoff"]["N"]) if "backoff" in item else 0.0
-    return StoredBucket(
-        state=state,
-        version=int(item["version"]["N"]),
-        multiplier=multiplier,
-        full_at=stored_full_at,
-        backoff=backoff if math.isfinite(backoff) and backoff > 0 else 0.0,
-    )
 
 
 class LeasedTokenBucket:
@@ -138,6 +97,7 @@ class LeasedTokenBucket:
         rng: random.Random | None = None,
         pause: Callable[[int], bool] = pause_before_retry,
         contended_interval_s: float = 0.0,
+        shared_item: BucketItem | None = None,
     ) -> None:
         self.table_name = table_name
         self.purpose = purpose
@@ -162,18 +122,51 @@ class LeasedTokenBucket:
         # sharing a contended tenant then ask its item at a bounded rate however large the fleet, each
         # lease sized to last until the next ask. 0: asks are paced by the refill and the backoff only.
         self.contended_interval_s = contended_interval_s
+        # The bucket's own item, and the item it shares with the tenant's leases where the caller says
+        # they are there (asked ``on_counters``); where each tenant's bucket was last asked, and the
+        # write a call's lease write may carry (:class:`breakwater.aws.counters.Rider`).
+        self._own_item = BucketItem(f"bucket#{purpose}")
+        self.shared_item = shared_item
+        self._at: dict[str, BucketItem] = {}
+        self._riders: dict[str, Rider] = {}
 
     def try_acquire(self, tenant: str, limits: BucketLimits) -> tuple[bool, float]:
         taken, retry_after = self.try_acquire_up_to(tenant, limits, 1)
         return taken == 1, retry_after
 
-    def try_acquire_up_to(self, tenant: str, limits: BucketLimits, count: int) -> tuple[int, float]:
+    def try_acquire_up_to(
+        self,
+        tenant: str,
+        limits: BucketLimits,
+        count: int,
+        *,
+        on_counters: bool = False,
+        rider: Rider | None = None,
+    ) -> tuple[int, float]:
         """Up to ``count`` tokens for requests waiting now: ``(taken, 0.0)`` or ``(taken, retry_after)``.
 
         A worker's batch asks for all the messages of a tenant at once: when its lease is short, it
         leases what the batch needs in one write (at least the usual lease, at most the burst), not
         one lease per message; tokens it spends at once starve nobody.
+
+        ``on_counters``: the tenant's bucket is on the item it shares with its leases
+        (``shared_item``), not on its own. ``rider``: a write of that item to make in the lease write,
+        if this call makes one (``rider.landed`` says whether it did); never made otherwise.
         """
+        at = self.shared_item if on_counters and self.shared_item is not None else self._own_item
+        if self._at.setdefault(tenant, at) != at:  # moved (its leases moved): what was known is elsewhere
+            self._known.pop(tenant, None)
+            self._busy.pop(tenant, None)
+            self._at[tenant] = at
+        if rider is None:
+            return self._acquire_up_to(tenant, limits, count)
+        self._riders[tenant] = rider
+        try:
+            return self._acquire_up_to(tenant, limits, count)
+        finally:
+            self._riders.pop(tenant, None)
+
+    def _acquire_up_to(self, tenant: str, limits: BucketLimits, count: int) -> tuple[int, float]:
         now = self._clock()
         self._demand.setdefault(tenant, DemandMeter()).observe(now, count)
         lease = self._leases.setdefault(tenant, LocalLease())
@@ -229,14 +222,14 @@ class LeasedTokenBucket:
                 if exc.response.get("Error", {}).get("Code") != "ConditionalCheckFailedException":
                     return self._fail_open(tenant, known, limits, now, exc), False, self.lease_seconds
                 # Not full after all (or the multiplier moved): the error carries the current item.
-                known = parse_bucket_item(exc.response.get("Item"))  # type: ignore[arg-type]
+                known = self._parsed(tenant, exc.response.get("Item"))  # type: ignore[arg-type]
                 self._known[tenant] = known
                 decision, lost = self._lease_partial(tenant, known, limits, now, need, failed_full=True)
                 return decision, lost, self.lease_seconds
             except BotoCoreError as exc:
                 return self._fail_open(tenant, known, limits, now, exc), False, self.lease_seconds
             else:
-                self._known[tenant] = parse_bucket_item(item)
+                self._known[tenant] = self._parsed(tenant, item)
                 return decision, False, ttl
         # A busy tenant's bucket is seldom full when a copy says it must be by now (others took tokens
         # since): take from it relative to what is stored first, rather than lose the full-bucket write.
@@ -284,7 +277,7 @@ class LeasedTokenBucket:
                 # relative one), or the bucket is full after all: the error carries the current item,
                 # recompute and try once more.
                 contended = True
-                known = parse_bucket_item(exc.response.get("Item"))  # type: ignore[arg-type]
+                known = self._parsed(tenant, exc.response.get("Item"))  # type: ignore[arg-type]
                 self._known[tenant] = known
                 if attempt + 1 == self.max_attempts:
                     break
@@ -306,7 +299,7 @@ class LeasedTokenBucket:
             except BotoCoreError as exc:
                 return self._fail_open(tenant, known, limits, now, exc), False
             self._busy[tenant] = relative or not self._predicts_full(known, limits, now)
-            self._known[tenant] = parse_bucket_item(item)
+            self._known[tenant] = self._parsed(tenant, item)
             return decision, contended and decision.granted < promised
         # Heavy contention on one bucket: refuse briefly rather than spin.
         current = decision.state
@@ -333,17 +326,17 @@ class LeasedTokenBucket:
         effective = limits.scaled(known.multiplier)
         wanted, ttl = self._wanted(tenant, effective, now, need, full=True)
         decision = take_lease(BucketState.full(effective, now), effective, now, wanted)
-        multiplier, values = _multiplier_condition(known.multiplier)
+        multiplier, values = multiplier_condition(known.multiplier)
         values |= {
-            **_state_values(decision.state, effective),
+            **state_values(decision.state, effective),
             ":now": {"N": f"{now:.6f}"},
             ":one": {"N": "1"},
         }
         item = self._update(
             tenant,
-            "SET tokens = :tokens, updated_at = :updated, full_at = :full ADD version :one",
+            "SET #tok = :tokens, #upd = :updated, #fat = :full ADD #ver :one",
             # No version yet: nobody has leased from this bucket, so it is full (the multiplier still counts).
-            f"(attribute_not_exists(version) OR full_at <= :now) AND {multiplier}",
+            f"(attribute_not_exists(#ver) OR #fat <= :now) AND {multiplier}",
             values,
         )
         return decision, item, ttl
@@ -364,7 +357,7 @@ class LeasedTokenBucket:
         may go below zero: it is the level at ``updated_at``, and the refill since then covers it.
         """
         effective = limits.scaled(known.multiplier)
-        multiplier, values = _multiplier_condition(known.multiplier)
+        multiplier, values = multiplier_condition(known.multiplier)
         values |= {
             ":n": {"N": str(tokens)},
             ":dt": {"N": f"{tokens / effective.rate:.6f}"},
@@ -374,8 +367,8 @@ class LeasedTokenBucket:
         }
         return self._update(
             tenant,
-            "SET tokens = tokens - :n, full_at = full_at + :dt ADD version :one",
-            f"full_at BETWEEN :now AND :limit AND {multiplier}",
+            "SET #tok = #tok - :n, #fat = #fat + :dt ADD #ver :one",
+            f"#fat BETWEEN :now AND :limit AND {multiplier}",
             values,
         )
 
@@ -387,18 +380,27 @@ class LeasedTokenBucket:
         """
         lease = self._leases.get(tenant)
         if lease is not None and lease.backoff > 0:  # one that never lost a probe has nothing to teach
-            update = update.replace("SET ", "SET backoff = :backoff, ", 1)
+            update = update.replace("SET ", "SET #bko = :backoff, ", 1)
             values = values | {":backoff": {"N": f"{lease.backoff:.3f}"}}
-        response = self._client.update_item(
-            TableName=self.table_name,
-            Key=bucket_key(tenant, self.purpose),
-            UpdateExpression=update,
-            ConditionExpression=condition,
-            ExpressionAttributeValues=values,
-            ReturnValues="ALL_NEW",
-            ReturnValuesOnConditionCheckFailure="ALL_OLD",
-        )
+        at = self._item(tenant)
+        request = {
+            "TableName": self.table_name,
+            "Key": at.key(tenant),
+            "UpdateExpression": update,
+            "ConditionExpression": condition,
+            "ExpressionAttributeNames": at.names(update, condition),
+            "ExpressionAttributeValues": values,
+            "ReturnValues": "ALL_NEW",
+            "ReturnValuesOnConditionCheckFailure": "ALL_OLD",
+        }
+        response = carried_write(self._client, request, self._riders.get(tenant))
         return dict(response.get("Attributes", {}))
+
+    def _item(self, tenant: str) -> BucketItem:
+        return self._at.get(tenant, self._own_item)
+
+    def _parsed(self, tenant: str, item: Mapping[str, Any] | None) -> StoredBucket:
+        return parse_bucket_item(item, self._item(tenant).prefix)
 
     def _decide(
         self, tenant: str, known: StoredBucket, limits: BucketLimits, now: float, need: int = 1
@@ -457,17 +459,17 @@ class LeasedTokenBucket:
         self, tenant: str, known: StoredBucket, decision: LeaseDecision, limits: BucketLimits, now: float
     ) -> dict[str, Any]:
         values = {
-            **_state_values(decision.state, limits.scaled(known.multiplier)),
+            **state_values(decision.state, limits.scaled(known.multiplier)),
             ":next": {"N": str((known.version or 0) + 1)},
         }
         if known.version is None:
-            condition = "attribute_not_exists(version)"
+            condition = "attribute_not_exists(#ver)"
         else:
-            condition = "version = :version"
+            condition = "#ver = :version"
             values[":version"] = {"N": str(known.version)}
         return self._update(
             tenant,
-            "SET tokens = :tokens, updated_at = :updated, full_at = :full, version = :next",
+            "SET #tok = :tokens, #upd = :updated, #fat = :full, #ver = :next",
             condition,
             values,
         )
@@ -488,20 +490,3 @@ class LeasedTokenBucket:
             extra={"tenant": tenant, "purpose": self.purpose, "granted": decision.granted, "error": str(exc)},
         )
         return decision
-
-
-def _state_values(state: BucketState, limits: BucketLimits) -> dict[str, Any]:
-    """What every lease writes: ``:tokens``, ``:updated``, ``:full`` (when it is full again at ``limits``)."""
-    return {
-        ":tokens": {"N": f"{state.tokens:.6f}"},
-        ":updated": {"N": f"{state.updated_at:.6f}"},
-        ":full": {"N": f"{full_at(state, limits):.6f}"},
-    }
-
-
-def _multiplier_condition(multiplier: float) -> tuple[str, dict[str, Any]]:
-    """The condition that the stored multiplier is the one a lease was computed with (none stored: 1)."""
-    values = {":m": {"N": str(Decimal(str(multiplier)))}}
-    if multiplier == 1.0:
-        return "(attribute_not_exists(multiplier) OR multiplier = :m)", values
-    return "multiplier = :m", values

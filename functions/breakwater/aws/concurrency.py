@@ -27,7 +27,9 @@ tenant's floor lease is first tried without reading
 (:meth:`ConcurrencyLeases._floor_without_read`): one conditional write, on condition that the lease
 item holds fewer leases than its floor, expired ones included (a shard whose share of the floor is 0
 is always read first); an item found at its floor is read first for a while
-(:class:`breakwater.concurrency.CrowdedFloors`).
+(:class:`breakwater.concurrency.CrowdedFloors`). The worker keeps the consumer bucket of a tenant whose
+leases are on its counters item on that item too, and takes the floor lease in the bucket's own
+write when the bucket writes (:meth:`ConcurrencyLeases.floor_rider`): one write for both.
 
 A lost race (a read-then-write, or a floor write after a read) is retried with a jittered pause
 (:func:`breakwater.aws.conflicts.pause_before_retry`); any error while acquiring a tenant (a throttle,
@@ -44,7 +46,7 @@ from typing import TYPE_CHECKING, Any
 from botocore.exceptions import BotoCoreError, ClientError
 
 from breakwater.aws.conflicts import pause_before_retry
-from breakwater.aws.counters import COUNTERS_SK, batch_get_some, plain, tenant_pk
+from breakwater.aws.counters import COUNTERS_SK, Rider, batch_get_some, plain, tenant_pk
 from breakwater.aws.lease_shards import LeaseItem, lease_items
 from breakwater.concurrency import (
     ConcurrencyLimits,
@@ -332,22 +334,7 @@ class ConcurrencyLeases:
             return False
         try:
             self._client.update_item(
-                TableName=self._table,
-                Key={"pk": {"S": lease_item.pk}, "sk": {"S": lease_item.sk}},
-                UpdateExpression="SET leases.#h = :lease ADD version :one",
-                # attribute_exists first: an item without leases fails as size() of nothing does (and
-                # moto, which cannot size a missing attribute, never has to)
-                # (or renewing this holder's own live lease, which adds none)
-                ConditionExpression=(
-                    "attribute_exists(leases) AND (size(leases) < :floor OR leases.#h.#exp > :now)"
-                ),
-                ExpressionAttributeNames={"#h": self.holder, "#exp": "exp"},
-                ExpressionAttributeValues={
-                    ":lease": _lease_value(Lease(expires_at_ms=expires_at_ms)),
-                    ":floor": {"N": str(lease_item.limits.floor)},
-                    ":one": {"N": "1"},
-                    ":now": {"N": str(now)},
-                },
+                **self._floor_update(lease_item, expires_at_ms, now),
                 ReturnValuesOnConditionCheckFailure="ALL_OLD",
             )
         except ClientError as exc:
@@ -360,6 +347,61 @@ class ConcurrencyLeases:
             return False
         self._took(lease_item)
         return True
+
+    def _floor_update(self, lease_item: LeaseItem, expires_at_ms: int, now: int) -> dict[str, Any]:
+        """The UpdateItem of a floor lease taken without reading (:meth:`_floor_without_read`)."""
+        return {
+            "TableName": self._table,
+            "Key": {"pk": {"S": lease_item.pk}, "sk": {"S": lease_item.sk}},
+            "UpdateExpression": "SET leases.#h = :lease ADD version :one",
+            # attribute_exists first: an item without leases fails as size() of nothing does (and
+            # moto, which cannot size a missing attribute, never has to)
+            # (or renewing this holder's own live lease, which adds none)
+            "ConditionExpression": (
+                "attribute_exists(leases) AND (size(leases) < :floor OR leases.#h.#exp > :now_ms)"
+            ),
+            "ExpressionAttributeNames": {"#h": self.holder, "#exp": "exp"},
+            "ExpressionAttributeValues": {
+                ":lease": _lease_value(Lease(expires_at_ms=expires_at_ms)),
+                ":floor": {"N": str(lease_item.limits.floor)},
+                ":one": {"N": "1"},
+                ":now_ms": {"N": str(now)},
+            },
+        }
+
+    def floor_rider(self, tenant: str, limits: ConcurrencyLimits, expires_at_ms: int) -> Rider | None:
+        """The floor lease of :meth:`_floor_without_read` as a :class:`~breakwater.aws.counters.Rider`
+        of another write of the tenant's counters item (its consumer bucket's lease write), for a
+        tenant whose leases are on that item; None where a lease is not taken without reading (leases
+        on lease shards, no floor, the item found at its floor lately). Landed, the lease is held as
+        :meth:`acquire_many` would hold it; refused (the floor taken, the map not made yet), the
+        tenant is leased by :meth:`acquire_many`, read first if the floor was found taken."""
+        lease_item = self._items(tenant, limits)[0]
+        if lease_item.sk != CONCURRENCY_SK or lease_item.limits.floor == 0:
+            return None
+        now = self._clock_ms()
+        crowded_key = f"{tenant}/{lease_item.sk}"
+        if self._crowded.crowded(crowded_key, now):
+            return None
+        floor, holder = lease_item.limits.floor, self.holder
+
+        def holds(item: Mapping[str, Any]) -> bool:
+            if "leases" not in item:
+                return False
+            leases = _leases_from(plain(item))
+            own = leases.get(holder)
+            return len(leases) < floor or (own is not None and own.expires_at_ms > now)
+
+        def refused(item: Mapping[str, Any]) -> None:
+            if "leases" in item:  # taken, not merely an item without a map of leases yet
+                self._crowded.found_taken(crowded_key, now)
+
+        return Rider(
+            update=self._floor_update(lease_item, expires_at_ms, now),
+            holds=holds,
+            on_landed=lambda: self._took(lease_item),
+            on_refused=refused,
+        )
 
     def _make_room(self, lease_item: LeaseItem) -> None:
         """Give the lease item an (empty) map of leases if it has none, so floor leases can be taken

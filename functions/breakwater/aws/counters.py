@@ -7,7 +7,8 @@ index of changed tenants) and ``writes`` (one more per flush, so the controller 
 if nothing was written since it read the counters). The controller keeps its own attributes
 (bookmarks ``seen_*``, its estimate and offset) on the same item with ``SET``, and the tenant's
 concurrency leases live there too (``leases``, ``version``: :mod:`breakwater.aws.concurrency`), so a
-worker's release and its counters are one write (:func:`merged_update`).
+worker's release and its counters are one write (:func:`merged_update`), and so does its consumer
+bucket (``consumer_*``), whose lease write carries the floor lease (:class:`Rider`).
 """
 
 from __future__ import annotations
@@ -15,6 +16,7 @@ from __future__ import annotations
 import functools
 import re
 from collections.abc import Callable, Iterable, Mapping, Sequence
+from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 from boto3.dynamodb.types import TypeDeserializer
@@ -76,15 +78,22 @@ def counters_update(table_name: str, tenant: str, deltas: Mapping[str, int]) -> 
 _ACTIONS = re.compile(r"\b(SET|REMOVE|ADD|DELETE)\b")
 
 
-def merged_update(first: Mapping[str, Any], second: Mapping[str, Any]) -> dict[str, Any]:
-    """Two unconditional UpdateItems of one item as one (one write unit where two took two).
+def merged_update(
+    first: Mapping[str, Any], second: Mapping[str, Any], *, conditional: bool = False
+) -> dict[str, Any]:
+    """Two UpdateItems of one item as one (one write unit where two took two).
 
     Their clauses are joined per action (``SET``, ``REMOVE``, ``ADD``, ``DELETE``); a placeholder
-    both use must stand for the same name or value.
+    both use must stand for the same name or value. Conditional updates merge only if ``conditional``
+    (their conditions must then both hold: the write is all or nothing); ``first`` says what is
+    returned.
     """
     if first["TableName"] != second["TableName"] or first["Key"] != second["Key"]:
         raise ValueError("only updates of the same item merge")
-    if "ConditionExpression" in first or "ConditionExpression" in second:
+    conditions = [
+        str(update["ConditionExpression"]) for update in (first, second) if "ConditionExpression" in update
+    ]
+    if conditions and not conditional:
         raise ValueError("conditional updates do not merge")
     clauses: dict[str, list[str]] = {}
     for update in (first, second):
@@ -96,6 +105,8 @@ def merged_update(first: Mapping[str, Any], second: Mapping[str, Any]) -> dict[s
         "Key": first["Key"],
         "UpdateExpression": " ".join(f"{action} {', '.join(bodies)}" for action, bodies in clauses.items()),
     }
+    if conditions:
+        merged["ConditionExpression"] = " AND ".join(f"({condition})" for condition in conditions)
     for field in ("ExpressionAttributeNames", "ExpressionAttributeValues"):
         joined = dict(first.get(field) or {})
         for placeholder, value in (second.get(field) or {}).items():
@@ -103,7 +114,55 @@ def merged_update(first: Mapping[str, Any], second: Mapping[str, Any]) -> dict[s
                 raise ValueError(f"{placeholder} stands for two things in the updates to merge")
         if joined:
             merged[field] = joined
+    for field in ("ReturnValues", "ReturnValuesOnConditionCheckFailure"):
+        if field in first:
+            merged[field] = first[field]
     return merged
+
+
+@dataclass
+class Rider:
+    """A conditional write of an item that another conditional write of the same item (the carrier)
+    takes along, so both cost one write unit where they cost two: a consumer bucket's lease write
+    carries the tenant's floor lease this way (:mod:`breakwater.aws.bucket_items`).
+
+    ``update`` is the rider's UpdateItem, its condition included (placeholders other than the
+    carrier's, or standing for the same); ``holds`` tells from the item a failed joint write returned
+    whether the rider's own condition held on it (then the carrier's failed, and its next attempt may
+    carry the rider again); ``on_landed`` runs once a joint write succeeded, ``on_refused`` with that
+    item when the rider's condition failed (the carrier is then written alone).
+    """
+
+    update: Mapping[str, Any]
+    holds: Callable[[Mapping[str, Any]], bool]
+    on_landed: Callable[[], None] = lambda: None
+    on_refused: Callable[[Mapping[str, Any]], None] = lambda _item: None
+    landed: bool = False
+    refused: bool = False
+
+
+def carried_write(client: DynamoDBClient, request: Mapping[str, Any], rider: Rider | None) -> dict[str, Any]:
+    """The UpdateItem ``request`` with ``rider`` in it (if any, neither landed nor refused yet): the response.
+
+    A failed condition raises as the carrier's own would, with the item, unless the rider's condition
+    is the one that failed: then the rider is refused and the carrier written alone.
+    """
+    if rider is None or rider.landed or rider.refused:
+        return dict(client.update_item(**request))
+    try:
+        response = dict(client.update_item(**merged_update(request, rider.update, conditional=True)))
+    except ClientError as exc:
+        if exc.response.get("Error", {}).get("Code") != "ConditionalCheckFailedException":
+            raise
+        item: Mapping[str, Any] = exc.response.get("Item") or {}  # type: ignore[assignment]
+        if rider.holds(item):
+            raise
+        rider.refused = True
+        rider.on_refused(item)
+        return dict(client.update_item(**request))
+    rider.landed = True
+    rider.on_landed()
+    return response
 
 
 def held_by_a_transaction(exc: ClientError) -> bool:

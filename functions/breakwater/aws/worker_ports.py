@@ -12,17 +12,25 @@ import boto3
 import botocore
 from botocore.config import Config
 
+from breakwater.aws.bucket_items import BucketItem
 from breakwater.aws.buckets import LeasedTokenBucket
 from breakwater.aws.concurrency import ConcurrencyLeases
-from breakwater.aws.counters import counters_update, merged_update, plain, tenant_pk, write_updates
+from breakwater.aws.counters import (
+    COUNTERS_SK,
+    counters_update,
+    merged_update,
+    plain,
+    tenant_pk,
+    write_updates,
+)
 from breakwater.aws.health import record_dependency_down, throttled_age_reports
 from breakwater.aws.idempotency import IdempotentProcessor
 from breakwater.aws.moves import send_moves
 from breakwater.aws.tenant_limits import TenantLimitsCache
 from breakwater.aws.tenants import TenantTable
-from breakwater.concurrency import Grant
+from breakwater.concurrency import ConcurrencyLimits, Grant
 from breakwater.envelope import Envelope
-from breakwater.fairness import contended_ask_interval_s
+from breakwater.fairness import BucketLimits, contended_ask_interval_s
 from breakwater.observability import logger
 from breakwater.processor import WorkContext
 from breakwater.settings import WorkerSettings
@@ -43,6 +51,9 @@ CONTAINER_ID = uuid.uuid4().hex  # the concurrency lease holder: one lease per t
 
 SWEEP_CACHE_SECONDS = 30.0
 CONSUMER_BUCKET_ATTEMPTS = 6  # lost races on a consumer bucket retried before a tenant is refused
+# A tenant whose leases are on its counters item keeps its consumer bucket there too, so the bucket's
+# lease write can take the floor lease with it
+CONSUMER_ON_COUNTERS = BucketItem(COUNTERS_SK, prefix="consumer_")
 
 
 class SweepCache:
@@ -192,7 +203,7 @@ def build_worker_ports(
     if settings.sidelining_enabled:
         # More attempts than ingest's: a batch has its invocation's time, and every container polling a
         # tenant's queues may ask its bucket at one instant (each retry after a jittered pause)
-        ports.rate = LeasedTokenBucket(
+        rate = ports.rate = LeasedTokenBucket(
             table,
             "consumer",
             time.time,
@@ -203,7 +214,20 @@ def build_worker_ports(
             contended_interval_s=contended_ask_interval_s(
                 settings.consumer_bucket_containers or settings.worker_containers
             ),
+            shared_item=CONSUMER_ON_COUNTERS,
         )
         ports.leases = leases
+        assert leases is not None  # made with the same setting
+
+        def tokens_and_floor(
+            tenant: str, bucket: BucketLimits, count: int, limits: ConcurrencyLimits, expires_at_ms: int
+        ) -> tuple[int, Grant | None]:
+            """The tokens of a tenant whose leases are on its counters item, from its bucket there, and
+            its floor lease in the bucket's write if the bucket writes (FLOOR; None: not taken)."""
+            rider = leases.floor_rider(tenant, limits, expires_at_ms)
+            taken, _ = rate.try_acquire_up_to(tenant, bucket, count, on_counters=True, rider=rider)
+            return taken, Grant.FLOOR if rider is not None and rider.landed else None
+
+        ports.tokens_and_floor = tokens_and_floor
         ports.report_outage = lambda until_ms: record_dependency_down(ddb, table, until_ms)
     return ports

@@ -3,8 +3,9 @@
 Per record (Powertools ``BatchProcessor`` with :class:`EnvelopeSqsRecord`): observe its age and ask
 :func:`breakwater.sideline.decide`, then buffer a move, drop it, or admit it. The messages the
 rules admitted then pass the gates, paid for per batch rather than per message: the consumer
-token bucket (leased in chunks) and the concurrency leases of all their tenants (one read, one
-write per tenant; a lone tenant's floor lease without the read), then the idempotency locks of the
+token bucket (leased in chunks) and the concurrency leases of all their tenants (a floor lease
+without a read, in the bucket's own write when the bucket writes and the tenant's leases share its
+counters item with it; else one read and one write per tenant), then the idempotency locks of the
 messages let through. What passes is processed under a heartbeat, one after the other. After the
 batch: every buffered move goes out through ``SendMessageBatch`` and a failed entry turns its
 original into a batch item failure (nothing is acknowledged before its copy exists); the
@@ -338,14 +339,26 @@ class Worker:
         within: list[Admitted] = []
         tokens: dict[str, int] = {}
         limits: dict[str, TierLimits] = {}
+        # the floor leases taken in the consumer bucket's write (a tenant's leases on its counters item)
+        rode: dict[str, Grant] = {}
+        expires_at = self.ports.clock_ms() + batch.context.get_remaining_time_in_millis() + 1000
         for tenant, count in Counter(each.envelope.tenant for each in batch.admitted).items():
             try:
                 limits[tenant] = self.ports.tenant_limits(tenant)
-                self.settlement.note_sharding(
-                    tenant, lease_shard_count(concurrency_limits(limits[tenant])) > 1
-                )
-                if self.ports.rate is not None:  # one ask: the tenant's first messages get the tokens
-                    bucket = consumer_bucket_limits(limits[tenant])
+                lease_limits = concurrency_limits(limits[tenant])
+                sharded = lease_shard_count(lease_limits) > 1
+                self.settlement.note_sharding(tenant, sharded)
+                if self.ports.rate is None:
+                    continue
+                # one ask: the tenant's first messages get the tokens
+                bucket = consumer_bucket_limits(limits[tenant])
+                if self.ports.tokens_and_floor is not None and not sharded:
+                    tokens[tenant], grant = self.ports.tokens_and_floor(
+                        tenant, bucket, count, lease_limits, expires_at
+                    )
+                    if grant is not None:
+                        rode[tenant] = grant
+                else:
                     tokens[tenant] = self.ports.rate.try_acquire_up_to(tenant, bucket, count)[0]
             except Exception as exc:
                 logger.warning("gate failed: its messages are set aside", extra=_gate_error(tenant, exc))
@@ -361,14 +374,16 @@ class Worker:
         if self.ports.leases is None or not within:
             return within
         tenants = list(dict.fromkeys(each.envelope.tenant for each in within))
-        expires_at = self.ports.clock_ms() + batch.context.get_remaining_time_in_millis() + 1000
+        batch.grants = {tenant: rode[tenant] for tenant in tenants if tenant in rode}
+        unleased = [tenant for tenant in tenants if tenant not in rode]
         try:
-            batch.grants = self.ports.leases.acquire_many(
-                {tenant: concurrency_limits(limits[tenant]) for tenant in tenants}, expires_at
-            )
+            if unleased:
+                batch.grants |= self.ports.leases.acquire_many(
+                    {tenant: concurrency_limits(limits[tenant]) for tenant in unleased}, expires_at
+                )
         except Exception as exc:  # the adapter refuses a tenant it cannot lease; this is a bug's net
             logger.exception("leases failed: the batch's messages are set aside", extra={"error": str(exc)})
-            batch.grants = dict.fromkeys(tenants, Grant.REFUSED)
+            batch.grants |= dict.fromkeys(unleased, Grant.REFUSED)
         admitted: list[Admitted] = []
         for each in within:
             if batch.grants.get(each.envelope.tenant) is Grant.REFUSED:

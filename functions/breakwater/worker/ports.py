@@ -71,6 +71,13 @@ class WorkerPorts:
     release: SettleWrite | None = None
     rate: RateGate | None = None
     leases: LeaseGate | None = None
+    # The consumer tokens of a tenant whose leases are on its counters item (tenant, its bucket's limits,
+    # the tokens wanted, its concurrency limits, the lease's expiry in epoch ms), from a bucket kept on
+    # that item, with its floor lease taken in the bucket's write when the bucket writes: the tokens
+    # taken, and FLOOR if the lease was taken so (None: lease it with ``leases``). None: ``rate`` only.
+    tokens_and_floor: (
+        Callable[[str, BucketLimits, int, ConcurrencyLimits, int], tuple[int, Grant | None]] | None
+    ) = None
     lock: Callable[[list[Envelope]], None] = lambda _envelopes: None  # idempotency locks, before processing
     flush_processed: Callable[[], None] = lambda: None  # idempotency records, after the batch
     # gives back the idempotency locks of messages that were locked but then not processed (held)
