@@ -8,6 +8,7 @@ from typing import Any
 
 import boto3
 import pytest
+from botocore.exceptions import ClientError
 
 from breakwater.aws.buckets import LeasedTokenBucket
 from breakwater.aws.concurrency import ConcurrencyLeases
@@ -170,3 +171,28 @@ def test_conditional_updates_merge_only_when_asked_and_both_conditions_must_hold
     assert merged["ConditionExpression"] == "(#a < :a) AND (attribute_exists(#b))"
     assert merged["ReturnValues"] == "ALL_NEW"
     assert merged["ExpressionAttributeNames"] == {"#a": "a", "#b": "b"}
+
+
+def test_a_bucket_write_refused_while_a_burst_lease_s_transaction_holds_the_item_is_made_again(
+    world: WorkerWorld,
+) -> None:
+    client = boto3.client("dynamodb", region_name=REGION)
+    _counters(world, "acme")
+    bucket, leases = _gates(CountingClient(client))
+    refused: list[str] = []
+
+    def held_by_a_transaction(params: dict[str, Any], **_: Any) -> None:
+        if not refused:  # another container's burst lease holds the counters item for a moment
+            refused.append(params["UpdateExpression"])
+            raise ClientError({"Error": {"Code": "TransactionConflictException"}}, "UpdateItem")
+
+    client.meta.events.register("provide-client-params.dynamodb.UpdateItem", held_by_a_transaction)
+    rider = leases.floor_rider("acme", LIMITS, FAR)
+    assert rider is not None
+
+    taken, _ = bucket.try_acquire_up_to("acme", BUCKET, 1, on_counters=True, rider=rider)
+
+    # made again, not answered from the container's own view (which would admit past the rate)
+    assert taken == 1 and refused and rider.landed
+    item = world.item("tenant#acme", "counters")
+    assert item["consumer_version"] == 1 and item["leases"].keys() == {"me"}

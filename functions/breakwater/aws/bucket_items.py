@@ -46,9 +46,6 @@ class BucketItem:
     def key(self, tenant: str) -> dict[str, dict[str, str]]:
         return {"pk": {"S": f"tenant#{tenant}"}, "sk": {"S": self.sk}}
 
-    def attribute(self, name: str) -> str:
-        return self.prefix + name
-
     def names(self, *expressions: str) -> dict[str, str]:
         """The bucket's placeholders the ``expressions`` use, with the attributes they stand for here
         (DynamoDB refuses a placeholder no expression uses)."""

@@ -145,12 +145,13 @@ def carried_write(client: DynamoDBClient, request: Mapping[str, Any], rider: Rid
     """The UpdateItem ``request`` with ``rider`` in it (if any, neither landed nor refused yet): the response.
 
     A failed condition raises as the carrier's own would, with the item, unless the rider's condition
-    is the one that failed: then the rider is refused and the carrier written alone.
+    is the one that failed: then the rider is refused and the carrier written alone. A write refused
+    while a transaction holds the item is made again after a pause.
     """
     if rider is None or rider.landed or rider.refused:
-        return dict(client.update_item(**request))
+        return _update_past_transactions(client, request)
     try:
-        response = dict(client.update_item(**merged_update(request, rider.update, conditional=True)))
+        response = _update_past_transactions(client, merged_update(request, rider.update, conditional=True))
     except ClientError as exc:
         if exc.response.get("Error", {}).get("Code") != "ConditionalCheckFailedException":
             raise
@@ -159,9 +160,22 @@ def carried_write(client: DynamoDBClient, request: Mapping[str, Any], rider: Rid
             raise
         rider.refused = True
         rider.on_refused(item)
-        return dict(client.update_item(**request))
+        return _update_past_transactions(client, request)
     rider.landed = True
     rider.on_landed()
+    return response
+
+
+def _update_past_transactions(client: DynamoDBClient, request: Mapping[str, Any]) -> dict[str, Any]:
+    """The UpdateItem's response, made again while a transaction holds the item (a burst lease's
+    holds the tenant's counters item, where a consumer bucket may be kept: :func:`retrying_conflicts`)."""
+    response: dict[str, Any] = {}
+
+    def write() -> None:
+        nonlocal response
+        response = dict(client.update_item(**request))
+
+    retrying_conflicts(write)
     return response
 
 
