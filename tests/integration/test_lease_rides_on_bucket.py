@@ -8,7 +8,6 @@ from typing import Any
 
 import boto3
 import pytest
-from botocore.exceptions import ClientError
 
 from breakwater.aws.buckets import LeasedTokenBucket
 from breakwater.aws.concurrency import ConcurrencyLeases
@@ -17,7 +16,10 @@ from breakwater.aws.worker_ports import CONSUMER_ON_COUNTERS
 from breakwater.concurrency import ConcurrencyLimits, Grant
 from breakwater.fairness import BucketLimits
 from tests.integration import worker_fixtures
-from tests.integration.test_worker_leases_and_locks import CountingClient
+from tests.integration.test_worker_leases_and_locks import (
+    CountingClient,
+    refuse_the_next_update_as_held_by_a_transaction,
+)
 from tests.integration.worker_fixtures import REGION, STATE_TABLE, WorkerWorld
 
 world = worker_fixtures.world  # the fixture
@@ -179,14 +181,7 @@ def test_a_bucket_write_refused_while_a_burst_lease_s_transaction_holds_the_item
     client = boto3.client("dynamodb", region_name=REGION)
     _counters(world, "acme")
     bucket, leases = _gates(CountingClient(client))
-    refused: list[str] = []
-
-    def held_by_a_transaction(params: dict[str, Any], **_: Any) -> None:
-        if not refused:  # another container's burst lease holds the counters item for a moment
-            refused.append(params["UpdateExpression"])
-            raise ClientError({"Error": {"Code": "TransactionConflictException"}}, "UpdateItem")
-
-    client.meta.events.register("provide-client-params.dynamodb.UpdateItem", held_by_a_transaction)
+    refused = refuse_the_next_update_as_held_by_a_transaction(client)
     rider = leases.floor_rider("acme", LIMITS, FAR)
     assert rider is not None
 

@@ -54,6 +54,20 @@ class CountingClient:
         return call
 
 
+def refuse_the_next_update_as_held_by_a_transaction(client: Any) -> list[str]:
+    """The client's next UpdateItem is refused as while another container's burst lease's transaction
+    holds the item for a moment; the list gets its UpdateExpression."""
+    refused: list[str] = []
+
+    def held_by_a_transaction(params: dict[str, Any], **_: Any) -> None:
+        if not refused:
+            refused.append(params["UpdateExpression"])
+            raise ClientError({"Error": {"Code": "TransactionConflictException"}}, "UpdateItem")
+
+    client.meta.events.register("provide-client-params.dynamodb.UpdateItem", held_by_a_transaction)
+    return refused
+
+
 def _leases(client: CountingClient) -> ConcurrencyLeases:
     return ConcurrencyLeases(client, STATE_TABLE, "me")  # type: ignore[arg-type]
 
@@ -193,14 +207,7 @@ def test_a_write_refused_while_a_burst_lease_s_transaction_holds_the_item_is_mad
     _released(world, "acme")
     assert ports.leases is not None
     grants = ports.leases.acquire_many({"acme": LIMITS}, FAR)
-    refused: list[str] = []
-
-    def held_by_a_transaction(params: dict[str, Any], **_: Any) -> None:
-        if not refused:  # another container's burst lease holds the counters item for a moment
-            refused.append(params["UpdateExpression"])
-            raise ClientError({"Error": {"Code": "TransactionConflictException"}}, "UpdateItem")
-
-    client.meta.events.register("provide-client-params.dynamodb.UpdateItem", held_by_a_transaction)
+    refused = refuse_the_next_update_as_held_by_a_transaction(client)
 
     assert ports.settle(grants, {"acme": {"processed": 1}}) == {}
 
