@@ -270,9 +270,7 @@ class LeaseTable:
         if self._crowded.get(crowded, 0) > now_ms:
             return False
         leases = self._maps.get(tenant)
-        own = leases.get(holder) if leases else None
-        renewing = own is not None and own.expires_at_ms > now_ms
-        if leases is not None and (renewing or _held(leases, now_ms) < limits.floor):
+        if _floor_open(leases, holder, limits.floor, now_ms):
             self._take(tenant, holder, Lease(expires_at_ms, False), now_ms)
             return True
         self.writes += 1  # the joint write failed on the lease's condition: the bucket's alone
@@ -300,11 +298,7 @@ class LeaseTable:
             return False
         leases = self._maps.get(key)
         self.writes += 1
-        # the condition fails on an item without a map of leases too (the adapter reads it next), and
-        # passes for a holder renewing its own live lease
-        own = leases.get(holder) if leases else None
-        renewing = own is not None and own.expires_at_ms > now_ms
-        taken = leases is None or (not renewing and _held(leases, now_ms) >= limits.floor)
+        taken = not _floor_open(leases, holder, limits.floor, now_ms)
         table = self.table
         if table is not None:
             item, kind = _item(table, key)
@@ -568,6 +562,15 @@ def _read_units(table: StateTable, key: LeaseKey, leases: int) -> float:
     if type(key) is int:
         return table.counters_read_units(leases)
     return table.lease_shard_read_units(leases)
+
+
+def _floor_open(leases: dict[str, Lease] | None, holder: str, floor: int, now_ms: int) -> bool:
+    """The blind floor write's condition: the item has a map of leases (the adapter reads one without
+    it next) holding fewer than ``floor``, or the holder renews its own live lease there."""
+    if leases is None:
+        return False
+    own = leases.get(holder)
+    return (own is not None and own.expires_at_ms > now_ms) or _held(leases, now_ms) < floor
 
 
 def _held(leases: dict[str, Lease], now_ms: int) -> int:

@@ -338,10 +338,8 @@ class ConcurrencyLeases:
                 ReturnValuesOnConditionCheckFailure="ALL_OLD",
             )
         except ClientError as exc:
-            old: Mapping[str, Any] = exc.response.get("Item") or {}  # type: ignore[assignment]
-            taken = "leases" in old  # not merely an item without a map of leases yet
-            if exc.response.get("Error", {}).get("Code") == "ConditionalCheckFailedException" and taken:
-                self._crowded.found_taken(crowded_key, now)
+            if exc.response.get("Error", {}).get("Code") == "ConditionalCheckFailedException":
+                self._found_taken(crowded_key, exc.response.get("Item") or {}, now)  # type: ignore[arg-type]
             return False  # taken, a race, or the item unavailable: the read path decides
         except BotoCoreError:
             return False
@@ -392,16 +390,18 @@ class ConcurrencyLeases:
             own = leases.get(holder)
             return len(leases) < floor or (own is not None and own.expires_at_ms > now)
 
-        def refused(item: Mapping[str, Any]) -> None:
-            if "leases" in item:  # taken, not merely an item without a map of leases yet
-                self._crowded.found_taken(crowded_key, now)
-
         return Rider(
             update=self._floor_update(lease_item, expires_at_ms, now),
             holds=holds,
             on_landed=lambda: self._took(lease_item),
-            on_refused=refused,
+            on_refused=lambda item: self._found_taken(crowded_key, item, now),
         )
+
+    def _found_taken(self, crowded_key: str, item: Mapping[str, Any], now: int) -> None:
+        """A blind floor write failed its condition on ``item`` (as the write returned it): read the
+        item first for a while if its floor is taken, not merely if it has no map of leases yet."""
+        if "leases" in item:
+            self._crowded.found_taken(crowded_key, now)
 
     def _make_room(self, lease_item: LeaseItem) -> None:
         """Give the lease item an (empty) map of leases if it has none, so floor leases can be taken

@@ -37,7 +37,7 @@ from aws_lambda_powertools.utilities.typing import LambdaContext
 
 from breakwater.backlog import dead_letter_queue_url, dead_letters_by_hand
 from breakwater.breaker import CircuitBreaker
-from breakwater.concurrency import Grant, lease_shard_count
+from breakwater.concurrency import ConcurrencyLimits, Grant, lease_shard_count
 from breakwater.envelope import Envelope
 from breakwater.heartbeat import Heartbeat, HeartbeatMonitor, HeartbeatPlan
 from breakwater.observability import logger
@@ -339,14 +339,15 @@ class Worker:
         within: list[Admitted] = []
         tokens: dict[str, int] = {}
         limits: dict[str, TierLimits] = {}
+        lease_limits: dict[str, ConcurrencyLimits] = {}
         # the floor leases taken in the consumer bucket's write (a tenant's leases on its counters item)
         rode: dict[str, Grant] = {}
         expires_at = self.ports.clock_ms() + batch.context.get_remaining_time_in_millis() + 1000
         for tenant, count in Counter(each.envelope.tenant for each in batch.admitted).items():
             try:
                 limits[tenant] = self.ports.tenant_limits(tenant)
-                lease_limits = concurrency_limits(limits[tenant])
-                sharded = lease_shard_count(lease_limits) > 1
+                lease_limits[tenant] = concurrency_limits(limits[tenant])
+                sharded = lease_shard_count(lease_limits[tenant]) > 1
                 self.settlement.note_sharding(tenant, sharded)
                 if self.ports.rate is None:
                     continue
@@ -354,7 +355,7 @@ class Worker:
                 bucket = consumer_bucket_limits(limits[tenant])
                 if self.ports.tokens_and_floor is not None and not sharded:
                     tokens[tenant], grant = self.ports.tokens_and_floor(
-                        tenant, bucket, count, lease_limits, expires_at
+                        tenant, bucket, count, lease_limits[tenant], expires_at
                     )
                     if grant is not None:
                         rode[tenant] = grant
@@ -379,7 +380,7 @@ class Worker:
         try:
             if unleased:
                 batch.grants |= self.ports.leases.acquire_many(
-                    {tenant: concurrency_limits(limits[tenant]) for tenant in unleased}, expires_at
+                    {tenant: lease_limits[tenant] for tenant in unleased}, expires_at
                 )
         except Exception as exc:  # the adapter refuses a tenant it cannot lease; this is a bug's net
             logger.exception("leases failed: the batch's messages are set aside", extra={"error": str(exc)})
