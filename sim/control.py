@@ -25,6 +25,7 @@ from __future__ import annotations
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from typing import Any
 
+from breakwater.age_reports import WINDOW_MS
 from breakwater.archive_budget import ArchiveDue, SidelineObservation
 from breakwater.aws.health import oldest_in_window
 from breakwater.backlog import DIRTY_SHARDS, Ledger, RunState, shard_of
@@ -46,7 +47,6 @@ from sim.dynamodb import (
 )
 from sim.sqs import SqsQueue
 
-WINDOW_MS = 60_000  # the health item's window (breakwater.aws.health)
 _CONTROLLER_RETRIES = STANDARD  # the controller's clients: standard retries, 3 attempts
 # A run is one instant of virtual time, and its calls are metered then; but the deployed run clears the
 # tenants' dirty marks over its seconds (a write per tenant, a few threads at once), and the index's
@@ -110,12 +110,14 @@ class ControllerState:
             if table is not None:  # the item enters the index: a write to its shard's partition
                 table.write(table.dirty[self._shard[tenant]], DIRTY_SHARD, self._clock_s(), table.index_wcu)
 
-    def record_oldest_age(self, role: str, age_ms: int, now_ms: int, shard: int = 0) -> None:
-        """``record_oldest_age`` on the role's health shard ``shard``: the same conditional window."""
+    def record_oldest_age(self, role: str, age_ms: int, now_ms: int, shard: int = 0) -> tuple[int, int]:
+        """``raise_oldest_age`` on the role's health shard ``shard``: the same conditional window; the
+        report the shard stands on after it (age, observed at)."""
         key = (role, shard)
         stored = self.health.get(key)
         if stored is None or stored[1] < now_ms - WINDOW_MS or stored[0] <= age_ms:
-            self.health[key] = (age_ms, now_ms)
+            stored = self.health[key] = (age_ms, now_ms)
+        return stored
 
     def oldest_age(self, role: str, now_ms: int | None) -> tuple[int | None, int | None]:
         """What ``read_oldest_age`` answers over the role's shards (``health.oldest_in_window``)."""

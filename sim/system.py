@@ -338,8 +338,8 @@ class System(FrontDoor):
         if self._practices:
             self.state.add(tenant, counter, amount)
 
-    def report_oldest(self, role: str, age_ms: int, now_ms: int, shard: int = 0) -> None:
-        self.state.record_oldest_age(role, age_ms, now_ms, shard)
+    def report_oldest(self, role: str, age_ms: int, now_ms: int, shard: int = 0) -> tuple[int, int] | None:
+        return self.state.record_oldest_age(role, age_ms, now_ms, shard)
 
     def report_outage(self, until_ms: int) -> None:
         self.meter.dynamodb_writes += 1  # the health item's outage mark

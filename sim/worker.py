@@ -38,7 +38,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Literal, Protocol
 
-from breakwater.age_reports import LastReport, report_due
+from breakwater.age_reports import LastReport, report_due, stands_above
 from breakwater.aws.health import health_shard
 from breakwater.backlog import dead_letters_by_hand, will_dead_letter
 from breakwater.breaker import CircuitBreaker
@@ -122,7 +122,9 @@ class Sink(Protocol):
         start (the queue's clock)."""
 
     def count(self, tenant: int, counter: str, amount: int = 1) -> None: ...
-    def report_oldest(self, role: str, age_ms: int, now_ms: int, shard: int = 0) -> None: ...
+    def report_oldest(self, role: str, age_ms: int, now_ms: int, shard: int = 0) -> tuple[int, int] | None:
+        """The report the role's health item stands on after this one (age, observed at), if known."""
+
     def report_outage(self, until_ms: int) -> None: ...
 
 
@@ -160,6 +162,8 @@ class WorkerModel:
             leases.table if leases is not None else rate.table if rate is not None else None
         )
         self._age_reports: dict[tuple[str, str], LastReport] = {}  # (holder, role): its last health write
+        # (holder, role): the report its health item stands on, as the container's last write learnt it
+        self._standing: dict[tuple[str, str], LastReport] = {}
         self.batch_failures = 0  # invocations a gate error failed whole: none since an error costs its tenant
         self.batch_failure_messages = 0
         self.unreleased_leases = 0  # tenants' leases left to expire: their release write was throttled
@@ -356,10 +360,14 @@ class WorkerModel:
 
     def report_oldest(self, holder: str, shard: int, role: str, age_ms: int, now_ms: int) -> None:
         """The health item's report (``throttled_age_reports``) to the container's shard: written when
-        its last one is old or lower; a throttled write is logged and dropped, as the real flush does."""
+        its last one is old or lower, and not while a larger report the container learnt stands on the
+        item (the write would fail its condition); a throttled write is logged and dropped, as the real
+        flush does."""
         table = self.table
+        key = (holder, role)
         if table is not None:
-            key = (holder, role)
+            if stands_above(self._standing.get(key), age_ms, now_ms):
+                return
             if report_due(self._age_reports.get(key), age_ms, now_ms):
                 self._age_reports[key] = LastReport(age_ms, now_ms)
                 item = table.health(role, shard, self.setup.health_shards)
@@ -367,7 +375,9 @@ class WorkerModel:
                 if not written:
                     self.health_throttled += 1
                     return
-        self.sink.report_oldest(role, age_ms, now_ms, shard)
+        standing = self.sink.report_oldest(role, age_ms, now_ms, shard)
+        if standing is not None:
+            self._standing[key] = LastReport(*standing)
 
     def _gate(
         self, admitted: list[Message], moves: Moves, holder: str, at: float

@@ -8,6 +8,11 @@ per batch. An age risen by ``rise_ms`` or more is news (the live set may be fall
 always written. Without the margin, ages that creep up by a few milliseconds from batch to batch (a
 steady queue) were written on every batch.
 
+A write answers with the report the item stands on: this one, or a larger one within its window that
+another container made (the write's condition failed, and a failed conditional write still costs its
+write units). Until that report's window closes, a report no larger than it would fail the same way,
+so it is not made: at low load, when every container's ages are small and alike, most reports were.
+
 Everything here is pure; ``now`` is injected and the write is a callable.
 """
 
@@ -18,6 +23,7 @@ from dataclasses import dataclass
 
 REPORT_INTERVAL_MS = 5_000  # a container writes a role's age at most this often, unless it rose
 RISE_MS = 1_000  # ... by at least this much over its last write
+WINDOW_MS = 60_000  # the health item keeps the maximum reported within this long of its report
 
 
 @dataclass(frozen=True)
@@ -41,28 +47,46 @@ def report_due(
 
 
 class ThrottledAgeReports:
-    """One container's health writes: ``write`` is called only when :func:`report_due` says so.
+    """One container's health writes: ``write`` is called only when :func:`report_due` says so, and
+    not while a report it learnt stands on the item is at least as large (:func:`stands_above`).
 
-    Called as ``reports(role, oldest_age_ms, now_ms)``; returns what ``write`` returned, or False
-    when the report was skipped.
+    Called as ``reports(role, oldest_age_ms, now_ms)``; returns whether the report was written.
+    ``write(role, oldest_age_ms, now_ms)`` returns the report the item stands on after it: the one
+    given if it was written, else the larger one that stood.
     """
 
     def __init__(
         self,
-        write: Callable[[str, int, int], bool],
+        write: Callable[[str, int, int], LastReport],
         interval_ms: int = REPORT_INTERVAL_MS,
         rise_ms: int = RISE_MS,
+        window_ms: int = WINDOW_MS,
     ) -> None:
         self._write = write
         self._interval_ms = interval_ms
         self._rise_ms = rise_ms
+        self._window_ms = window_ms
         self._last: dict[str, LastReport] = {}
+        self._standing: dict[str, LastReport] = {}  # per role: the item's report as last learnt
 
     def __call__(self, role: str, oldest_age_ms: int, now_ms: int) -> bool:
+        if stands_above(self._standing.get(role), oldest_age_ms, now_ms, self._window_ms):
+            return False
         due = report_due(
             self._last.get(role), oldest_age_ms, now_ms, interval_ms=self._interval_ms, rise_ms=self._rise_ms
         )
         if not due:
             return False
-        self._last[role] = LastReport(oldest_age_ms, now_ms)
-        return self._write(role, oldest_age_ms, now_ms)
+        report = LastReport(oldest_age_ms, now_ms)
+        self._last[role] = report
+        standing = self._standing[role] = self._write(role, oldest_age_ms, now_ms)
+        return standing == report
+
+
+def stands_above(
+    standing: LastReport | None, oldest_age_ms: int, now_ms: int, window_ms: int = WINDOW_MS
+) -> bool:
+    """Whether the item's ``standing`` report (as last learnt) makes a report of ``oldest_age_ms`` at
+    ``now_ms`` fail: a larger age whose window is still open (the item's maximum only rises within it;
+    the write's condition lets a report replace one observed more than ``window_ms`` before it)."""
+    return standing is not None and standing.age_ms > oldest_age_ms and now_ms <= standing.at_ms + window_ms

@@ -50,6 +50,28 @@ def test_each_container_writes_its_own_shard_and_one_shard_keeps_the_original_ke
     assert read_oldest_age(world.dynamodb, STATE_TABLE, "live") == (2_000, NOW)
 
 
+def test_a_container_makes_no_report_the_standing_one_would_refuse(world: WorkerWorld) -> None:
+    updates: list[int] = []
+    world.dynamodb.meta.events.register(
+        "provide-client-params.dynamodb.UpdateItem",
+        lambda params, **_: updates.append(int(params["ExpressionAttributeValues"][":age"]["N"])),
+    )
+    busy = throttled_age_reports(world.dynamodb, STATE_TABLE, holder="container-a")
+    idle = throttled_age_reports(world.dynamodb, STATE_TABLE, holder="container-b")
+
+    assert busy("live", 9_000, NOW)
+    assert not idle("live", 40, NOW + 1_000)  # refused by the condition: the item answers with 9,000
+    for second in range(2, 60):  # due every 5 s, always smaller: no call while 9,000's window is open
+        assert not idle("live", 40 + second, NOW + second * 1_000)
+    assert updates == [9_000, 40]
+    assert idle("live", 35, NOW + WINDOW_MS + 1)  # the window closed: the fresh report replaces it
+    assert world.item("queue#live", HEALTH_SK)["oldest_age_ms"] == 35
+    assert read_oldest_age(world.dynamodb, STATE_TABLE, "live", now_ms=NOW + WINDOW_MS + 1) == (
+        35,
+        NOW + WINDOW_MS + 1,
+    )
+
+
 def test_the_reader_takes_the_largest_age_in_its_window_not_a_stopped_ones(world: WorkerWorld) -> None:
     shards = 4
     # A container that stopped long ago left a large age on its shard; nobody replaced it since.

@@ -2,16 +2,29 @@
 
 from __future__ import annotations
 
-from breakwater.age_reports import LastReport, ThrottledAgeReports, report_due
+from collections.abc import Callable
+
+from breakwater.age_reports import WINDOW_MS, LastReport, ThrottledAgeReports, report_due
+
+
+def _item_of_one_shard() -> tuple[list[tuple[str, int, int]], Callable[[str, int, int], LastReport]]:
+    """The calls made, and a write that keeps the health item's rule: the largest report within its
+    window stands; the answer is the report the item stands on after the call."""
+    calls: list[tuple[str, int, int]] = []
+    stored: dict[str, LastReport] = {}
+
+    def write(role: str, age: int, now: int) -> LastReport:
+        calls.append((role, age, now))
+        standing = stored.get(role)
+        if standing is None or standing.at_ms < now - WINDOW_MS or standing.age_ms <= age:
+            standing = stored[role] = LastReport(age, now)
+        return standing
+
+    return calls, write
 
 
 def test_reports_are_written_when_new_rising_or_due() -> None:
-    written: list[tuple[str, int, int]] = []
-
-    def write(role: str, age: int, now: int) -> bool:
-        written.append((role, age, now))
-        return True
-
+    written, write = _item_of_one_shard()
     reports = ThrottledAgeReports(write, 5_000, rise_ms=1_000)
 
     assert reports("live", 800, 0)  # the first report of a role
@@ -21,17 +34,40 @@ def test_reports_are_written_when_new_rising_or_due() -> None:
     assert reports("live", 1_800, 4_999)  # risen by the margin: the live set may be falling behind
     assert reports("backlog", 100, 5_000)  # roles are independent
     assert not reports("live", 2_000, 9_998)
-    assert reports("live", 200, 9_999)  # due again: a fresh observation, even if smaller
+    assert reports("live", 2_000, 9_999)  # due again
     assert written == [
         ("live", 800, 0),
         ("live", 1_800, 4_999),
         ("backlog", 100, 5_000),
-        ("live", 200, 9_999),
+        ("live", 2_000, 9_999),
+    ]
+
+
+def test_no_report_is_made_that_the_report_standing_on_the_item_would_refuse() -> None:
+    calls, write = _item_of_one_shard()
+    first = ThrottledAgeReports(write, 5_000, rise_ms=1_000)  # two containers writing one shard
+    second = ThrottledAgeReports(write, 5_000, rise_ms=1_000)
+
+    assert first("live", 9_000, 0)
+    assert not second("live", 400, 1_000)  # refused: the item answers with the report that stands
+    assert not second("live", 8_000, 10_000)  # due, but no larger than what stands: no call
+    assert not first("live", 300, 20_000)  # its own report stands as well
+    assert second("live", 9_500, 30_000)  # larger: news, written
+    assert not first("live", 9_400, 40_000)  # refused once (it had not seen 9,500), then known
+    assert not first("live", 9_400, 50_000)
+    assert not first("live", 200, 30_000 + WINDOW_MS)  # the standing report's window not yet closed
+    assert first("live", 200, 30_001 + WINDOW_MS)  # closed: a fresh report replaces it
+    assert calls == [
+        ("live", 9_000, 0),
+        ("live", 400, 1_000),
+        ("live", 9_500, 30_000),
+        ("live", 9_400, 40_000),
+        ("live", 200, 30_001 + WINDOW_MS),
     ]
 
 
 def test_a_refused_write_is_reported_as_such() -> None:
-    reports = ThrottledAgeReports(lambda role, age, now: False, 5_000)
+    reports = ThrottledAgeReports(lambda role, age, now: LastReport(age + 1, now), 5_000)
     assert not reports("live", 800, 0)  # a larger window maximum stood: nothing changed
 
 

@@ -18,7 +18,9 @@ import zlib
 from collections.abc import Iterable, Mapping, Sequence
 from typing import TYPE_CHECKING
 
-from breakwater.age_reports import ThrottledAgeReports
+from botocore.exceptions import ClientError
+
+from breakwater.age_reports import WINDOW_MS, LastReport, ThrottledAgeReports
 from breakwater.aws.counters import batch_get, condition_held, plain
 
 if TYPE_CHECKING:
@@ -27,7 +29,6 @@ if TYPE_CHECKING:
     from mypy_boto3_sqs.literals import QueueAttributeFilterType
 
 HEALTH_SK = "health"
-WINDOW_MS = 60_000
 MAX_HEALTH_SHARDS = 100  # every shard of a role in one BatchGetItem
 
 
@@ -66,8 +67,23 @@ def record_oldest_age(
 ) -> bool:
     """Raise the window's maximum to ``oldest_age_ms`` (or open a window) on the role's health item
     ``sk``; False if a larger one stands."""
-    return condition_held(
-        lambda: client.update_item(
+    report = LastReport(oldest_age_ms, now_ms)
+    return raise_oldest_age(client, table_name, role, oldest_age_ms, now_ms, sk=sk) == report
+
+
+def raise_oldest_age(
+    client: DynamoDBClient,
+    table_name: str,
+    role: str,
+    oldest_age_ms: int,
+    now_ms: int,
+    *,
+    sk: str = HEALTH_SK,
+) -> LastReport:
+    """:func:`record_oldest_age`, answering with the report the item stands on: this one if written,
+    else the larger one within its window (returned by the failed write at no extra cost)."""
+    try:
+        client.update_item(
             TableName=table_name,
             Key={"pk": {"S": queue_pk(role)}, "sk": {"S": sk}},
             UpdateExpression="SET oldest_age_ms = :age, observed_at = :now",
@@ -79,8 +95,14 @@ def record_oldest_age(
                 ":now": {"N": str(now_ms)},
                 ":window": {"N": str(now_ms - WINDOW_MS)},
             },
+            ReturnValuesOnConditionCheckFailure="ALL_OLD",
         )
-    )
+    except ClientError as exc:
+        if exc.response.get("Error", {}).get("Code") != "ConditionalCheckFailedException":
+            raise
+        stood = plain(exc.response.get("Item") or {})  # type: ignore[arg-type]
+        return LastReport(int(stood.get("oldest_age_ms", 0)), int(stood.get("observed_at", 0)))
+    return LastReport(oldest_age_ms, now_ms)
 
 
 DEPENDENCY_PK = "dependency"
@@ -114,11 +136,11 @@ def read_dependency_down_until(client: DynamoDBClient, table_name: str) -> int |
 def throttled_age_reports(
     client: DynamoDBClient, table_name: str, *, holder: str = "", shards: int = 1
 ) -> ThrottledAgeReports:
-    """A container's age reports: :func:`record_oldest_age` on its own shard (of ``shards``, chosen
+    """A container's age reports: :func:`raise_oldest_age` on its own shard (of ``shards``, chosen
     by ``holder``, the container's id) when ``breakwater.age_reports`` says so."""
     sk = health_sk(health_shard(holder, shards), shards)
     return ThrottledAgeReports(
-        lambda role, age_ms, now_ms: record_oldest_age(client, table_name, role, age_ms, now_ms, sk=sk)
+        lambda role, age_ms, now_ms: raise_oldest_age(client, table_name, role, age_ms, now_ms, sk=sk)
     )
 
 
