@@ -38,7 +38,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Literal, Protocol
 
-from breakwater.age_reports import LastReport, report_due, stands_above
+from breakwater.age_reports import LastReport, report_due, resume_offset_ms, stands_above
 from breakwater.aws.health import health_shard
 from breakwater.backlog import dead_letters_by_hand, will_dead_letter
 from breakwater.breaker import CircuitBreaker
@@ -162,8 +162,9 @@ class WorkerModel:
             leases.table if leases is not None else rate.table if rate is not None else None
         )
         self._age_reports: dict[tuple[str, str], LastReport] = {}  # (holder, role): its last health write
-        # (holder, role): the report its health item stands on, as the container's last write learnt it
-        self._standing: dict[tuple[str, str], LastReport] = {}
+        # (holder, role): the report its health item stands on, as the container's last write learnt it,
+        # and how long after that report's window the container reports again
+        self._standing: dict[tuple[str, str], tuple[LastReport, int]] = {}
         self.batch_failures = 0  # invocations a gate error failed whole: none since an error costs its tenant
         self.batch_failure_messages = 0
         self.unreleased_leases = 0  # tenants' leases left to expire: their release write was throttled
@@ -366,7 +367,8 @@ class WorkerModel:
         table = self.table
         key = (holder, role)
         if table is not None:
-            if stands_above(self._standing.get(key), age_ms, now_ms):
+            standing = self._standing.get(key)
+            if standing is not None and stands_above(standing[0], age_ms, now_ms - standing[1]):
                 return
             if report_due(self._age_reports.get(key), age_ms, now_ms):
                 self._age_reports[key] = LastReport(age_ms, now_ms)
@@ -375,9 +377,11 @@ class WorkerModel:
                 if not written:
                     self.health_throttled += 1
                     return
-        standing = self.sink.report_oldest(role, age_ms, now_ms, shard)
-        if standing is not None:
-            self._standing[key] = LastReport(*standing)
+        stood = self.sink.report_oldest(role, age_ms, now_ms, shard)
+        if stood is not None:
+            known = self._standing.get(key)
+            offset = known[1] if known is not None else resume_offset_ms(holder)
+            self._standing[key] = (LastReport(*stood), offset)
 
     def _gate(
         self, admitted: list[Message], moves: Moves, holder: str, at: float

@@ -12,12 +12,15 @@ A write answers with the report the item stands on: this one, or a larger one wi
 another container made (the write's condition failed, and a failed conditional write still costs its
 write units). Until that report's window closes, a report no larger than it would fail the same way,
 so it is not made: at low load, when every container's ages are small and alike, most reports were.
+Every container of a shard learns the same report, so each resumes its reports at its own offset into
+the interval after that window closes (:func:`resume_offset_ms`), not all in the same second.
 
 Everything here is pure; ``now`` is injected and the write is a callable.
 """
 
 from __future__ import annotations
 
+import zlib
 from collections.abc import Callable
 from dataclasses import dataclass
 
@@ -61,16 +64,18 @@ class ThrottledAgeReports:
         interval_ms: int = REPORT_INTERVAL_MS,
         rise_ms: int = RISE_MS,
         window_ms: int = WINDOW_MS,
+        offset_ms: int = 0,
     ) -> None:
         self._write = write
         self._interval_ms = interval_ms
         self._rise_ms = rise_ms
         self._window_ms = window_ms
+        self._offset_ms = offset_ms  # how long after a standing report's window it reports again
         self._last: dict[str, LastReport] = {}
         self._standing: dict[str, LastReport] = {}  # per role: the item's report as last learnt
 
     def __call__(self, role: str, oldest_age_ms: int, now_ms: int) -> bool:
-        if stands_above(self._standing.get(role), oldest_age_ms, now_ms, self._window_ms):
+        if stands_above(self._standing.get(role), oldest_age_ms, now_ms - self._offset_ms, self._window_ms):
             return False
         due = report_due(
             self._last.get(role), oldest_age_ms, now_ms, interval_ms=self._interval_ms, rise_ms=self._rise_ms
@@ -90,3 +95,10 @@ def stands_above(
     ``now_ms`` fail: a larger age whose window is still open (the item's maximum only rises within it;
     the write's condition lets a report replace one observed more than ``window_ms`` before it)."""
     return standing is not None and standing.age_ms > oldest_age_ms and now_ms <= standing.at_ms + window_ms
+
+
+def resume_offset_ms(holder: str, interval_ms: int = REPORT_INTERVAL_MS) -> int:
+    """A container's offset into the report interval (from its id, stable across processes): the
+    containers that learnt one standing report then resume over the interval once its window closes,
+    as their reports are spread by it otherwise, instead of writing its shard in the same instant."""
+    return zlib.crc32(f"{holder}/age-reports".encode()) % interval_ms

@@ -7,6 +7,7 @@ import zlib
 
 import pytest
 
+from breakwater.age_reports import resume_offset_ms
 from breakwater.aws.controller_ports import build_controller_ports
 from breakwater.aws.health import (
     HEALTH_SK,
@@ -64,12 +65,12 @@ def test_a_container_makes_no_report_the_standing_one_would_refuse(world: Worker
     for second in range(2, 60):  # due every 5 s, always smaller: no call while 9,000's window is open
         assert not idle("live", 40 + second, NOW + second * 1_000)
     assert updates == [9_000, 40]
-    assert idle("live", 35, NOW + WINDOW_MS + 1)  # the window closed: the fresh report replaces it
+    # the window closed: after this container's share of the interval, its fresh report replaces it
+    resume = NOW + WINDOW_MS + resume_offset_ms("container-b") + 1
+    assert not idle("live", 35, resume - 1)
+    assert idle("live", 35, resume)
     assert world.item("queue#live", HEALTH_SK)["oldest_age_ms"] == 35
-    assert read_oldest_age(world.dynamodb, STATE_TABLE, "live", now_ms=NOW + WINDOW_MS + 1) == (
-        35,
-        NOW + WINDOW_MS + 1,
-    )
+    assert read_oldest_age(world.dynamodb, STATE_TABLE, "live", now_ms=resume) == (35, resume)
 
 
 def test_the_reader_takes_the_largest_age_in_its_window_not_a_stopped_ones(world: WorkerWorld) -> None:

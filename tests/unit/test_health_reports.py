@@ -2,9 +2,10 @@
 
 from __future__ import annotations
 
+from collections import Counter
 from collections.abc import Callable
 
-from breakwater.age_reports import WINDOW_MS, LastReport, ThrottledAgeReports, report_due
+from breakwater.age_reports import WINDOW_MS, LastReport, ThrottledAgeReports, report_due, resume_offset_ms
 
 
 def _item_of_one_shard() -> tuple[list[tuple[str, int, int]], Callable[[str, int, int], LastReport]]:
@@ -64,6 +65,31 @@ def test_no_report_is_made_that_the_report_standing_on_the_item_would_refuse() -
         ("live", 9_400, 40_000),
         ("live", 200, 30_001 + WINDOW_MS),
     ]
+
+
+def test_containers_that_learnt_one_report_resume_over_the_interval_not_in_one_instant() -> None:
+    _, write = _item_of_one_shard()
+    resumed: dict[int, int] = {}  # container -> when it reported again
+
+    def reports(index: int) -> ThrottledAgeReports:
+        def tracked(role: str, age: int, now: int) -> LastReport:
+            resumed.setdefault(index, now)
+            return write(role, age, now)
+
+        return ThrottledAgeReports(tracked, 5_000, offset_ms=resume_offset_ms(f"container-{index}"))
+
+    containers = [reports(index) for index in range(1_000)]
+    assert containers[0]("live", 9_000, 0)
+    for each in containers[1:]:
+        assert not each("live", 100, 1_000)  # refused: every one learns that 9,000 stands
+    resumed.clear()
+    for now in range(WINDOW_MS + 1, WINDOW_MS + 5_102, 100):  # a smaller age, every 100 ms, from each
+        for each in containers:
+            each("live", 100, now)
+
+    assert len(resumed) == 1_000  # each reports again once the window closed, after its own offset
+    per_second = Counter(now // 1_000 for now in resumed.values())
+    assert max(per_second.values()) <= 300  # spread over the interval (all 1,000 at once without it)
 
 
 def test_a_refused_write_is_reported_as_such() -> None:

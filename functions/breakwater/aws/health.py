@@ -20,7 +20,7 @@ from typing import TYPE_CHECKING
 
 from botocore.exceptions import ClientError
 
-from breakwater.age_reports import WINDOW_MS, LastReport, ThrottledAgeReports
+from breakwater.age_reports import WINDOW_MS, LastReport, ThrottledAgeReports, resume_offset_ms
 from breakwater.aws.counters import batch_get, condition_held, plain
 
 if TYPE_CHECKING:
@@ -140,7 +140,8 @@ def throttled_age_reports(
     by ``holder``, the container's id) when ``breakwater.age_reports`` says so."""
     sk = health_sk(health_shard(holder, shards), shards)
     return ThrottledAgeReports(
-        lambda role, age_ms, now_ms: raise_oldest_age(client, table_name, role, age_ms, now_ms, sk=sk)
+        lambda role, age_ms, now_ms: raise_oldest_age(client, table_name, role, age_ms, now_ms, sk=sk),
+        offset_ms=resume_offset_ms(holder),
     )
 
 
