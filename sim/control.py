@@ -3,7 +3,7 @@
 The ports hold what DynamoDB holds for the real one: each tenant's counters item (the ADD counters
 the ingest and the workers write, and the controller's own attributes), the changed-tenant marks by
 shard, the shards' ledgers and the run state, the workers' oldest-age reports (the same conditional
-window as ``breakwater.aws.health.record_oldest_age``) and the breakers' outage reports. Queue depths
+window as ``breakwater.aws.health.raise_oldest_age``) and the breakers' outage reports. Queue depths
 are read from the simulated queues, as the real ports read SQS's attributes.
 
 Each port call counts the AWS calls it stands for (:class:`sim.billing.Meter`): a GetQueueAttributes

@@ -1,6 +1,6 @@
 """When a worker container writes the oldest age it saw for a queue role (the health item's report).
 
-The health item keeps the maximum reported in its window (``breakwater.aws.health.record_oldest_age``),
+The health item keeps the maximum reported in its window (``breakwater.aws.health.raise_oldest_age``),
 and the controller reads it once a minute and judges it in whole seconds (``healthy_age_seconds``).
 So a report not ``rise_ms`` above this container's last one for the role, made less than
 ``interval_ms`` after it, adds nothing the controller would read: skipping it saves a DynamoDB write

@@ -14,8 +14,8 @@ from breakwater.aws.health import (
     WINDOW_MS,
     health_shard,
     health_sk,
+    raise_oldest_age,
     read_oldest_age,
-    record_oldest_age,
     throttled_age_reports,
 )
 from breakwater.settings import ControllerSettings, SettingsError, WorkerSettings
@@ -76,11 +76,11 @@ def test_a_container_makes_no_report_the_standing_one_would_refuse(world: Worker
 def test_the_reader_takes_the_largest_age_in_its_window_not_a_stopped_ones(world: WorkerWorld) -> None:
     shards = 4
     # A container that stopped long ago left a large age on its shard; nobody replaced it since.
-    record_oldest_age(
+    raise_oldest_age(
         world.dynamodb, STATE_TABLE, "live", 500_000, NOW - WINDOW_MS - 1, sk=health_sk(0, shards)
     )
-    record_oldest_age(world.dynamodb, STATE_TABLE, "live", 3_000, NOW - 10_000, sk=health_sk(1, shards))
-    record_oldest_age(world.dynamodb, STATE_TABLE, "live", 7_000, NOW - 30_000, sk=health_sk(2, shards))
+    raise_oldest_age(world.dynamodb, STATE_TABLE, "live", 3_000, NOW - 10_000, sk=health_sk(1, shards))
+    raise_oldest_age(world.dynamodb, STATE_TABLE, "live", 7_000, NOW - 30_000, sk=health_sk(2, shards))
 
     assert read_oldest_age(world.dynamodb, STATE_TABLE, "live", shards=shards, now_ms=NOW) == (
         7_000,
@@ -114,9 +114,9 @@ def test_the_controllers_ports_read_every_shard_of_the_live_and_sideline_roles(w
             "health_report_shards": 16,
         }
     )
-    record_oldest_age(world.dynamodb, STATE_TABLE, "live", 1_000, NOW, sk=health_sk(3, 16))
-    record_oldest_age(world.dynamodb, STATE_TABLE, "live", 90_000, NOW - 5_000, sk=health_sk(15, 16))
-    record_oldest_age(world.dynamodb, STATE_TABLE, "spillover", 700_000, NOW, sk=health_sk(9, 16))
+    raise_oldest_age(world.dynamodb, STATE_TABLE, "live", 1_000, NOW, sk=health_sk(3, 16))
+    raise_oldest_age(world.dynamodb, STATE_TABLE, "live", 90_000, NOW - 5_000, sk=health_sk(15, 16))
+    raise_oldest_age(world.dynamodb, STATE_TABLE, "spillover", 700_000, NOW, sk=health_sk(9, 16))
     ports = build_controller_ports(settings, dynamodb=world.dynamodb, sqs=world.sqs, clock_ms=lambda: NOW)
 
     assert ports.live_oldest() == (90_000, NOW - 5_000)

@@ -56,21 +56,6 @@ def health_sk(shard: int, shards: int) -> str:
     return f"{HEALTH_SK}#{shard}"
 
 
-def record_oldest_age(
-    client: DynamoDBClient,
-    table_name: str,
-    role: str,
-    oldest_age_ms: int,
-    now_ms: int,
-    *,
-    sk: str = HEALTH_SK,
-) -> bool:
-    """Raise the window's maximum to ``oldest_age_ms`` (or open a window) on the role's health item
-    ``sk``; False if a larger one stands."""
-    report = LastReport(oldest_age_ms, now_ms)
-    return raise_oldest_age(client, table_name, role, oldest_age_ms, now_ms, sk=sk) == report
-
-
 def raise_oldest_age(
     client: DynamoDBClient,
     table_name: str,
@@ -80,8 +65,9 @@ def raise_oldest_age(
     *,
     sk: str = HEALTH_SK,
 ) -> LastReport:
-    """:func:`record_oldest_age`, answering with the report the item stands on: this one if written,
-    else the larger one within its window (returned by the failed write at no extra cost)."""
+    """Raise the window's maximum to ``oldest_age_ms`` (or open a window) on the role's health item
+    ``sk``; the report the item stands on after it: this one if written, else the larger one within
+    its window (returned by the failed write at no extra cost)."""
     try:
         client.update_item(
             TableName=table_name,
