@@ -19,7 +19,8 @@ from breakwater.settings import IngestSettings
 
 app = APIGatewayRestResolver()
 SERVICE = build_ingest(IngestSettings.from_env())
-flush_tallies_in_the_background(SERVICE)
+# set to stop the tally thread (a test that imports this module again stops the old copy's)
+FLUSH_STOP = flush_tallies_in_the_background(SERVICE)
 
 
 @app.post("/v1/messages")

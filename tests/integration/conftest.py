@@ -6,7 +6,6 @@ and their module-level service is rebuilt with the test's clock, so nothing depe
 
 from __future__ import annotations
 
-import importlib
 import json
 from collections.abc import Iterator
 from dataclasses import dataclass
@@ -20,6 +19,7 @@ from moto import mock_aws
 from breakwater.aws.front_door import build_authorizer, build_ingest
 from breakwater.settings import AuthorizerSettings, IngestSettings
 from tests.integration.apigateway import ApiGateway
+from tests.integration.handlers import fresh_import
 
 TENANTS_TABLE = "breakwater-tenants"
 STATE_TABLE = "breakwater-state"
@@ -162,8 +162,7 @@ def ingest_env(
 
 def load_handler(module_name: str) -> Any:
     """Import (or re-import) a handler so its module-level settings and clients see this mock and env."""
-    module = importlib.import_module(module_name)
-    return importlib.reload(module)
+    return fresh_import(module_name)
 
 
 @pytest.fixture

@@ -8,9 +8,7 @@ in this process against moto's mock with the handler imported here (:class:`Stre
 
 from __future__ import annotations
 
-import importlib
 import json
-import sys
 import threading
 import uuid
 from collections.abc import Callable
@@ -25,6 +23,7 @@ import pytest
 from local.emulator.discovery import MappingSpec
 from local.emulator.functions import FunctionSpec, Invocation
 from local.emulator.kinesis_mapping import KinesisMapping
+from tests.integration.handlers import fresh_import
 
 REGION = "us-east-1"
 ACCOUNT = "123456789012"
@@ -55,9 +54,7 @@ def load_handler(monkeypatch: pytest.MonkeyPatch, module: str, environment: dict
     """Import (or re-import) a handler module after the mock started and its environment is set."""
     for name, value in environment.items():
         monkeypatch.setenv(name, value)
-    if module in sys.modules:
-        return importlib.reload(sys.modules[module])
-    return importlib.import_module(module)
+    return fresh_import(module)
 
 
 def create_fifo_queue(

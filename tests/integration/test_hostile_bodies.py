@@ -22,6 +22,7 @@ from moto import mock_aws
 from breakwater.envelope import Envelope
 from breakwater.requests import MAX_JSON_DEPTH
 from tests.integration.conftest import TIERS, create_live_queues, create_state_table
+from tests.integration.handlers import stop_background_flush
 from tests.integration.streaming_fixtures import (
     REGION,
     FakeLambdaContext,
@@ -132,6 +133,7 @@ def front_door() -> Iterator[FrontDoor]:
         )
         handlers = {"/v1/messages": ingest, "/v1/ordered": ordered, "/v1/events": events}
         yield FrontDoor(handlers, live, fifo_url, stream_arn)
+        stop_background_flush(ingest)  # before this moto ends: its counts stay out of later tests' tables
 
 
 def nested(depth: int) -> str:

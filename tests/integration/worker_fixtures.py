@@ -8,9 +8,7 @@ succeeded and (when asked) make the failures visible again as if their visibilit
 
 from __future__ import annotations
 
-import importlib
 import json
-import sys
 import time
 from collections.abc import Iterator
 from dataclasses import dataclass, field
@@ -22,6 +20,7 @@ import pytest
 from moto import mock_aws
 
 from breakwater.envelope import Envelope, Origin, new_envelope_id
+from tests.integration.handlers import fresh_import
 
 REGION = "us-east-1"
 STATE_TABLE = "bw-state"
@@ -261,9 +260,7 @@ def load(monkeypatch: pytest.MonkeyPatch, module: str, environment: dict[str, st
     """Import (or re-import) a handler after the mock started and its environment is set."""
     for name, value in environment.items():
         monkeypatch.setenv(name, value)
-    if module in sys.modules:
-        return importlib.reload(sys.modules[module])
-    return importlib.import_module(module)
+    return fresh_import(module)
 
 
 def add_tenant(tenant: str, tier: str) -> None:
