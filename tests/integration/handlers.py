@@ -6,6 +6,15 @@ import importlib
 import sys
 from types import ModuleType
 
+import pytest
+
+
+def load_handler(monkeypatch: pytest.MonkeyPatch, module: str, environment: dict[str, str]) -> ModuleType:
+    """Import (or re-import) a handler module after the mock started and its environment is set."""
+    for name, value in environment.items():
+        monkeypatch.setenv(name, value)
+    return fresh_import(module)
+
 
 def fresh_import(module: str) -> ModuleType:
     """The module imported anew. The copy it replaces first stops its background tally flush: that

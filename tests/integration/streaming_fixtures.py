@@ -14,16 +14,13 @@ import uuid
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
-from types import ModuleType
 from typing import Any
 
 import boto3
-import pytest
 
 from local.emulator.discovery import MappingSpec
 from local.emulator.functions import FunctionSpec, Invocation
 from local.emulator.kinesis_mapping import KinesisMapping
-from tests.integration.handlers import fresh_import
 
 REGION = "us-east-1"
 ACCOUNT = "123456789012"
@@ -48,13 +45,6 @@ class FakeLambdaContext:
     memory_limit_in_mb: int = 256
     invoked_function_arn: str = f"arn:aws:lambda:{REGION}:{ACCOUNT}:function:breakwater-test"
     aws_request_id: str = "00000000-0000-0000-0000-000000000000"
-
-
-def load_handler(monkeypatch: pytest.MonkeyPatch, module: str, environment: dict[str, str]) -> ModuleType:
-    """Import (or re-import) a handler module after the mock started and its environment is set."""
-    for name, value in environment.items():
-        monkeypatch.setenv(name, value)
-    return fresh_import(module)
 
 
 def create_fifo_queue(

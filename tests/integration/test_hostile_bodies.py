@@ -22,14 +22,13 @@ from moto import mock_aws
 from breakwater.envelope import Envelope
 from breakwater.requests import MAX_JSON_DEPTH
 from tests.integration.conftest import TIERS, create_live_queues, create_state_table
-from tests.integration.handlers import stop_background_flush
+from tests.integration.handlers import load_handler, stop_background_flush
 from tests.integration.streaming_fixtures import (
     REGION,
     FakeLambdaContext,
     api_event,
     create_fifo_queue,
     create_stream,
-    load_handler,
 )
 
 MAX_PAYLOAD_BYTES = 1024

@@ -34,6 +34,7 @@ from breakwater.ordered import (
 from breakwater.ordered_ingest import GROUP_FULL_RETRY_AFTER_SECONDS, GroupBacklogFullError, RecentRefusals
 from breakwater.settings import OrderedIngestSettings
 from tests.integration.conftest import create_table
+from tests.integration.handlers import load_handler
 from tests.integration.streaming_fixtures import (
     REGION,
     FakeLambdaContext,
@@ -41,7 +42,6 @@ from tests.integration.streaming_fixtures import (
     api_event,
     create_fifo_queue,
     fifo_worker_environment,
-    load_handler,
     send_fifo,
 )
 

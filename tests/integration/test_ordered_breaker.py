@@ -25,13 +25,13 @@ from breakwater.envelope import Envelope, new_envelope_id
 from breakwater.ordered import message_group_id
 from breakwater.processor import DependencyUnavailableError
 from tests.integration.conftest import create_table
+from tests.integration.handlers import load_handler
 from tests.integration.streaming_fixtures import (
     REGION,
     FakeLambdaContext,
     _sqs_record,
     create_fifo_queue,
     fifo_worker_environment,
-    load_handler,
     send_fifo,
 )
 

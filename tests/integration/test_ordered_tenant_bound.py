@@ -20,6 +20,7 @@ from breakwater.envelope import Envelope
 from breakwater.ordered import BacklogWindow, GroupBacklog
 from breakwater.ordered_ingest import GROUP_FULL_RETRY_AFTER_SECONDS, RecentRefusals
 from tests.integration.conftest import create_table
+from tests.integration.handlers import load_handler
 from tests.integration.streaming_fixtures import (
     REGION,
     FakeLambdaContext,
@@ -27,7 +28,6 @@ from tests.integration.streaming_fixtures import (
     api_event,
     create_fifo_queue,
     fifo_worker_environment,
-    load_handler,
 )
 
 STATE_TABLE = "breakwater-state"

@@ -20,6 +20,7 @@ from local.emulator import kinesis_mapping as kinesis_module
 from local.emulator import moto_patches
 from local.emulator.kinesis_mapping import kinesis_record
 from tests.integration.conftest import create_table
+from tests.integration.handlers import load_handler
 from tests.integration.streaming_fixtures import (
     KINESIS_PATCHES,
     REGION,
@@ -27,7 +28,6 @@ from tests.integration.streaming_fixtures import (
     StreamConsumer,
     api_event,
     create_stream,
-    load_handler,
     read_shard,
 )
 

@@ -20,7 +20,7 @@ import pytest
 from moto import mock_aws
 
 from breakwater.envelope import Envelope, Origin, new_envelope_id
-from tests.integration.handlers import fresh_import
+from tests.integration.handlers import load_handler
 
 REGION = "us-east-1"
 STATE_TABLE = "bw-state"
@@ -256,11 +256,7 @@ def world(monkeypatch: pytest.MonkeyPatch) -> Iterator[WorkerWorld]:
         yield w
 
 
-def load(monkeypatch: pytest.MonkeyPatch, module: str, environment: dict[str, str]) -> ModuleType:
-    """Import (or re-import) a handler after the mock started and its environment is set."""
-    for name, value in environment.items():
-        monkeypatch.setenv(name, value)
-    return fresh_import(module)
+load = load_handler  # the name the worker tests import
 
 
 def add_tenant(tenant: str, tier: str) -> None:
