@@ -289,6 +289,9 @@ def main() -> None:
     aws_faults, kills = _chaos(handler_spec)
     if aws_faults is not None:  # before the handler's import: the clients it makes copy the session's
         boto3.DEFAULT_SESSION.events.register("before-send.*.*", aws_faults)  # type: ignore[union-attr]
+    # Lambda sends SIGTERM at shutdown and the process then ends (below); a handler the function installs
+    # runs, and whatever it chains to is this, which returns
+    signal.signal(signal.SIGTERM, lambda _signum, _frame: None)
     started = time.perf_counter()
     try:
         handler = _load(handler_spec)
@@ -350,6 +353,11 @@ def main() -> None:
                     "usage": usage.take(),
                 }
             )
+    # The environment is shut down (the parent closed the requests): as Lambda does for a function that
+    # registered an extension, SIGTERM, whose handler (if the function installed one) flushes what it
+    # kept; the AWS requests it made are answered, to be billed.
+    signal.raise_signal(signal.SIGTERM)
+    answer({"shutdown": True, "requests": counter.take(), "usage": usage.take()})
 
 
 if __name__ == "__main__":

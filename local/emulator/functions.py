@@ -198,15 +198,19 @@ class _Container:
             self.process.kill()
             self.process.wait(5)
 
-    def stop(self) -> None:
+    def stop(self) -> dict[str, Any] | None:
+        """Shut the environment down: its shutdown phase's answer (the AWS requests its SIGTERM handler
+        made), or None if it gave none."""
         with contextlib.suppress(OSError):
             self._requests.close()
+        answer = self._read_answer(5.0) if self.alive else None
         try:
             self.process.wait(2)
         except subprocess.TimeoutExpired:
             self.kill()
         with contextlib.suppress(OSError):
             self._answers.close()
+        return answer
 
 
 def _signal_name(returncode: int | None) -> str:
@@ -375,7 +379,13 @@ class FunctionPool:
             self._idle.extend(c for c in started if c.alive and c.init_error is None)
 
     def stop(self) -> None:
+        """Shut every environment down; what their shutdown phases asked of AWS is billed (not their
+        duration: Lambda bills the shutdown of a function without external extensions as nothing)."""
         with self._lock:
             containers, self._all, self._idle = list(self._all), [], []
         for container in containers:
-            container.stop()
+            answer = container.stop()
+            if answer is not None:
+                with self._lock:
+                    self.requests.update(answer.get("requests", {}))
+                    add_to(self.usage, answer.get("usage", {}))

@@ -405,11 +405,14 @@ class LocalRuntime:
                 self._fire(schedule)
 
     def quiesce(self, timeout: float = 30.0) -> None:
-        """Stop the schedules and the mappings' polling, then wait for every invocation in flight.
+        """Stop the schedules and the mappings' polling, wait for every invocation in flight, then shut
+        the functions' environments down (SIGTERM first, as Lambda does: a worker writes the counters
+        it kept, ingest its tallies).
 
         Afterwards nothing moves a message any more (the API aside), so the queues' depths and the
         workers' counters read afterwards describe one consistent point: a consumed message is
         either counted by the worker that finished it or still in its queue, never both or neither.
+        An invocation after this starts a new environment.
         """
         self._stop.set()
         self._schedules_stop.set()
@@ -420,6 +423,8 @@ class LocalRuntime:
         for thread in self._threads:
             thread.join(timeout)
         self.wait_async(timeout)  # the archiver runs the controller started: they move messages too
+        for pool in self.pools.values():
+            pool.stop()
 
     def stop_schedules(self, timeout: float = 30.0) -> None:
         """Stop the schedules (the controller) and wait for their runs and the invocations they started.
