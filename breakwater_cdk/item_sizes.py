@@ -21,6 +21,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
 from breakwater.concurrency import (
+    MAX_TENANT_CONCURRENCY,
     ConcurrencyLimits,
     lease_shard_count,
     pool_shard_capacities,
@@ -82,11 +83,14 @@ class ItemSize:
 
 
 def _lease_bytes() -> int:
-    return map_of(CONTAINER_ID_BYTES, [number("exp"), boolean("burst")])
+    """The larger of a burst lease (keyed by its holder) and a floor slot (``#<k>``, naming its holder)."""
+    burst = map_of(CONTAINER_ID_BYTES, [number("exp"), boolean("burst")])
+    slot = map_of(len(f"#{MAX_TENANT_CONCURRENCY}"), [number("exp"), string("h", CONTAINER_ID_BYTES)])
+    return max(burst, slot)
 
 
 def counters_item_bytes(leases: int) -> int:
-    """``tenant#<id>``/``counters`` holding ``leases`` leases (``{exp: N, burst: BOOL}`` each), and the
+    """``tenant#<id>``/``counters`` holding ``leases`` leases (:func:`_lease_bytes` each), and the
     tenant's consumer bucket beside them (its attributes prefixed ``consumer_``, and a backoff)."""
     keys = _keys(len("tenant#") + TENANT_ID_BYTES, len("counters"))
     bucket = sum(number(f"consumer_{name}") for name in CONSUMER_BUCKET_NUMBERS)

@@ -124,6 +124,9 @@ class LeaseTable:
         self.writes = 0
         self.transact_items = 0
         self.item_reads = 0
+        # the expiry of the floor leases of the call under way, per tenant (a lapsing lease's term)
+        self._floor_until: dict[int, int] = {}
+        self.renewals = 0  # lapsing floor leases renewed mid-batch (one write each)
 
     def shard_of(self, holder: str) -> int | None:
         """The holder's shard of the pool (None: no pool)."""
@@ -164,6 +167,7 @@ class LeaseTable:
         expires_at_ms: int,
         now_ms: int,
         riding: Sequence[int] = (),
+        floor_until: dict[int, int] | None = None,
     ) -> dict[int, Grant]:
         """Mirrors ``ConcurrencyLeases.acquire_many``: each tenant's grant, burst leases in the shard.
 
@@ -176,7 +180,9 @@ class LeaseTable:
 
         ``riding``: tenants whose consumer bucket just wrote their counters item, where the worker's
         floor lease rides on that write (:meth:`_ride`); those it lands on are not leased again.
+        ``floor_until``: a tenant's floor lease expires then (to lapse), not at ``expires_at_ms``.
         """
+        self._floor_until = floor_until or {}
         rode: dict[int, Grant] = {}
         for tenant in riding:
             limits = requests.get(tenant)
@@ -186,7 +192,7 @@ class LeaseTable:
             requests = {tenant: limits for tenant, limits in requests.items() if tenant not in rode}
             if not requests:
                 return rode
-            return rode | self.acquire_many(requests, holder, expires_at_ms, now_ms)
+            return rode | self.acquire_many(requests, holder, expires_at_ms, now_ms, (), floor_until)
         orders = {tenant: self.choices(tenant, limits, holder) for tenant, limits in requests.items()}
         if len(requests) == 1:
             tenant, order = next(iter(orders.items()))
@@ -249,7 +255,7 @@ class LeaseTable:
                 if not written:
                     lost.append(tenant)
                     continue
-            self._take(key, holder, Lease(expires_at_ms, False), now_ms)
+            self._take(key, holder, Lease(self._floor_until.get(tenant, expires_at_ms), False), now_ms)
         for tenant in lost:
             grants[tenant] = self._acquire_in(tenant, orders[tenant], holder, expires_at_ms, now_ms)
         for tenant in full:
@@ -271,7 +277,7 @@ class LeaseTable:
             return False
         leases = self._maps.get(tenant)
         if _floor_open(leases, holder, limits.floor, now_ms):
-            self._take(tenant, holder, Lease(expires_at_ms, False), now_ms)
+            self._take(tenant, holder, Lease(self._floor_until.get(tenant, expires_at_ms), False), now_ms)
             return True
         self.writes += 1  # the joint write failed on the lease's condition: the bucket's alone
         table = self.table
@@ -313,7 +319,8 @@ class LeaseTable:
             return False
         # (the real write keeps the map's other entries; a given-back lease is gone from it, which here
         # is an ended one: dropped so that the item's size stays what the real one's is)
-        self._take(key, holder, Lease(expires_at_ms, False), now_ms)
+        tenant = key if type(key) is int else key[0]  # type: ignore[index]
+        self._take(key, holder, Lease(self._floor_until.get(tenant, expires_at_ms), False), now_ms)
         return True
 
     def _acquire_in(
@@ -385,7 +392,8 @@ class LeaseTable:
                     self.waited_s += waited
                     if not written:  # a throttle is not a lost race: the adapter refuses the item
                         return None
-            self._take(key, holder, Lease(expires_at_ms, grant is _BURST), now_ms)
+            expires = expires_at_ms if grant is _BURST else self._floor_until.get(tenant, expires_at_ms)
+            self._take(key, holder, Lease(expires, grant is _BURST), now_ms)
             return grant
         return None  # every race lost: behave as full
 
@@ -484,6 +492,32 @@ class LeaseTable:
                 leases[holder] = Lease(ended_ms, lease.burst)
         if type(key) is tuple:
             del self._held_in[(holder, tenant)]
+
+    def renew(self, holder: str, tenant: int, limits: ConcurrencyLimits, until_ms: int, now_ms: int) -> bool:
+        """``ConcurrencyLeases.renew``: the holder's floor lease of ``tenant`` moved to ``until_ms`` in one
+        blind write of its slot (billed), if it still holds it or the floor has room; False: not
+        renewed (the worker holds on to it and gives it back at the tenant's end)."""
+        key = self.lease_key(holder, tenant)
+        leases = self._maps.get(key)
+        floor = limits.floor if type(key) is int else shard_limits(limits, key[1]).floor  # type: ignore[index]
+        self.writes += 1
+        self.renewals += 1
+        table = self.table
+        if table is not None:
+            item, kind = _item(table, key)
+            written, waited = table.retried_write(
+                item, kind, now_ms / 1000, _write_units(table, key, len(leases or _NO_LEASES))
+            )
+            self.waited_s += waited
+            if not written:
+                return False
+        if leases is None:
+            return False
+        own = leases.get(holder)
+        if (own is None or own.expires_at_ms <= now_ms) and not _floor_open(leases, holder, floor, now_ms):
+            return False
+        leases[holder] = Lease(until_ms, False)
+        return True
 
     def holds_place(self, holder: str, tenant: int) -> bool:
         shard = self.shard_of(holder)

@@ -1,12 +1,13 @@
 """The counters a worker container keeps between batches, as ``breakwater.worker.settlement`` keeps them.
 
 A small leased tenant's counters go out with its lease release, in the same write. Those of a tenant
-whose leases are on shards of their own (its release goes to its lease shard), or of one that held
-no lease, ride on no release: written at every batch by every container that counts the tenant, they
-would make its counters item hot. So each container keeps them and writes them at most every
-``WorkerSetup.counters_interval_s``, at a release or a batch's end once the interval has passed since
-that container's last write of them; a write still throttled after botocore's retries keeps them for
-the next. The counts written this way are summed per tenant, so a test can check that none is lost.
+whose leases are on shards of their own (its release goes to its lease shard), of one that held no
+lease, or what differs from the counts a lapsing floor lease's write took ahead, ride on no release:
+written at every batch by every container that counts the tenant, they would make its counters item
+hot. So each container keeps them and writes them at most every ``WorkerSetup.counters_interval_s``,
+at a release or a batch's end once the interval has passed since that container's last write of
+them; a write still throttled after botocore's retries keeps them for the next. The counts written
+this way are summed per tenant, so a test can check that none is lost.
 """
 
 from __future__ import annotations
@@ -83,6 +84,7 @@ class KeptCounters:
         granted: frozenset[int],
         counted: dict[int, int],
         at_s: float,
+        lapsed: set[int] = frozenset(),  # type: ignore[assignment]
     ) -> None:
         """When an invocation of ``holder`` returns at ``at_s``: its ``counts`` that rode on no release
         (a sharded tenant's, a tenant's that held no lease) kept, less what its releases kept already
@@ -90,7 +92,7 @@ class KeptCounters:
         kept: dict[int, int] = {}
         sharded = self.sharded
         for (tenant, _), amount in counts.items():
-            if sharded(tenant) or tenant not in granted:
+            if sharded(tenant) or tenant not in granted or tenant in lapsed:
                 kept[tenant] = kept.get(tenant, 0) + amount
         carried = self._carried.get(holder)
         if kept or carried:

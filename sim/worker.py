@@ -42,7 +42,7 @@ from breakwater.age_reports import LastReport, report_due, resume_offset_ms, sta
 from breakwater.aws.health import health_shard
 from breakwater.backlog import dead_letters_by_hand, will_dead_letter
 from breakwater.breaker import CircuitBreaker
-from breakwater.concurrency import ConcurrencyLimits, Grant
+from breakwater.concurrency import LAPSE_MS, ConcurrencyLimits, Grant, LeaseTerms
 from breakwater.envelope import Origin
 from breakwater.settings import TierLimits
 from breakwater.sideline import (
@@ -173,6 +173,9 @@ class WorkerModel:
         self.kept = KeptCounters(
             setup.counters_interval_s, limits, self._concurrency, leases, self.table, self.meter
         )
+        # per container: how long its messages take, the term of a floor lease left to lapse
+        self._terms: dict[str, LeaseTerms] = {}
+        self.lapsed_leases = 0  # floor leases left to lapse at their tenant's end (no release written)
 
     def _container(self, queue: SqsQueue, index: int) -> tuple[str, CircuitBreaker | None, int]:
         """A new container's lease holder name, breaker and health shard."""
@@ -234,12 +237,18 @@ class WorkerModel:
         container = self._containers.get((queue.name, index))
         holder, breaker, health = container if container is not None else self._container(queue, index)
         granted: list[int] = []
+        terms = self._terms.get(holder)
+        if terms is None:
+            terms = self._terms[holder] = LeaseTerms()
+        lease_until: dict[int, int] = {}  # the lapsing floor leases' expiries, renewed as they go
+        gated_at: float | None = None  # when the gates were asked (the leases' terms start there)
         if breaker is not None and admitted and not breaker.allows(at):
             for message in admitted:
                 moves.append((message, hold_for_outage(message, breaker.retry_in_s(at), config)))
             admitted = []
         elif setup.gates and admitted:
-            admitted, granted = self._gate(admitted, moves, holder, at)
+            gated_at = at
+            admitted, granted, lease_until = self._gate(admitted, moves, holder, at, terms)
             at += costs.gate_ms / 1000
             if self.table is not None:
                 at += self._waited()
@@ -256,12 +265,24 @@ class WorkerModel:
             for position, message in enumerate(admitted):
                 last[message.tenant] = position
         process = sink.process
+        lapsed: set[int] = set()
+        ahead: dict[int, int] = {}  # a lapsing lease's tenant: its ``processed`` written with the lease
+        if gated_at is not None and granted:
+            terms.observe_lead(at - gated_at)
+            for message in admitted:
+                if message.tenant in lease_until:
+                    ahead[message.tenant] = ahead.get(message.tenant, 0) + 1
         for position, message in enumerate(admitted):
             if breaker is not None and not breaker.allows(at):
                 held.append((message, hold_for_outage(message, breaker.retry_in_s(at), config)))
             else:
+                if lease_until and message.tenant in lease_until:
+                    at += self._keep_lease(
+                        holder, message.tenant, admitted, position, last, at, terms, lease_until
+                    )
                 outcome, spent_s = process(message, at)
                 at += spent_s
+                terms.observe(message.tenant, spent_s)
                 if outcome == "ok":
                     if breaker is not None:
                         breaker.record_success()
@@ -283,7 +304,14 @@ class WorkerModel:
                     else:
                         failed.append(message)
             if last and last.get(message.tenant) == position:
-                at += self._release(holder, message.tenant, at, counts, counted)
+                lease_end = lease_until.pop(message.tenant, None)
+                if lease_end is not None and lease_end - int(at * 1000) <= LAPSE_MS:
+                    lapsed.add(message.tenant)
+                    at += self._lapse(
+                        holder, message.tenant, at, counts, counted, ahead.get(message.tenant, 0)
+                    )
+                else:
+                    at += self._release(holder, message.tenant, at, counts, counted)
         if held or dead:
             at += costs.move_ms * ((len(held) + 9) // 10 + (len(dead) + 9) // 10) / 1000
         at += costs.settle_ms / 1000
@@ -303,6 +331,7 @@ class WorkerModel:
             int(at * 1000),
             at - now_s,
             counted,
+            lapsed,
         )
 
     def _send(self, moves: Moves, counts: dict[tuple[int, str], int], after_s: float) -> None:
@@ -350,6 +379,56 @@ class WorkerModel:
             waited += self.kept.keep(holder, tenant, amount, at + waited)
         return waited
 
+    def _lapse(
+        self,
+        holder: str,
+        tenant: int,
+        at: float,
+        counts: dict[tuple[int, str], int],
+        counted: dict[int, int],
+        ahead: int,
+    ) -> float:
+        """``Settlement.lapse``: the tenant's floor lease left to expire (no write). Its ``processed`` (and
+        ``replayed``) went ahead with the lease (``ahead`` messages); what differs from that (other
+        outcomes, processed ones fewer than counted ahead) is written now, or kept as a sharded
+        tenant's counts are (``KeptCounters.keep``)."""
+        self.lapsed_leases += 1
+        counted[tenant] = sum(each for (whose, _), each in counts.items() if whose == tenant)
+        processed = counts.get((tenant, "processed"), 0)
+        others = sum(
+            each
+            for (whose, name), each in counts.items()
+            if whose == tenant and name not in ("processed", "replayed")
+        )
+        return self.kept.keep(holder, tenant, others + abs(ahead - processed), at)
+
+    def _keep_lease(
+        self,
+        holder: str,
+        tenant: int,
+        admitted: list[Message],
+        position: int,
+        last: dict[int, int],
+        at: float,
+        terms: LeaseTerms,
+        lease_until: dict[int, int],
+    ) -> float:
+        """``Worker._keep_lease``: a lapsing floor lease the next message may outlast renewed to the
+        expected end of the tenant's last message (one write); one not renewed lapses. The time
+        botocore's retries took."""
+        at_ms = int(at * 1000)
+        until = lease_until[tenant]
+        if not until or until > at_ms + (terms.message_ms(tenant) or 0.0):
+            return 0.0
+        leases = self.leases
+        assert leases is not None
+        renewed = terms.until_ms(at_ms, [each.tenant for each in admitted[position : last[tenant] + 1]])
+        if renewed is not None and leases.renew(holder, tenant, self._concurrency[tenant], renewed, at_ms):
+            lease_until[tenant] = renewed
+        else:  # not renewed: it lapses, never given back (it may be another container's by then)
+            lease_until[tenant] = 0
+        return self._waited()
+
     def _waited(self) -> float:
         """botocore's waits and the conflicts' pauses in this batch's gates (taken, so counted once)."""
         waited = 0.0
@@ -384,8 +463,8 @@ class WorkerModel:
             self._standing[key] = (LastReport(*stood), offset)
 
     def _gate(
-        self, admitted: list[Message], moves: Moves, holder: str, at: float
-    ) -> tuple[list[Message], list[int]]:
+        self, admitted: list[Message], moves: Moves, holder: str, at: float, terms: LeaseTerms
+    ) -> tuple[list[Message], list[int], dict[int, int]]:
         """The consumer rate, one ask per tenant (its first messages get the tokens), then the leases."""
         config = self.setup.decision
         now_ms = int(at * 1000)
@@ -432,8 +511,18 @@ class WorkerModel:
             within = admitted
             tenants = list(wanted)
         if self.leases is None or not within:
-            return within, []
+            return within, [], {}
         expires_at = now_ms + int(self.setup.timeout_s * 1000) + 1000
+        # when each tenant's floor lease is to expire, to lapse after its last message (``_floor_terms``)
+        order = [message.tenant for message in within]
+        ends: dict[int, int] = {}
+        for position, tenant in enumerate(order):
+            ends[tenant] = position
+        floor_until: dict[int, int] = {}
+        for tenant, position in ends.items():
+            until = terms.until_ms(now_ms, order[: position + 1])
+            if until is not None and until < expires_at:
+                floor_until[tenant] = until
         known = self._concurrency
         requests: dict[int, ConcurrencyLimits] = {}
         for tenant in tenants:
@@ -441,13 +530,16 @@ class WorkerModel:
             if limits is None:
                 limits = known[tenant] = concurrency_limits(self.limits(tenant))
             requests[tenant] = limits
-        grants = self.leases.acquire_many(requests, holder, expires_at, now_ms, riding)
+        grants = self.leases.acquire_many(requests, holder, expires_at, now_ms, riding, floor_until)
         held: list[int] = []  # plain loops here and in finish: they run for every batch
+        lease_until: dict[int, int] = {}
         for tenant, grant in grants.items():
             if grant is not _REFUSED:
                 held.append(tenant)
+                if grant is Grant.FLOOR and tenant in floor_until:
+                    lease_until[tenant] = floor_until[tenant]
         if len(held) == len(grants):
-            return within, held
+            return within, held, lease_until
         refused = _NO_SLOT
         kept: list[Message] = []
         for message in within:
@@ -458,7 +550,7 @@ class WorkerModel:
                 moves.append((message, decision))
             else:
                 kept.append(message)
-        return kept, held
+        return kept, held, lease_until
 
 
 class _Finish(Invocation):
@@ -475,6 +567,7 @@ class _Finish(Invocation):
         "health",
         "held",
         "holder",
+        "lapsed",
         "oldest",
         "queue",
         "sent_early",
@@ -499,8 +592,10 @@ class _Finish(Invocation):
         finished_ms: int,
         duration_s: float,
         counted: dict[int, int],
+        lapsed: set[int],
     ) -> None:
         self.duration_s = duration_s
+        self.lapsed = lapsed
         self.worker = worker
         self.queue = queue
         self.sent_early = sent_early
@@ -559,6 +654,8 @@ class _Finish(Invocation):
         for (tenant, counter), amount in counts.items():
             count(tenant, counter, amount)
         if setup.gates:
-            worker.kept.settle(self.holder, counts, self.granted, self.counted, self.finished_ms / 1000)
+            worker.kept.settle(
+                self.holder, counts, self.granted, self.counted, self.finished_ms / 1000, self.lapsed
+            )
         for role, age in self.oldest.items():
             worker.report_oldest(self.holder, self.health, role, age, self.finished_ms)

@@ -2,9 +2,9 @@
 
 A worker container processes a batch sequentially, so the parallelism a tenant gets is the number of
 containers working on it at once. Each container holds at most one lease per tenant (its id is the
-container's), acquired once per batch and released after it: the cost is bounded by tenants per
-batch, never by messages. Every lease carries an expiry (the end of the invocation that took it),
-so a container that crashes cannot leak a slot: its lease simply stops counting.
+container's), acquired once per batch and given back after it or left to lapse: the cost is bounded
+by tenants per batch, never by messages. Every lease carries an expiry (at the latest the end of the
+invocation that took it), so a container that crashes cannot leak a slot: its lease stops counting.
 
 Up to ``floor`` leases a tenant is always granted. Above the floor, up to ``ceiling``, a lease is a
 *burst* lease and also needs room in the shared burst pool, so bursting tenants cannot together
@@ -12,6 +12,13 @@ occupy the whole worker fleet and starve the floors of the others.
 A floor lease can be taken with one conditional write, without reading the tenant's item first;
 :class:`CrowdedFloors` remembers the tenants whose floor such a write found taken, whose batches
 read first for a while. Everything here is pure; ``now`` is injected.
+
+A floor lease is a numbered slot (:func:`slot_key`, ``0 <= k < floor``) that names its holder, so a
+slot whose lease expired is free to anyone's blind write, with no read and no clean-up first. That
+lets a floor lease *lapse* instead of being given back: a container sets its floor lease to expire
+when it expects to be done with the tenant (:class:`LeaseTerms`), and writes no release when that
+time is close (:data:`LAPSE_MS`): one write per tenant and batch, the acquire. A burst lease (keyed by
+its holder, with a place in the burst pool) is always given back.
 
 A tenant whose ceiling is above :data:`LEASE_SHARD_PLACES` has its leases spread over shards of at most
 that many places (:func:`lease_shard_count`, :func:`shard_limits`): a container leases in the shard its
@@ -24,7 +31,7 @@ tenant's) are written by each container at most every :func:`counters_interval_s
 from __future__ import annotations
 
 import zlib
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from enum import StrEnum
 from typing import NamedTuple, TypeVar
@@ -44,6 +51,17 @@ MAX_TENANT_CONCURRENCY = 1000
 # containers that receive its messages together (each writes them at most every ``counters_interval_s``),
 # leaving the rest of a partition's write limit to releases, ingest's flushes and the controller.
 COUNTERS_WRITES_PER_S = 400
+# A floor lease that still has at most this long to run when its tenant's last message of the batch is
+# done is left to lapse (no release written); one with longer is given back. Every moment a lapsing
+# lease outlives its work, the tenant's next message at another container may find its floor taken
+# and be deferred, which costs more than the release saves: the term is kept tight.
+LAPSE_MS = 250
+# The term of a lapsing floor lease: this many times the expected time to the tenant's last message
+# of the batch, plus this margin (the estimate is an average; a message that may end past the lease
+# renews it first).
+TERM_FACTOR = 1.25
+TERM_SLACK_MS = 50
+SLOT_PREFIX = "#"  # a floor slot's key in a map of leases; a holder (a container's hex id) never starts so
 
 
 def pool_shard_capacities(burst_capacity: int) -> list[int]:
@@ -177,6 +195,77 @@ def grant_for(
     if burst_capacity is not None and burst_in_use >= burst_capacity:
         return Grant.REFUSED
     return Grant.BURST
+
+
+def slot_key(slot: int) -> str:
+    """The key of floor slot ``slot`` in a lease item's map of leases."""
+    return f"{SLOT_PREFIX}{slot}"
+
+
+def home_slot(holder: str, floor: int) -> int:
+    """The floor slot a container tries first when it remembers none: containers spread over the slots."""
+    return zlib.crc32(holder.encode()) % floor
+
+
+def open_slots(
+    entries: Mapping[str, Mapping[str, object]], holder: str, floor: int, now_ms: int
+) -> list[int]:
+    """The floor slots ``holder`` may write blind in a map of leases (raw entries: ``exp``, ``h``): its own
+    first, then the free ones (never taken, or expired). Empty: the floor is taken by others."""
+    own: list[int] = []
+    free: list[int] = []
+    for slot in range(floor):
+        entry = entries.get(slot_key(slot))
+        if entry is None or int(str(entry["exp"])) <= now_ms:
+            free.append(slot)
+        elif entry.get("h") == holder:
+            own.append(slot)
+    return own + free
+
+
+class LeaseTerms:
+    """One container's estimate of how long its messages take, per tenant, for the term of its floor
+    leases: a lease that ends close to the tenant's last message lapses instead of being given back.
+
+    An exponentially weighted mean per tenant (and over all tenants, for a tenant not seen yet), and
+    one of the lead: the time from the batch's gates, where the lease is written, to its first
+    message; nothing is estimated before the container has processed a message (its first leases are
+    given back as before).
+    """
+
+    def __init__(self, weight: float = 0.3) -> None:
+        self._weight = weight
+        self._per_tenant: dict[object, float] = {}
+        self._all: float | None = None
+        self._lead = 0.0
+
+    def observe_lead(self, seconds: float) -> None:
+        """A batch's first message started ``seconds`` after its gates were asked."""
+        self._lead += self._weight * (seconds - self._lead)
+
+    def observe(self, tenant: object, seconds: float) -> None:
+        """A message of ``tenant`` took ``seconds``."""
+        weight = self._weight
+        last = self._per_tenant.get(tenant)
+        self._per_tenant[tenant] = seconds if last is None else last + weight * (seconds - last)
+        self._all = seconds if self._all is None else self._all + weight * (seconds - self._all)
+
+    def message_ms(self, tenant: object) -> float | None:
+        """The expected time of one message of ``tenant`` (ms); None before any message was timed."""
+        seconds = self._per_tenant.get(tenant, self._all)
+        return None if seconds is None else seconds * 1000
+
+    def until_ms(self, now_ms: int, tenants: Sequence[object]) -> int | None:
+        """When a floor lease taken at the gates (``now_ms``) should expire that must last through the
+        lead and the messages of ``tenants`` (in the order they are processed, the lease's tenant's
+        last one last); None if any cannot be estimated."""
+        total = 0.0
+        for tenant in tenants:
+            each = self.message_ms(tenant)
+            if each is None:
+                return None
+            total += each
+        return now_ms + int(self._lead * 1000 + TERM_FACTOR * total) + TERM_SLACK_MS
 
 
 class CrowdedFloors:

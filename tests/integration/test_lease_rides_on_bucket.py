@@ -20,7 +20,7 @@ from tests.integration.test_worker_leases_and_locks import (
     CountingClient,
     refuse_the_next_update_as_held_by_a_transaction,
 )
-from tests.integration.worker_fixtures import REGION, STATE_TABLE, WorkerWorld
+from tests.integration.worker_fixtures import REGION, STATE_TABLE, WorkerWorld, floor_slot, lease_holders
 
 world = worker_fixtures.world  # the fixture
 
@@ -70,7 +70,7 @@ def test_the_floor_lease_rides_on_the_bucket_s_lease_write(world: WorkerWorld) -
     assert taken == 2 and rider.landed
     assert client.calls == ["update_item"]  # the tokens and the lease in one write
     item = world.item("tenant#acme", "counters")
-    assert item["leases"] == {"me": {"exp": FAR, "burst": False}}
+    assert item["leases"] == {"#0": {"exp": FAR, "h": "me"}}
     assert item["version"] == 4  # the leases' version moved, as any lease write moves it
     assert item["consumer_version"] == 1 and "consumer_full_at" in item  # the bucket, beside the counters
     assert item["accepted"] == 7
@@ -82,8 +82,7 @@ def test_the_floor_lease_rides_on_the_bucket_s_lease_write(world: WorkerWorld) -
 
 def test_a_floor_taken_refuses_the_rider_and_the_bucket_is_written_alone(world: WorkerWorld) -> None:
     client = CountingClient(boto3.client("dynamodb", region_name=REGION))
-    other = {"M": {"exp": {"N": str(FAR)}, "burst": {"BOOL": False}}}
-    _counters(world, "acme", leases={"M": {"other": other}})
+    _counters(world, "acme", leases={"M": {"#0": floor_slot("other", FAR)}})
     bucket, leases = _gates(client)
 
     rider = leases.floor_rider("acme", LIMITS, FAR)
@@ -93,7 +92,7 @@ def test_a_floor_taken_refuses_the_rider_and_the_bucket_is_written_alone(world: 
     assert taken == 1 and rider.refused and not rider.landed
     assert client.calls == ["update_item", "update_item"]  # the joint write failed, the bucket's alone
     item = world.item("tenant#acme", "counters")
-    assert item["leases"].keys() == {"other"} and item["consumer_version"] == 1
+    assert lease_holders(item["leases"]) == {"other"} and item["consumer_version"] == 1
     # found at its floor: the next batch reads first rather than try a rider (or a blind write) again
     assert leases.floor_rider("acme", LIMITS, FAR) is None
     assert leases.acquire_many({"acme": LIMITS}, FAR) == {"acme": Grant.BURST}
@@ -190,4 +189,4 @@ def test_a_bucket_write_refused_while_a_burst_lease_s_transaction_holds_the_item
     # made again, not answered from the container's own view (which would admit past the rate)
     assert taken == 1 and refused and rider.landed
     item = world.item("tenant#acme", "counters")
-    assert item["consumer_version"] == 1 and item["leases"].keys() == {"me"}
+    assert item["consumer_version"] == 1 and lease_holders(item["leases"]) == {"me"}

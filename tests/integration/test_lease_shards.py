@@ -29,7 +29,7 @@ from local.emulator import moto_patches
 from local.emulator.moto_patches.limits import Enforcement, limits_enforced
 from tests.integration import worker_fixtures
 from tests.integration.test_worker_leases_and_locks import CountingClient
-from tests.integration.worker_fixtures import REGION, STATE_TABLE, WorkerWorld
+from tests.integration.worker_fixtures import REGION, STATE_TABLE, WorkerWorld, floor_slot
 
 world = worker_fixtures.world  # the fixture
 
@@ -39,28 +39,36 @@ TENANT = "big"
 
 
 def _lease(holder: str) -> dict[str, Any]:
-    return {holder: {"M": {"exp": {"N": str(FAR)}, "burst": {"BOOL": False}}}}
+    return {holder: {"M": {"exp": {"N": str(FAR)}, "burst": {"BOOL": True}}}}
 
 
 def _fill(world: WorkerWorld, tenant: str, sk: str, count: int) -> None:
-    """An item holding ``count`` live leases of other containers."""
+    """An item holding ``count`` live leases of other containers: its floor's one slot, then bursts."""
     leases: dict[str, Any] = {}
     for index in range(count):
-        leases |= _lease(f"other-{sk}-{index}")
+        holder = f"other-{sk}-{index}"
+        leases |= {"#0": floor_slot(holder, FAR)} if index == 0 else _lease(holder)
     world.put(
         {"pk": {"S": f"tenant#{tenant}"}, "sk": {"S": sk}, "leases": {"M": leases}, "version": {"N": "1"}}
     )
 
 
 def _leases_by_item(world: WorkerWorld, tenant: str) -> dict[str, dict[str, Any]]:
-    """The tenant's items that hold a map of leases: sort key -> that map."""
+    """The tenant's items that hold a map of leases: sort key -> that map, by holder (a floor slot's too)."""
     items = world.dynamodb.query(
         TableName=STATE_TABLE,
         KeyConditionExpression="pk = :pk",
         ExpressionAttributeValues={":pk": {"S": f"tenant#{tenant}"}},
         ConsistentRead=True,
     )["Items"]
-    return {item["sk"]["S"]: item["leases"]["M"] for item in items if "leases" in item}
+    return {
+        item["sk"]["S"]: {
+            (value["M"]["h"]["S"] if key.startswith("#") else key): value
+            for key, value in item["leases"]["M"].items()
+        }
+        for item in items
+        if "leases" in item
+    }
 
 
 @pytest.fixture

@@ -12,7 +12,7 @@ from botocore.exceptions import ClientError
 from breakwater.aws.concurrency import POOL_PK, POOL_SK, ConcurrencyLeases
 from breakwater.aws.idempotency import IdempotentProcessor
 from breakwater.aws.worker_ports import build_worker_ports
-from breakwater.concurrency import ConcurrencyLimits, Grant
+from breakwater.concurrency import ConcurrencyLimits, Grant, home_slot
 from breakwater.envelope import Envelope, Origin
 from breakwater.processor import WorkContext
 from breakwater.settings import WorkerSettings
@@ -24,6 +24,8 @@ from tests.integration.worker_fixtures import (
     STATE_TABLE,
     FakeLambdaContext,
     WorkerWorld,
+    floor_slot,
+    lease_holders,
     make_envelope,
 )
 
@@ -90,7 +92,7 @@ def _hold(world: WorkerWorld, tenant: str, version: int = 1) -> None:
         {
             "pk": {"S": f"tenant#{tenant}"},
             "sk": {"S": "counters"},
-            "leases": {"M": {"other": {"M": {"exp": {"N": str(FAR)}, "burst": {"BOOL": False}}}}},
+            "leases": {"M": {"#0": floor_slot("other", FAR)}},
             "version": {"N": str(version)},
         }
     )
@@ -132,9 +134,9 @@ def test_a_batch_takes_each_floor_in_one_write_and_reads_only_the_tenants_it_mis
         "update_item",
     ]
     globex = world.item("tenant#globex", "counters")
-    assert globex["leases"] == {"me": {"exp": FAR, "burst": False}}
+    assert globex["leases"] == {"#0": {"exp": FAR, "h": "me"}}  # its floor's only slot, naming its holder
     assert (globex["processed"], globex["writes"], globex["version"]) == (3, 2, 5)  # the counters stay
-    assert world.item("tenant#acme", "counters")["leases"].keys() == {"me"}
+    assert lease_holders(world.item("tenant#acme", "counters")["leases"]) == {"me"}
 
 
 def test_a_one_tenant_batch_takes_its_floor_lease_in_one_write_without_a_read(world: WorkerWorld) -> None:
@@ -145,7 +147,7 @@ def test_a_one_tenant_batch_takes_its_floor_lease_in_one_write_without_a_read(wo
 
     assert client.calls == ["update_item"]  # no read
     item = world.item("tenant#acme", "counters")
-    assert item["leases"] == {"me": {"exp": FAR, "burst": False}}
+    assert item["leases"] == {"#0": {"exp": FAR, "h": "me"}}
     assert item["version"] == 5  # a read-then-write of another container made meanwhile fails
     assert item["processed"] == 3
 
@@ -227,36 +229,57 @@ def test_a_tenant_at_its_floor_is_read_and_read_first_for_a_while(world: WorkerW
     client.calls.clear()
     assert leases.acquire_many({"busy": LIMITS}, FAR) == {"busy": Grant.REFUSED}
     assert client.calls == ["batch_get_item"]  # crowded: read first
-    assert world.item("tenant#busy", "counters")["leases"].keys() == {"other"}
+    assert lease_holders(world.item("tenant#busy", "counters")["leases"]) == {"other"}
 
 
-def test_an_expired_lease_counts_until_the_read_path_drops_it(world: WorkerWorld) -> None:
+def test_a_lapsed_floor_lease_is_taken_over_in_one_write_without_a_read(world: WorkerWorld) -> None:
     client = CountingClient(boto3.client("dynamodb", region_name=REGION))
-    _released(world, "acme", {"crashed": {"M": {"exp": {"N": "1"}, "burst": {"BOOL": False}}}})
+    _released(world, "acme", {"#0": floor_slot("gone", 1)})  # a lease left to lapse (or a crash's)
 
     assert _leases(client).acquire_many({"acme": LIMITS}, FAR) == {"acme": Grant.FLOOR}
 
-    assert client.calls == ["update_item", "batch_get_item", "update_item"]
-    assert world.item("tenant#acme", "counters")["leases"].keys() == {"me"}
+    assert client.calls == ["update_item"]
+    assert world.item("tenant#acme", "counters")["leases"] == {"#0": {"exp": FAR, "h": "me"}}
+
+
+def test_a_floor_write_refused_in_one_slot_is_made_once_more_in_a_slot_it_saw_open(
+    world: WorkerWorld,
+) -> None:
+    client = CountingClient(boto3.client("dynamodb", region_name=REGION))
+    holder = "me"  # its home slot is taken; the other slot of the floor of 2 is free
+    home = home_slot(holder, 2)
+    _released(world, "acme", {f"#{home}": floor_slot("other", FAR)})
+
+    limits = ConcurrencyLimits(floor=2, ceiling=2)
+    assert _leases(client).acquire_many({"acme": limits}, FAR) == {"acme": Grant.FLOOR}
+
+    assert client.calls == ["update_item", "update_item"]  # no read: the refusal showed the open slot
+    assert world.item("tenant#acme", "counters")["leases"] == {
+        f"#{home}": {"exp": FAR, "h": "other"},
+        f"#{1 - home}": {"exp": FAR, "h": "me"},
+    }
 
 
 def test_a_lease_that_loses_a_race_is_acquired_again_on_its_own(world: WorkerWorld) -> None:
     client = CountingClient(boto3.client("dynamodb", region_name=REGION))
-    # globex's floor looks taken to a write without reading (an expired lease still counts), acme's is free
-    _released(world, "globex", {"gone": {"M": {"exp": {"N": "1"}, "burst": {"BOOL": False}}}})
+    leases = _leases(client)
+    _hold(world, "globex")
+    assert leases.acquire_many({"globex": LIMITS}, FAR) == {"globex": Grant.REFUSED}  # now read first
+    _released(world, "globex")  # its holder gave it back
     _released(world, "acme")
+    client.calls.clear()
 
     def then(hook: Any) -> Any:
         return lambda: setattr(client, "before_write", hook)
 
-    # before the third write (globex's after its read) another container takes globex's floor
-    client.before_write = then(then(lambda: _hold(world, "globex", version=7)))
+    # before the second write (globex's after its read) another container takes globex's floor
+    client.before_write = then(lambda: _hold(world, "globex", version=7))
 
-    grants = _leases(client).acquire_many({"globex": LIMITS, "acme": LIMITS}, FAR)
+    grants = leases.acquire_many({"globex": LIMITS, "acme": LIMITS}, FAR)
 
     assert grants == {"acme": Grant.FLOOR, "globex": Grant.REFUSED}
-    assert client.calls == ["update_item", "update_item", "batch_get_item", "update_item", "get_item"]
-    assert world.item("tenant#globex", "counters")["leases"].keys() == {"other"}
+    assert client.calls == ["update_item", "batch_get_item", "update_item", "get_item"]
+    assert lease_holders(world.item("tenant#globex", "counters")["leases"]) == {"other"}
 
 
 # -- floors under contention: several containers, one state table, a small burst pool --------------------
@@ -269,7 +292,7 @@ def _pool(world: WorkerWorld) -> set[str]:
 
 
 def _holders(world: WorkerWorld, tenant: str) -> set[str]:
-    return set(world.item(f"tenant#{tenant}", "counters").get("leases", {}))
+    return lease_holders(world.item(f"tenant#{tenant}", "counters").get("leases", {}))
 
 
 def test_a_noisy_tenant_gets_no_burst_beyond_the_pool_and_a_quiet_one_always_its_floor(

@@ -51,6 +51,16 @@ def now_ms() -> int:
     return int(time.time() * 1000)
 
 
+def floor_slot(holder: str, expires_at_ms: int) -> dict[str, Any]:
+    """A floor lease as a lease item's map holds it (under its slot's key, ``#<k>``), low-level."""
+    return {"M": {"exp": {"N": str(expires_at_ms)}, "h": {"S": holder}}}
+
+
+def lease_holders(leases: dict[str, Any]) -> set[str]:
+    """The holders in a map of leases as read: a floor slot's, a burst lease's key."""
+    return {str(value["h"]) if key.startswith("#") else key for key, value in leases.items()}
+
+
 def make_envelope(tenant: str = "acme", *, age_ms: int = 0, **fields: Any) -> Envelope:
     stamp = now_ms()
     values: dict[str, Any] = {

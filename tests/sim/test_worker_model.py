@@ -8,7 +8,7 @@ moved to which queue role with which delay) must be the same.
 from __future__ import annotations
 
 import json
-from collections.abc import Mapping, Sequence
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -83,7 +83,10 @@ class RealPorts:
         return self.buckets.try_acquire_up_to(TENANTS.index(tenant), count, NOW_MS / 1000), 0.0
 
     def acquire_many(
-        self, requests: Mapping[str, ConcurrencyLimits], expires_at_ms: int, lock: Sequence[Envelope] = ()
+        self,
+        requests: Mapping[str, ConcurrencyLimits],
+        expires_at_ms: int,
+        floor_until: Mapping[str, int] | None = None,
     ) -> dict[str, Grant]:
         grants = self.leases.acquire_many(
             {TENANTS.index(tenant): limits for tenant, limits in requests.items()},
@@ -92,6 +95,14 @@ class RealPorts:
             NOW_MS,
         )
         return {TENANTS[tenant]: grant for tenant, grant in grants.items()}
+
+    def renew(self, tenant: str, limits: ConcurrencyLimits, until_ms: int) -> bool:
+        return True
+
+    def carry(self, counters: Mapping[str, Mapping[str, int]]) -> None: ...
+
+    def carried_landed(self) -> set[str]:
+        return set()
 
     def process(self, envelope: Envelope, work: WorkContext) -> dict[str, Any]:
         if self.down:

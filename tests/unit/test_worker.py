@@ -7,14 +7,14 @@ is tested against moto in tests/integration/test_worker*.py.
 from __future__ import annotations
 
 import json
-from collections.abc import Mapping, Sequence
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any, cast
 
 import pytest
 from aws_lambda_powertools.utilities.typing import LambdaContext
 
-from breakwater.concurrency import ConcurrencyLimits, Grant
+from breakwater.concurrency import ConcurrencyLimits, Grant, LeaseTerms
 from breakwater.envelope import REDRIVEN_ATTRIBUTE, REDRIVEN_COPY_ATTRIBUTE, Envelope, Origin, new_envelope_id
 from breakwater.fairness import BucketLimits
 from breakwater.processor import DependencyUnavailableError, WorkContext
@@ -65,12 +65,35 @@ class FakeLeases:
 
     full: set[str] = field(default_factory=set)
     asked: list[dict[str, ConcurrencyLimits]] = field(default_factory=list)
+    carried: dict[str, Mapping[str, int]] = field(default_factory=dict)
+    floors: set[str] = field(default_factory=set)  # the tenants given a floor lease since the carry
+    rode: list[dict[str, dict[str, int]]] = field(default_factory=list)  # counters floor writes took
 
     def acquire_many(
-        self, requests: Mapping[str, ConcurrencyLimits], expires_at_ms: int, lock: Sequence[Envelope] = ()
+        self,
+        requests: Mapping[str, ConcurrencyLimits],
+        expires_at_ms: int,
+        floor_until: Mapping[str, int] | None = None,
     ) -> dict[str, Grant]:
         self.asked.append(dict(requests))
-        return {tenant: Grant.REFUSED if tenant in self.full else Grant.FLOOR for tenant in requests}
+        grants = {tenant: Grant.REFUSED if tenant in self.full else Grant.FLOOR for tenant in requests}
+        self.floors |= {tenant for tenant, grant in grants.items() if grant is Grant.FLOOR}
+        return grants
+
+    def renew(self, tenant: str, limits: ConcurrencyLimits, until_ms: int) -> bool:
+        return True
+
+    def carry(self, counters: Mapping[str, Mapping[str, int]]) -> None:
+        self.carried = dict(counters)
+        self.floors = set()
+
+    def carried_landed(self) -> set[str]:
+        """The counters carried for the tenants given a floor lease land, as a floor write takes them."""
+        landed = {tenant: dict(deltas) for tenant, deltas in self.carried.items() if tenant in self.floors}
+        if landed:
+            self.rode.append(landed)
+        self.carried = {}
+        return set(landed)
 
 
 @dataclass
@@ -143,6 +166,14 @@ class FakeMetrics:
         ]
 
 
+class Unestimated(LeaseTerms):
+    """A container that cannot tell how long its messages take: its floor leases are given back, as
+    every test here expects (tests/unit/test_worker_lapse.py: leases that lapse)."""
+
+    def until_ms(self, now_ms: int, tenants: object) -> None:
+        return None
+
+
 @dataclass
 class World:
     """A worker over fake ports, and what each port was asked."""
@@ -170,6 +201,7 @@ class World:
         sidelining_enabled: bool = True,
         max_receive_count: int | None = MAX_RECEIVE_COUNT,
         outage_backoff_s: float | None = None,
+        lapsing: bool = False,
     ) -> Worker:
         config = WorkerOptions(
             decision=DecisionConfig(
@@ -206,12 +238,15 @@ class World:
             clock_ms=lambda: NOW,
             monotonic=lambda: self.monotonic_s,
         )
-        return Worker(
+        worker = Worker(
             config,
             ports,
             metrics=self.metrics,
             jitter=lambda: self.jitter_draws.pop(0) if self.jitter_draws else 1.0,
         )
+        if not lapsing:
+            worker.terms = Unestimated()
+        return worker
 
     def settle(
         self, grants: Mapping[str, Grant], counters: Mapping[str, Mapping[str, int]]
@@ -227,7 +262,7 @@ class World:
     def counters(self) -> dict[str, dict[str, int]]:
         """The per-tenant counters the batches settled, added up."""
         total: dict[str, dict[str, int]] = {}
-        for _, counters in self.settled:
+        for _, counters in [*self.settled, *((None, rode) for rode in self.leases.rode)]:
             for tenant, deltas in counters.items():
                 for name, value in deltas.items():
                     total.setdefault(tenant, {}).setdefault(name, 0)
@@ -645,7 +680,10 @@ def test_when_the_invocation_fails_every_unsettled_message_on_its_last_receive_i
 def test_a_lease_gate_that_fails_defers_its_messages_instead_of_failing_the_batch(world: World) -> None:
     class Unavailable(FakeLeases):
         def acquire_many(
-            self, requests: Mapping[str, ConcurrencyLimits], expires_at_ms: int, lock: Sequence[Envelope] = ()
+            self,
+            requests: Mapping[str, ConcurrencyLimits],
+            expires_at_ms: int,
+            floor_until: Mapping[str, int] | None = None,
         ) -> dict[str, Grant]:
             raise ConnectionError("state table unavailable")
 
@@ -713,7 +751,10 @@ def test_counters_whose_write_failed_go_out_with_the_next_batch(world: World) ->
     assert world.settled == []  # nothing written
     worker.handle(event(envelope()), context())
 
-    assert [counters for _, counters in world.settled] == [{"acme": {"processed": 2, "dropped": 1}}]
+    # the kept ones ride on the tenant's floor lease write, the batch's own go with its release
+    assert world.leases.rode == [{"acme": {"processed": 1, "dropped": 1}}]
+    assert [counters for _, counters in world.settled] == [{"acme": {"processed": 1}}]
+    assert world.counters() == {"acme": {"processed": 2, "dropped": 1}}
 
 
 def test_only_the_tenants_whose_counters_were_not_written_are_kept(world: World) -> None:

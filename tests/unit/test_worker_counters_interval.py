@@ -1,6 +1,7 @@
 """Counters that ride on no release (a sharded tenant's, a refused tenant's) go out at most once per
 interval per container; a small tenant's with its release at every batch (against the fake ports of
-tests/unit/test_worker.py, the clock injected)."""
+tests/unit/test_worker.py, the clock injected). The World's containers give every lease back
+(tests/unit/test_worker_lapse.py: leases that lapse)."""
 
 from __future__ import annotations
 
@@ -83,7 +84,7 @@ def test_the_interval_bounds_the_writes_of_every_container_that_may_count_a_tena
 
 def test_a_refused_small_tenant_s_counters_wait_for_the_interval(world: World) -> None:
     worker, writes = _worker(world)
-    worker.ports.leases.acquire_many = lambda requests, expires_at_ms: {  # type: ignore[method-assign,union-attr]
+    worker.ports.leases.acquire_many = lambda requests, expires_at_ms, floor_until=None: {  # type: ignore[method-assign,union-attr]
         tenant: Grant.REFUSED for tenant in requests
     }
 

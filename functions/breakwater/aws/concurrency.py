@@ -46,17 +46,29 @@ from typing import TYPE_CHECKING, Any
 from botocore.exceptions import BotoCoreError, ClientError
 
 from breakwater.aws.conflicts import pause_before_retry
-from breakwater.aws.counters import COUNTERS_SK, Rider, batch_get_some, plain, tenant_pk
+from breakwater.aws.counters import (
+    COUNTERS_SK,
+    Rider,
+    batch_get_some,
+    counters_update,
+    merged_update,
+    plain,
+    tenant_pk,
+)
 from breakwater.aws.lease_shards import LeaseItem, lease_items
 from breakwater.concurrency import (
+    SLOT_PREFIX,
     ConcurrencyLimits,
     CrowdedFloors,
     Grant,
     Lease,
     grant_for,
+    home_slot,
     live_leases,
+    open_slots,
     pool_shard_capacities,
     pool_shard_of,
+    slot_key,
 )
 from breakwater.observability import logger
 
@@ -74,12 +86,26 @@ _CONFLICTS = {
 }
 
 
-def _leases_from(item: Mapping[str, Any]) -> dict[str, Lease]:
-    raw = item.get("leases") or {}
-    return {
-        holder: Lease(expires_at_ms=int(value["exp"]), burst=bool(value.get("burst", False)))
-        for holder, value in raw.items()
-    }
+def _leases_from(item: Mapping[str, Any], holder: str | None = None) -> dict[str, Lease]:
+    """The item's leases for :func:`~breakwater.concurrency.grant_for`: a burst lease under its holder,
+    a floor slot under its slot key, except ``holder``'s own, under ``holder`` (the later one if it
+    has two)."""
+    leases: dict[str, Lease] = {}
+    for key, value in (item.get("leases") or {}).items():
+        lease = Lease(expires_at_ms=int(value["exp"]), burst=bool(value.get("burst", False)))
+        own = holder is not None and key.startswith(SLOT_PREFIX) and value.get("h") == holder
+        name = holder if own and holder is not None else key
+        other = leases.get(name)
+        if other is None or other.expires_at_ms < lease.expires_at_ms:
+            leases[name] = lease
+    return leases
+
+
+def _entry_value(key: str, value: Mapping[str, Any]) -> dict[str, Any]:
+    """A read entry of a map of leases as written (a floor slot names its holder, a burst lease says so)."""
+    if key.startswith(SLOT_PREFIX):
+        return {"M": {"exp": {"N": str(int(value["exp"]))}, "h": {"S": str(value["h"])}}}
+    return _lease_value(Lease(expires_at_ms=int(value["exp"]), burst=bool(value.get("burst", False))))
 
 
 def _pool_from(item: Mapping[str, Any]) -> dict[str, Lease]:
@@ -96,11 +122,6 @@ def _condition(version: int | None) -> dict[str, Any]:
 
 def _lease_value(lease: Lease) -> dict[str, Any]:
     return {"M": {"exp": {"N": str(lease.expires_at_ms)}, "burst": {"BOOL": lease.burst}}}
-
-
-def _expired(leases: Mapping[str, Lease], now_ms: int) -> bool:
-    """Whether the map holds a lease that no longer counts (a write that sets one lease keeps it)."""
-    return any(lease.expires_at_ms <= now_ms for lease in leases.values())
 
 
 def _conflict(exc: ClientError) -> bool:
@@ -136,6 +157,15 @@ class ConcurrencyLeases:
         self._attempts = attempts
         self._pause = pause  # before retry number n after a lost race; False: no time left for one
         self._crowded = CrowdedFloors()  # lease items whose floor was found taken: read first
+        # the floor slot this container last wrote in each lease item ("<tenant>/<sk>"): tried first
+        self._slots: dict[str, int] = {}
+        # the expiry of the floor leases of the call under way, per tenant (a lapsing lease's term);
+        # a tenant without one takes the call's expiry
+        self._floor_until: Mapping[str, int] = {}
+        # counters kept for a later write that ride on the tenant's next floor write of its counters
+        # item (:meth:`carry`), and the tenants whose did land
+        self._carried: dict[str, dict[str, Any]] = {}
+        self._landed: set[str] = set()
         # the item each tenant's lease was last taken in, until its release lands (a sharded tenant's
         # lease is in one of two shards, and the release must go where it is)
         self._held: dict[str, str] = {}
@@ -157,11 +187,52 @@ class ConcurrencyLeases:
     def _took(self, item: LeaseItem) -> None:
         self._held[item.tenant] = item.sk
 
-    def acquire(self, tenant: str, limits: ConcurrencyLimits, expires_at_ms: int) -> Grant:
-        """Take (or renew) this container's lease of ``tenant`` until ``expires_at_ms``; REFUSED if full,
-        if every attempt lost its race, or if the table could not be read or written (in both of a
-        sharded tenant's shards the container may lease in)."""
+    def acquire(
+        self, tenant: str, limits: ConcurrencyLimits, expires_at_ms: int, floor_until: int | None = None
+    ) -> Grant:
+        """Take (or renew) this container's lease of ``tenant`` until ``expires_at_ms`` (a floor lease
+        until ``floor_until`` if given); REFUSED if full, if every attempt lost its race, or if the
+        table could not be read or written (in both of a sharded tenant's shards the container may
+        lease in)."""
+        self._floor_until = {} if floor_until is None else {tenant: floor_until}
         return self._acquire_in(self._items(tenant, limits), expires_at_ms)
+
+    def renew(self, tenant: str, limits: ConcurrencyLimits, until_ms: int) -> bool:
+        """Move this container's floor lease of ``tenant`` to expire at ``until_ms`` (one blind write of
+        its slot); False if not renewed (its slot lapsed and was taken, the floor is full, an error)."""
+        self._floor_until = {tenant: until_ms}
+        return self._floor_without_read(self._items(tenant, limits)[0], until_ms, fresh=True)
+
+    def carry(self, counters: Mapping[str, Mapping[str, int]]) -> None:
+        """Counters (per tenant) to add in the tenant's next floor write of its counters item, in the
+        same UpdateItem (:func:`~breakwater.aws.counters.counters_update`), until :meth:`carried_landed`."""
+        self._landed = set()
+        self._carried = {}
+        for tenant, deltas in counters.items():
+            update = counters_update(self._table, tenant, deltas)
+            if update is not None:
+                self._carried[tenant] = update
+
+    def carried_landed(self) -> set[str]:
+        """The tenants whose carried counters a floor write took (written); the others' are not
+        written, and nothing is carried any more."""
+        landed, self._landed, self._carried = self._landed, set(), {}
+        return landed
+
+    def _with_carried(self, lease_item: LeaseItem, update: dict[str, Any]) -> dict[str, Any]:
+        """A floor write of the tenant's counters item with the counters it carries, if any."""
+        carried = self._carried.get(lease_item.tenant) if lease_item.on_counters else None
+        return update if carried is None else merged_update(update, carried, conditional=True)
+
+    def _floor_landed(self, lease_item: LeaseItem, slot: int) -> None:
+        """A floor write in ``slot`` landed (with the tenant's carried counters, if it carried any)."""
+        self._slots[self._slot_key_of(lease_item)] = slot
+        self._took(lease_item)
+        if lease_item.on_counters and self._carried.pop(lease_item.tenant, None) is not None:
+            self._landed.add(lease_item.tenant)
+
+    def _floor_expiry(self, tenant: str, expires_at_ms: int) -> int:
+        return self._floor_until.get(tenant, expires_at_ms)
 
     def _acquire_in(self, items: list[LeaseItem], expires_at_ms: int) -> Grant:
         """A lease in the first of ``items`` that grants one, each read first; REFUSED if none does."""
@@ -182,10 +253,10 @@ class ConcurrencyLeases:
         for attempt in range(self._attempts):
             now = self._clock_ms()
             item = self._get(*lease_item.key)
-            leases = _leases_from(item)
+            leases = _leases_from(item, self.holder)
             grant = grant_for(self.holder, leases, lease_item.limits, 0, None, now)
-            if grant is Grant.FLOOR and not _expired(leases, now):
-                if self._floor_in_one_write(lease_item, item, expires_at_ms):
+            if grant is Grant.FLOOR:
+                if self._floor_in_one_write(lease_item, item, expires_at_ms, now):
                     return grant
                 # the one write lost to the floor filling meanwhile: read again, after a pause that
                 # parts the racers (as a lost read-then-write does)
@@ -200,7 +271,7 @@ class ConcurrencyLeases:
             if grant is Grant.REFUSED:
                 return grant
             try:
-                self._write(lease_item, item, leases, grant, pool, expires_at_ms, now)
+                self._write(lease_item, item, grant, pool, expires_at_ms, now)
             except ClientError as exc:
                 if not _conflict(exc):
                     raise
@@ -212,8 +283,16 @@ class ConcurrencyLeases:
             return grant
         return Grant.REFUSED  # persistent contention: behave as full, the message is deferred
 
-    def acquire_many(self, requests: Mapping[str, ConcurrencyLimits], expires_at_ms: int) -> dict[str, Grant]:
+    def acquire_many(
+        self,
+        requests: Mapping[str, ConcurrencyLimits],
+        expires_at_ms: int,
+        floor_until: Mapping[str, int] | None = None,
+    ) -> dict[str, Grant]:
         """:meth:`acquire` for every tenant of a batch: one BatchGetItem, one conditional write per tenant.
+
+        ``floor_until``: when a tenant's floor lease expires, where it is to lapse rather than be given
+        back (others' expire at ``expires_at_ms``, as a burst lease always does).
 
         The burst leases and the pool go out in one TransactWriteItems (all or nothing); a write that
         loses a race (another container wrote the item) wrote nothing, and its tenants are acquired
@@ -221,6 +300,7 @@ class ConcurrencyLeases:
         acquired on its own too, and refused if that fails: one tenant's trouble is never the batch's.
         A sharded tenant refused in the container's own shard is tried in its other one.
         """
+        self._floor_until = dict(floor_until or {})
         choices = {tenant: self._items(tenant, limits) for tenant, limits in requests.items()}
         # First a floor lease without reading, per tenant: such writes never lose a race to each other
         # (each sets its own holder's lease, on a condition DynamoDB checks atomically), so many
@@ -267,16 +347,16 @@ class ConcurrencyLeases:
                 lost.append(tenant)
                 continue
             item = found.get(lease_item.key, {})
-            leases = _leases_from(item)
+            leases = _leases_from(item, self.holder)
             # no pool: unbounded; a pool whose shard could not be read: no room this batch
             places = None if self._pool_places is None else (self._pool_places if pool is not None else 0)
             grant = grant_for(self.holder, leases, lease_item.limits, len(pool_leases), places, now)
             if grant is Grant.BURST:
                 pool_leases[f"{tenant}#{self.holder}"] = Lease(expires_at_ms=expires_at_ms, burst=True)
             grants[tenant] = grant
-            if grant is Grant.FLOOR and not _expired(leases, now):
+            if grant is Grant.FLOOR:
                 try:
-                    taken = self._floor_in_one_write(lease_item, item, expires_at_ms)
+                    taken = self._floor_in_one_write(lease_item, item, expires_at_ms, now)
                 except (ClientError, BotoCoreError) as exc:
                     logger.warning("lease not written", extra={"tenant": tenant, "error": str(exc)})
                     taken = False
@@ -285,7 +365,7 @@ class ConcurrencyLeases:
             elif grant is Grant.REFUSED:
                 full.append(tenant)
             else:
-                writes[tenant] = self._tenant_update(lease_item, item, leases, grant, expires_at_ms, now)
+                writes[tenant] = self._tenant_update(lease_item, item, grant, expires_at_ms, now)
         # the burst leases that need the pool's shard in their transaction (none without a pool: those
         # are plain writes like the floors')
         burst = [tenant for tenant in writes if grants[tenant] is Grant.BURST and pool is not None]
@@ -319,89 +399,123 @@ class ConcurrencyLeases:
     def _floor_without_read(self, lease_item: LeaseItem, expires_at_ms: int, *, fresh: bool = False) -> bool:
         """A floor lease in ``lease_item`` in one write, without reading the item first.
 
-        The condition ``size(leases) < floor`` counts every lease in the item, expired ones and an
-        old one of this holder included, so it only ever grants what :func:`grant_for` would grant
-        as FLOOR (the read path cleans expired leases up); ``version`` moves, so a read-then-write
-        of another container made meanwhile fails its condition, as with any write. False: not
-        granted this way (the floor is taken or none, the item holds no leases yet, a conflict), the
-        caller reads. ``fresh``: the map was just made (:meth:`_make_room`), try even if it looked crowded.
+        The write sets one floor slot (:func:`~breakwater.concurrency.slot_key`): the one this
+        container last held there, else its home slot; on condition that the slot is free (never
+        taken, or its lease expired) or already this holder's, so it only ever grants what
+        :func:`grant_for` would grant as FLOOR. ``version`` moves, so a read-then-write of another
+        container made meanwhile fails its condition, as with any write. A slot found taken is
+        retried once in a slot the failed write's item shows open. False: not granted this way (the
+        floor taken, the item holds no leases yet, a conflict), the caller reads. ``fresh``: the
+        slot was just chosen from a read (or the map just made), try even if the item looked crowded.
         """
         if lease_item.limits.floor == 0:
             return False  # a shard without a floor of its own: every lease in it is read first
         now = self._clock_ms()
-        crowded_key = f"{lease_item.tenant}/{lease_item.sk}"
+        crowded_key = self._slot_key_of(lease_item)
         if not fresh and self._crowded.crowded(crowded_key, now):
             return False
-        try:
-            self._client.update_item(
-                **self._floor_update(lease_item, expires_at_ms, now),
-                ReturnValuesOnConditionCheckFailure="ALL_OLD",
-            )
-        except ClientError as exc:
-            if exc.response.get("Error", {}).get("Code") == "ConditionalCheckFailedException":
-                self._found_taken(crowded_key, exc.response.get("Item") or {}, now)  # type: ignore[arg-type]
-            return False  # taken, a race, or the item unavailable: the read path decides
-        except BotoCoreError:
-            return False
-        self._took(lease_item)
-        return True
+        expires = self._floor_expiry(lease_item.tenant, expires_at_ms)
+        for _ in range(2):
+            slot = self._slot_of(lease_item)
+            try:
+                self._client.update_item(
+                    **self._with_carried(lease_item, self._floor_update(lease_item, slot, expires, now)),
+                    ReturnValuesOnConditionCheckFailure="ALL_OLD",
+                )
+            except ClientError as exc:
+                if exc.response.get("Error", {}).get("Code") != "ConditionalCheckFailedException":
+                    return False  # a race or the item unavailable: the read path decides
+                item = plain(exc.response.get("Item") or {})  # type: ignore[arg-type]
+                if not self._found_taken(lease_item, item, now):
+                    return False
+                continue  # another slot is open: one more write there
+            except BotoCoreError:
+                return False
+            self._floor_landed(lease_item, slot)
+            return True
+        return False
 
-    def _floor_update(self, lease_item: LeaseItem, expires_at_ms: int, now: int) -> dict[str, Any]:
-        """The UpdateItem of a floor lease taken without reading (:meth:`_floor_without_read`)."""
+    def _slot_key_of(self, lease_item: LeaseItem) -> str:
+        return f"{lease_item.tenant}/{lease_item.sk}"
+
+    def _slot_of(self, lease_item: LeaseItem) -> int:
+        """The floor slot to write in ``lease_item``: the one this container last wrote, else its home."""
+        slot = self._slots.get(self._slot_key_of(lease_item))
+        floor = lease_item.limits.floor
+        return slot if slot is not None and slot < floor else home_slot(self.holder, floor)
+
+    def _choose_slot(self, lease_item: LeaseItem, item: Mapping[str, Any], now: int) -> bool:
+        """Remember the first slot the read ``item`` shows open to this holder; False if none is."""
+        slots = open_slots(item.get("leases") or {}, self.holder, lease_item.limits.floor, now)
+        if slots:
+            self._slots[self._slot_key_of(lease_item)] = slots[0]
+        return bool(slots)
+
+    def _floor_update(self, lease_item: LeaseItem, slot: int, expires_at_ms: int, now: int) -> dict[str, Any]:
+        """The UpdateItem of a floor lease in ``slot`` taken without reading (:meth:`_floor_without_read`)."""
         return {
             "TableName": self._table,
             "Key": {"pk": {"S": lease_item.pk}, "sk": {"S": lease_item.sk}},
-            "UpdateExpression": "SET leases.#h = :lease ADD version :one",
-            # attribute_exists first: an item without leases fails as size() of nothing does (and
-            # moto, which cannot size a missing attribute, never has to)
-            # (or renewing this holder's own live lease, which adds none)
+            "UpdateExpression": "SET leases.#slot = :lease ADD version :one",
+            # attribute_exists first: a nested path in an item without the map is invalid
             "ConditionExpression": (
-                "attribute_exists(leases) AND (size(leases) < :floor OR leases.#h.#exp > :now_ms)"
+                "attribute_exists(leases) AND (attribute_not_exists(leases.#slot)"
+                " OR leases.#slot.#exp <= :now_ms OR leases.#slot.#who = :me)"
             ),
-            "ExpressionAttributeNames": {"#h": self.holder, "#exp": "exp"},
+            "ExpressionAttributeNames": {"#slot": slot_key(slot), "#exp": "exp", "#who": "h"},
             "ExpressionAttributeValues": {
-                ":lease": _lease_value(Lease(expires_at_ms=expires_at_ms)),
-                ":floor": {"N": str(lease_item.limits.floor)},
+                ":lease": {"M": {"exp": {"N": str(expires_at_ms)}, "h": {"S": self.holder}}},
+                ":me": {"S": self.holder},
                 ":one": {"N": "1"},
                 ":now_ms": {"N": str(now)},
             },
         }
 
-    def floor_rider(self, tenant: str, limits: ConcurrencyLimits, expires_at_ms: int) -> Rider | None:
+    def floor_rider(
+        self, tenant: str, limits: ConcurrencyLimits, expires_at_ms: int, floor_until: int | None = None
+    ) -> Rider | None:
         """The floor lease of :meth:`_floor_without_read` as a :class:`~breakwater.aws.counters.Rider`
         of another write of the tenant's counters item (its consumer bucket's lease write), for a
         tenant whose leases are on that item; None where a lease is not taken without reading (leases
         on lease shards, no floor, the item found at its floor lately). Landed, the lease is held as
-        :meth:`acquire_many` would hold it; refused (the floor taken, the map not made yet), the
-        tenant is leased by :meth:`acquire_many`, read first if the floor was found taken."""
+        :meth:`acquire_many` would hold it; refused (the slot taken, the map not made yet), the tenant
+        is leased by :meth:`acquire_many`: in a slot the refusal showed open, or read first if none."""
         lease_item = self._items(tenant, limits)[0]
         if lease_item.sk != CONCURRENCY_SK or lease_item.limits.floor == 0:
             return None
         now = self._clock_ms()
-        crowded_key = f"{tenant}/{lease_item.sk}"
-        if self._crowded.crowded(crowded_key, now):
+        if self._crowded.crowded(self._slot_key_of(lease_item), now):
             return None
-        floor, holder = lease_item.limits.floor, self.holder
+        slot = self._slot_of(lease_item)
+        holder = self.holder
+        expires = expires_at_ms if floor_until is None else floor_until
 
         def holds(item: Mapping[str, Any]) -> bool:
             if "leases" not in item:
                 return False
-            leases = _leases_from(plain(item))
-            own = leases.get(holder)
-            return len(leases) < floor or (own is not None and own.expires_at_ms > now)
+            return slot in open_slots(plain(item)["leases"], holder, lease_item.limits.floor, now)
 
         return Rider(
-            update=self._floor_update(lease_item, expires_at_ms, now),
+            update=self._with_carried(lease_item, self._floor_update(lease_item, slot, expires, now)),
             holds=holds,
-            on_landed=lambda: self._took(lease_item),
-            on_refused=lambda item: self._found_taken(crowded_key, item, now),
+            on_landed=lambda: self._floor_landed(lease_item, slot),
+            on_refused=lambda item: self._refused(lease_item, item, now),
         )
 
-    def _found_taken(self, crowded_key: str, item: Mapping[str, Any], now: int) -> None:
-        """A blind floor write failed its condition on ``item`` (as the write returned it): read the
-        item first for a while if its floor is taken, not merely if it has no map of leases yet."""
-        if "leases" in item:
-            self._crowded.found_taken(crowded_key, now)
+    def _refused(self, lease_item: LeaseItem, item: Mapping[str, Any], now: int) -> None:
+        """A floor rider refused on ``item`` (low-level, as the failed write returned it)."""
+        self._found_taken(lease_item, plain(item), now)
+
+    def _found_taken(self, lease_item: LeaseItem, item: Mapping[str, Any], now: int) -> bool:
+        """A blind floor write failed its condition on ``item`` (as the write returned it): True if
+        another slot is open there (remembered, for the next write); else the item is read first for
+        a while if its floor is taken, not merely if it has no map of leases yet."""
+        if "leases" not in item:
+            return False
+        if self._choose_slot(lease_item, item, now):
+            return True
+        self._crowded.found_taken(self._slot_key_of(lease_item), now)
+        return False
 
     def _make_room(self, lease_item: LeaseItem) -> None:
         """Give the lease item an (empty) map of leases if it has none, so floor leases can be taken
@@ -415,12 +529,16 @@ class ConcurrencyLeases:
             ExpressionAttributeValues={":none": {"M": {}}},
         )
 
-    def _floor_in_one_write(self, lease_item: LeaseItem, item: Mapping[str, Any], expires_at_ms: int) -> bool:
-        """A floor lease the read says is free, taken with the write that races no other such write
-        (:meth:`_floor_without_read`); the map made first if the item has none. For an item without
-        expired leases only (a write of the whole map on its ``version`` drops those). False: lost."""
+    def _floor_in_one_write(
+        self, lease_item: LeaseItem, item: Mapping[str, Any], expires_at_ms: int, now: int
+    ) -> bool:
+        """A floor lease the read says is free, taken in a slot the read shows open with the write that
+        races no other such write (:meth:`_floor_without_read`); the map made first if the item has
+        none. False: lost (or no slot open: the floor is held above what the read counted)."""
         if "leases" not in item:
             self._make_room(lease_item)
+        elif not self._choose_slot(lease_item, item, now):
+            return False
         return self._floor_without_read(lease_item, expires_at_ms, fresh=True)
 
     def _one_by_one(self, choices: Mapping[str, list[LeaseItem]], expires_at_ms: int) -> dict[str, Grant]:
@@ -431,13 +549,12 @@ class ConcurrencyLeases:
         self,
         lease_item: LeaseItem,
         item: Mapping[str, Any],
-        leases: Mapping[str, Lease],
         grant: Grant,
         pool: Mapping[str, Any] | None,
         expires_at_ms: int,
         now: int,
     ) -> None:
-        update = self._tenant_update(lease_item, item, leases, grant, expires_at_ms, now)
+        update = self._tenant_update(lease_item, item, grant, expires_at_ms, now)
         if pool is None:
             self._client.update_item(**update)
             return
@@ -451,15 +568,18 @@ class ConcurrencyLeases:
         self,
         lease_item: LeaseItem,
         item: Mapping[str, Any],
-        leases: Mapping[str, Lease],
         grant: Grant,
         expires_at_ms: int,
         now: int,
     ) -> dict[str, Any]:
         """The item's live leases with this holder's, written over ``leases`` if ``version`` did not move
-        (an update, not a put: the counters on a counters item stay as they are)."""
-        kept = live_leases(leases, now)
-        kept[self.holder] = Lease(expires_at_ms=expires_at_ms, burst=grant is Grant.BURST)
+        (an update, not a put: the counters on a counters item stay as they are; expired entries go)."""
+        kept = {
+            key: _entry_value(key, value)
+            for key, value in (item.get("leases") or {}).items()
+            if int(value["exp"]) > now and key != self.holder
+        }
+        kept[self.holder] = _lease_value(Lease(expires_at_ms=expires_at_ms, burst=grant is Grant.BURST))
         version = int(item["version"]) if "version" in item else None
         condition = _condition(version)
         return {
@@ -468,7 +588,7 @@ class ConcurrencyLeases:
             "UpdateExpression": "SET leases = :leases, version = :next",
             "ConditionExpression": condition["ConditionExpression"],
             "ExpressionAttributeValues": {
-                ":leases": {"M": {holder: _lease_value(lease) for holder, lease in kept.items()}},
+                ":leases": {"M": kept},
                 ":next": {"N": str((version or 0) + 1)},
                 **condition.get("ExpressionAttributeValues", {}),
             },
@@ -494,11 +614,20 @@ class ConcurrencyLeases:
         Call :meth:`released` once it is written."""
         if grant is Grant.REFUSED:
             return None
+        sk = self._held.get(tenant, CONCURRENCY_SK)
+        # a floor lease is this holder's slot: only given back while it still holds it (a lease taken
+        # to last the invocation, or renewed), never after it lapsed to another container
+        name = self.holder
+        if grant is Grant.FLOOR:
+            slot = self._slots.get(f"{tenant}/{sk}")
+            if slot is None:
+                return None
+            name = slot_key(slot)
         return {
             "TableName": self._table,
-            "Key": {"pk": {"S": tenant_pk(tenant)}, "sk": {"S": self._held.get(tenant, CONCURRENCY_SK)}},
+            "Key": {"pk": {"S": tenant_pk(tenant)}, "sk": {"S": sk}},
             "UpdateExpression": "REMOVE leases.#h ADD version :one",
-            "ExpressionAttributeNames": {"#h": self.holder},
+            "ExpressionAttributeNames": {"#h": name},
             "ExpressionAttributeValues": {":one": {"N": "1"}},
         }
 

@@ -105,7 +105,9 @@ def merged_update(
         "Key": first["Key"],
         "UpdateExpression": " ".join(f"{action} {', '.join(bodies)}" for action, bodies in clauses.items()),
     }
-    if conditions:
+    if len(conditions) == 1:  # DynamoDB refuses redundant parentheses (a merge of a merge)
+        merged["ConditionExpression"] = conditions[0]
+    elif conditions:
         merged["ConditionExpression"] = " AND ".join(f"({condition})" for condition in conditions)
     for field in ("ExpressionAttributeNames", "ExpressionAttributeValues"):
         joined = dict(first.get(field) or {})

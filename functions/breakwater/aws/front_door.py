@@ -2,12 +2,10 @@
 
 from __future__ import annotations
 
-import signal
 import threading
 import time
 from collections.abc import Callable
-from types import FrameType
-from typing import Any, Protocol
+from typing import Protocol
 
 from breakwater.auth import Authorizer, TenantCache
 from breakwater.aws import clients
@@ -18,7 +16,7 @@ from breakwater.aws.group_backlogs import DynamoGroupBacklogs, tenant_backlogs
 from breakwater.aws.kinesis import StreamWriter
 from breakwater.aws.queues import EnqueueError, LiveQueues
 from breakwater.aws.request_keys import DynamoClaimStore
-from breakwater.aws.shutdown_signal import register_for_shutdown_signal
+from breakwater.aws.shutdown_signal import flush_in_the_background
 from breakwater.aws.tenants import TenantTable
 from breakwater.events import PartitionKeyMode
 from breakwater.events_ingest import EventsService
@@ -74,38 +72,15 @@ def build_ingest(settings: IngestSettings, clock: Callable[[], float] = time.tim
 def flush_tallies_in_the_background(
     service: IngestService, *, install_signal: bool = True
 ) -> threading.Event:
-    """Flush the service's tallies every interval from a daemon thread, and all of them at shutdown.
-
-    A request only flushes what is due when it arrives; without this, the tallies of a container
-    that gets no further request would wait for one (or be lost with the container). Lambda sends
-    SIGTERM before it shuts a container down when an extension is registered, so one is
-    (:func:`register_for_shutdown_signal`); the handler flushes, then runs whatever handler was
-    installed before. Returns the event that stops the thread.
-    """
-    stop = threading.Event()
-    interval = max(service.counter_flush_seconds, 0.1)
-
-    def loop() -> None:
-        while not stop.wait(interval):
-            service.flush_counters(force=False)
-
-    threading.Thread(target=loop, name="tally-flush", daemon=True).start()
-    if install_signal and threading.current_thread() is threading.main_thread():
-        previous = signal.getsignal(signal.SIGTERM)
-
-        def on_term(signum: int, frame: FrameType | None) -> Any:
-            stop.set()
-            service.flush_counters(force=True)
-            if callable(previous):
-                return previous(signum, frame)
-            if previous == signal.SIG_DFL:
-                signal.signal(signal.SIGTERM, signal.SIG_DFL)
-                signal.raise_signal(signal.SIGTERM)
-            return None
-
-        signal.signal(signal.SIGTERM, on_term)
-        register_for_shutdown_signal()
-    return stop
+    """Flush the service's tallies every interval from a daemon thread, and all of them at shutdown
+    (:func:`~breakwater.aws.shutdown_signal.flush_in_the_background`). Returns the event that stops
+    the thread."""
+    return flush_in_the_background(
+        lambda force: service.flush_counters(force=force),
+        service.counter_flush_seconds,
+        name="tally-flush",
+        install_signal=install_signal,
+    )
 
 
 def build_ordered(

@@ -1,7 +1,8 @@
 """Lambda sends a function's runtime SIGTERM before it shuts the container down only when an extension
 is registered. This registers a no-op internal extension (no events; its thread waits on the
-Extensions API for ever), so ingest's handler of SIGTERM really runs and flushes the tallies no later
-request would. It is what Lambda's own Rust runtime does for graceful shutdown; outside Lambda (no
+Extensions API for ever), so a handler of SIGTERM really runs and flushes what no later invocation
+would (:func:`flush_in_the_background`: ingest's tallies, a worker's counters kept for a later
+write). It is what Lambda's own Rust runtime does for graceful shutdown; outside Lambda (no
 ``AWS_LAMBDA_RUNTIME_API``: tests, the emulator) it does nothing.
 """
 
@@ -9,9 +10,12 @@ from __future__ import annotations
 
 import json
 import os
+import signal
 import threading
 import urllib.request
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
+from types import FrameType
+from typing import Any
 
 from breakwater.observability import logger
 
@@ -60,3 +64,41 @@ def _wait_for_events(api: str, identifier: str) -> None:
                 response.read()
         except OSError:
             return
+
+
+def flush_in_the_background(
+    flush: Callable[[bool], object], interval_s: float, *, name: str, install_signal: bool = True
+) -> threading.Event:
+    """Call ``flush(False)`` (what is due) every ``interval_s`` from a daemon thread, and ``flush(True)``
+    (everything) at shutdown; returns the event that stops the thread.
+
+    An invocation only flushes what is due when it runs; without this, what a container keeps would
+    wait for a next invocation (or be lost with the container). Lambda sends SIGTERM before it shuts
+    a container down when an extension is registered, so one is (:func:`register_for_shutdown_signal`);
+    the handler flushes, then runs whatever handler was installed before. ``flush`` must be safe to
+    call beside the handler (the thread runs while an invocation does).
+    """
+    stop = threading.Event()
+    interval = max(interval_s, 0.1)
+
+    def loop() -> None:
+        while not stop.wait(interval):
+            flush(False)
+
+    threading.Thread(target=loop, name=name, daemon=True).start()
+    if install_signal and threading.current_thread() is threading.main_thread():
+        previous = signal.getsignal(signal.SIGTERM)
+
+        def on_term(signum: int, frame: FrameType | None) -> Any:
+            stop.set()
+            flush(True)
+            if callable(previous):
+                return previous(signum, frame)
+            if previous == signal.SIG_DFL:
+                signal.signal(signal.SIGTERM, signal.SIG_DFL)
+                signal.raise_signal(signal.SIGTERM)
+            return None
+
+        signal.signal(signal.SIGTERM, on_term)
+        register_for_shutdown_signal()
+    return stop

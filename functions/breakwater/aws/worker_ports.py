@@ -220,11 +220,16 @@ def build_worker_ports(
         assert leases is not None  # made with the same setting
 
         def tokens_and_floor(
-            tenant: str, bucket: BucketLimits, count: int, limits: ConcurrencyLimits, expires_at_ms: int
+            tenant: str,
+            bucket: BucketLimits,
+            count: int,
+            limits: ConcurrencyLimits,
+            expires_at_ms: int,
+            floor_until: int | None,
         ) -> tuple[int, Grant | None]:
             """The tokens of a tenant whose leases are on its counters item, from its bucket there, and
             its floor lease in the bucket's write if the bucket writes (FLOOR; None: not taken)."""
-            rider = leases.floor_rider(tenant, limits, expires_at_ms)
+            rider = leases.floor_rider(tenant, limits, expires_at_ms, floor_until)
             taken, _ = rate.try_acquire_up_to(tenant, bucket, count, on_counters=True, rider=rider)
             return taken, Grant.FLOOR if rider is not None and rider.landed else None
 

@@ -37,7 +37,7 @@ from aws_lambda_powertools.utilities.typing import LambdaContext
 
 from breakwater.backlog import dead_letter_queue_url, dead_letters_by_hand
 from breakwater.breaker import CircuitBreaker
-from breakwater.concurrency import ConcurrencyLimits, Grant, lease_shard_count
+from breakwater.concurrency import LAPSE_MS, ConcurrencyLimits, Grant, LeaseTerms, lease_shard_count
 from breakwater.envelope import Envelope
 from breakwater.heartbeat import Heartbeat, HeartbeatMonitor, HeartbeatPlan
 from breakwater.observability import logger
@@ -102,6 +102,8 @@ class Worker:
         self._batch: BatchTally | None = None
         # the lease releases with the counters, and the counters kept between batches
         self.settlement = Settlement(ports)
+        # how long this container's messages take, per tenant: the term of a floor lease left to lapse
+        self.terms = LeaseTerms()
         self.breaker: CircuitBreaker | None = None
         if config.outage_backoff_s is not None:
             self.breaker = CircuitBreaker(
@@ -143,6 +145,11 @@ class Worker:
             *({"itemIdentifier": key} for key in sorted(failures - reported)),
         ]
         return response
+
+    def flush_kept_counters(self, force: bool = False) -> None:
+        """Write the counters this container keeps for a later write once they are due (every one if
+        ``force``): from the handler's background thread, and at shutdown."""
+        self.settlement.flush(force)
 
     # -- one record ------------------------------------------------------------------------------------
     def _record(self, record: EnvelopeSqsRecord) -> None:
@@ -219,18 +226,54 @@ class Worker:
         self._flush_moves(batch)
         left = Counter(each.envelope.tenant for each in admitted)
         unused_locks: list[Envelope] = []
-        for each in admitted:
+        if batch.gated_at is not None:
+            self.terms.observe_lead(self.ports.monotonic() - batch.gated_at)
+        for index, each in enumerate(admitted):
+            tenant = each.envelope.tenant
+            self._keep_lease(batch, admitted, index)
+            started = self.ports.monotonic()
             failed = self._one(each, breaker, batch, unused_locks)
+            self.terms.observe(tenant, self.ports.monotonic() - started)
             if failed is not None:
                 failures.add(failed)
-            tenant = each.envelope.tenant
             left[tenant] -= 1
-            if not left[tenant]:  # its lease goes back now, with its counters (dead letters included)
+            if not left[tenant]:  # its lease goes back now (or lapses), with its counters
                 self._count_dead_letters(batch, tenant)
-                self.settlement.release(batch, tenant, self.config.counters_interval_s)
+                until = batch.lease_until.pop(tenant, None)
+                if until is not None and until - self.ports.clock_ms() <= LAPSE_MS:
+                    self.settlement.lapse(batch, tenant, self.config.counters_interval_s)
+                else:
+                    self.settlement.release(batch, tenant, self.config.counters_interval_s)
         if unused_locks:
             self._unlock(unused_locks)
         return failures
+
+    def _keep_lease(self, batch: BatchTally, admitted: list[Admitted], index: int) -> None:
+        """Renew the lapsing floor lease of the tenant of ``admitted[index]`` if the message is expected
+        to outlast it: to the expected end of the tenant's last message of the batch (one write). A lease not
+        renewed (its slot lapsed and was taken, an error) is not given back at the end either: it may
+        be another container's by then; the messages go on, the limit is soft for that moment."""
+        tenant = admitted[index].envelope.tenant
+        until = batch.lease_until.get(tenant)
+        leases = self.ports.leases
+        if not until or leases is None:  # (0: its renewal failed; it lapses, nothing more is tried)
+            return
+        now = self.ports.clock_ms()
+        if until > now + (self.terms.message_ms(tenant) or 0.0):  # expected to end within the lease
+            return
+        last = max(i for i in range(index, len(admitted)) if admitted[i].envelope.tenant == tenant)
+        renewed = self.terms.until_ms(now, [admitted[i].envelope.tenant for i in range(index, last + 1)])
+        limits = batch.lease_limits.get(tenant)
+        if renewed is None or limits is None:
+            return
+        try:
+            if leases.renew(tenant, limits, renewed):
+                batch.lease_until[tenant] = renewed
+                return
+        except Exception as exc:  # the adapter answers False on AWS errors; this is a bug's net
+            logger.warning("lease not renewed", extra=_gate_error(tenant, exc))
+        logger.warning("lease not renewed: left to lapse", extra={"tenant": tenant})
+        batch.lease_until[tenant] = 0
 
     def _one(
         self, each: Admitted, breaker: CircuitBreaker | None, batch: BatchTally, unused_locks: list[Envelope]
@@ -335,14 +378,61 @@ class Worker:
         A tenant whose gate fails (its limits unreadable, its bucket's or leases' item throttled, the
         table unavailable) is refused like a tenant over its limits: its messages are set aside, and
         the batch's other tenants go on. The lease adapter retries lost races itself.
+
+        The counters this container kept for the batch's tenants ride on their floor writes (the
+        consumer bucket's write, the floor's own); those no write took are kept again.
         """
+        now = self.ports.clock_ms()
+        batch.gated_at = self.ports.monotonic()
+        expires_at = now + batch.context.get_remaining_time_in_millis() + 1000
+        floor_until = self._floor_terms(batch, now, expires_at)
+        riding: dict[str, dict[str, int]] = {}
+        ahead: dict[str, Counter[str]] = {}
+        if self.ports.leases is not None:
+            tenants = list(dict.fromkeys(each.envelope.tenant for each in batch.admitted))
+            riding = self.settlement.take_for_ride(tenants)
+            ahead = self._counted_ahead(batch, floor_until)
+            carried = {tenant: Counter(riding.get(tenant, {})) for tenant in {*riding, *ahead}}
+            for tenant, deltas in ahead.items():
+                carried[tenant].update(deltas)
+            self.ports.leases.carry(carried)
+        try:
+            return self._gates(batch, now, expires_at, floor_until)
+        finally:
+            if self.ports.leases is not None:
+                landed = self.ports.leases.carried_landed()
+                self.settlement.keep_back(
+                    {tenant: deltas for tenant, deltas in riding.items() if tenant not in landed}
+                )
+                for tenant in landed & ahead.keys():  # what its messages will count, written already
+                    batch.written[tenant] = ahead[tenant]
+
+    @staticmethod
+    def _counted_ahead(batch: BatchTally, floor_until: dict[str, int]) -> dict[str, Counter[str]]:
+        """What the admitted messages of each tenant whose floor lease is to lapse will count once
+        processed (``processed``, and ``replayed`` for a replayed one): written with its floor lease, so
+        that its last message needs no write. Whatever turns out otherwise (a failure, a spill, a
+        hold) is the difference written later, a negative ``processed`` among it."""
+        ahead: dict[str, Counter[str]] = {}
+        for each in batch.admitted:
+            tenant = each.envelope.tenant
+            if tenant in floor_until:
+                counts = ahead.setdefault(tenant, Counter())
+                counts["processed"] += 1
+                if each.envelope.replay_run is not None:
+                    counts["replayed"] += 1
+        return ahead
+
+    def _gates(
+        self, batch: BatchTally, now: int, expires_at: int, floor_until: dict[str, int]
+    ) -> list[Admitted]:
+        """:meth:`_gate`'s asks: the consumer rate, then the leases (their floor expiries given)."""
         within: list[Admitted] = []
         tokens: dict[str, int] = {}
         limits: dict[str, TierLimits] = {}
         lease_limits: dict[str, ConcurrencyLimits] = {}
         # the floor leases taken in the consumer bucket's write (a tenant's leases on its counters item)
         rode: dict[str, Grant] = {}
-        expires_at = self.ports.clock_ms() + batch.context.get_remaining_time_in_millis() + 1000
         for tenant, count in Counter(each.envelope.tenant for each in batch.admitted).items():
             try:
                 limits[tenant] = self.ports.tenant_limits(tenant)
@@ -355,7 +445,7 @@ class Worker:
                 bucket = consumer_bucket_limits(limits[tenant])
                 if self.ports.tokens_and_floor is not None and not sharded:
                     tokens[tenant], grant = self.ports.tokens_and_floor(
-                        tenant, bucket, count, lease_limits[tenant], expires_at
+                        tenant, bucket, count, lease_limits[tenant], expires_at, floor_until.get(tenant)
                     )
                     if grant is not None:
                         rode[tenant] = grant
@@ -380,11 +470,17 @@ class Worker:
         try:
             if unleased:
                 batch.grants |= self.ports.leases.acquire_many(
-                    {tenant: lease_limits[tenant] for tenant in unleased}, expires_at
+                    {tenant: lease_limits[tenant] for tenant in unleased}, expires_at, floor_until=floor_until
                 )
         except Exception as exc:  # the adapter refuses a tenant it cannot lease; this is a bug's net
             logger.exception("leases failed: the batch's messages are set aside", extra={"error": str(exc)})
             batch.grants |= dict.fromkeys(unleased, Grant.REFUSED)
+        batch.lease_limits = lease_limits
+        batch.lease_until = {
+            tenant: until
+            for tenant, until in floor_until.items()
+            if tenant in tenants and batch.grants.get(tenant) is Grant.FLOOR
+        }
         admitted: list[Admitted] = []
         for each in within:
             if batch.grants.get(each.envelope.tenant) is Grant.REFUSED:
@@ -392,6 +488,19 @@ class Worker:
             else:
                 admitted.append(each)
         return admitted
+
+    def _floor_terms(self, batch: BatchTally, now: int, expires_at: int) -> dict[str, int]:
+        """When each tenant's floor lease is to expire, to lapse after its last message of the batch
+        rather than be given back: the expected end of that message, with a margin (the messages are
+        processed in record order). A tenant not estimated yet takes the invocation's lease, given back."""
+        order = [each.envelope.tenant for each in batch.admitted]
+        last = {tenant: index for index, tenant in enumerate(order)}
+        terms: dict[str, int] = {}
+        for tenant, index in last.items():
+            until = self.terms.until_ms(now, order[: index + 1])
+            if until is not None and until < expires_at:
+                terms[tenant] = until
+        return terms
 
     def _redecide(self, each: Admitted, state: TenantState, batch: BatchTally) -> None:
         """Decide again for ``each`` with the gate's answer in ``state``, and buffer the move."""
@@ -506,6 +615,8 @@ class Worker:
     def _flush_aggregates(self, batch: BatchTally) -> None:
         now = self.ports.clock_ms()
         log_tenant_batches(batch)
+        for tenant in batch.lease_until:  # a lapsing lease is never given back: it may be another's by now
+            batch.grants.pop(tenant, None)
         self.settlement.settle(batch, self.config.counters_interval_s)
         for role, oldest in batch.oldest.items():
             try:

@@ -48,8 +48,17 @@ class LeaseGate(Protocol):
     """Per-tenant concurrency leases (``breakwater.aws.concurrency.ConcurrencyLeases``)."""
 
     def acquire_many(
-        self, requests: Mapping[str, ConcurrencyLimits], expires_at_ms: int
+        self,
+        requests: Mapping[str, ConcurrencyLimits],
+        expires_at_ms: int,
+        floor_until: Mapping[str, int] | None = None,
     ) -> dict[str, Grant]: ...
+
+    def renew(self, tenant: str, limits: ConcurrencyLimits, until_ms: int) -> bool: ...
+
+    def carry(self, counters: Mapping[str, Mapping[str, int]]) -> None: ...
+
+    def carried_landed(self) -> set[str]: ...
 
 
 @dataclass
@@ -72,11 +81,13 @@ class WorkerPorts:
     rate: RateGate | None = None
     leases: LeaseGate | None = None
     # The consumer tokens of a tenant whose leases are on its counters item (tenant, its bucket's limits,
-    # the tokens wanted, its concurrency limits, the lease's expiry in epoch ms), from a bucket kept on
-    # that item, with its floor lease taken in the bucket's write when the bucket writes: the tokens
-    # taken, and FLOOR if the lease was taken so (None: lease it with ``leases``). None: ``rate`` only.
+    # the tokens wanted, its concurrency limits, the lease's expiry in epoch ms, a lapsing floor lease's
+    # expiry or None), from a bucket kept on that item, with its floor lease taken in the bucket's write
+    # when the bucket writes: the tokens taken, and FLOOR if the lease was taken so (None: lease it with
+    # ``leases``). None: ``rate`` only.
     tokens_and_floor: (
-        Callable[[str, BucketLimits, int, ConcurrencyLimits, int], tuple[int, Grant | None]] | None
+        Callable[[str, BucketLimits, int, ConcurrencyLimits, int, int | None], tuple[int, Grant | None]]
+        | None
     ) = None
     lock: Callable[[list[Envelope]], None] = lambda _envelopes: None  # idempotency locks, before processing
     flush_processed: Callable[[], None] = lambda: None  # idempotency records, after the batch

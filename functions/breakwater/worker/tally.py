@@ -9,7 +9,7 @@ from dataclasses import dataclass, field
 from aws_lambda_powertools.utilities.typing import LambdaContext
 
 from breakwater.backlog import will_dead_letter
-from breakwater.concurrency import Grant
+from breakwater.concurrency import ConcurrencyLimits, Grant
 from breakwater.envelope import Envelope
 from breakwater.observability import logger
 from breakwater.sideline import Move, QueueRole, SidelineDecision, TenantState
@@ -47,6 +47,10 @@ class BatchTally:
     # message id -> (tenant, role, counter, outcome metric or None) of each buffered move
     moved: dict[str, tuple[str, MetricRole, str, str | None]] = field(default_factory=dict)
     grants: dict[str, Grant] = field(default_factory=dict)
+    # the tenants' concurrency limits, and when each lapsing floor lease expires (renewed as it goes)
+    lease_limits: dict[str, ConcurrencyLimits] = field(default_factory=dict)
+    lease_until: dict[str, int] = field(default_factory=dict)
+    gated_at: float | None = None  # (monotonic) when the gates were asked: the leases' terms start there
     counters: dict[str, Counter[str]] = field(default_factory=lambda: defaultdict(Counter))
     metrics: BatchMetrics = field(default_factory=BatchMetrics)
     oldest: dict[QueueRole, int] = field(default_factory=dict)
@@ -61,8 +65,11 @@ class BatchTally:
     dead_lettered: set[str] = field(default_factory=set)  # the ids counted ``dead_lettered``
 
     def unwritten(self, tenant: str) -> Counter[str]:
-        """The tenant's counters this batch has not written yet (counters only grow)."""
-        return self.counters.get(tenant, Counter()) - self.written.get(tenant, Counter())
+        """The tenant's counters this batch has not written yet: what it counted less what was written,
+        negative where a count written ahead (a lapsing lease's ``processed``) did not happen."""
+        left = Counter(self.counters.get(tenant, Counter()))
+        left.subtract(self.written.get(tenant, Counter()))
+        return Counter({name: value for name, value in left.items() if value})
 
     def count(self, tenant: str, role: MetricRole, counter: str, metric: str | None) -> None:
         self.counters[tenant][counter] += 1
