@@ -47,3 +47,26 @@ def test_a_pool_counts_invocations_duration_logs_and_the_handler_s_billed_reques
     assert measured == pytest.approx(gb_seconds(invocation.duration_ms, 512))
     assert usage["sqs.standard_requests"] == 1  # ten messages in one batch
     assert usage["logs.ingested_bytes"] >= logged
+
+
+def test_a_pool_stopped_shuts_its_environments_down_with_sigterm_and_bills_what_that_asks(
+    aws: EmbeddedAws,
+) -> None:
+    sqs = aws.client("sqs", counted=False)
+    url = sqs.create_queue(QueueName="pricing-shutdown")["QueueUrl"]
+    spec = FunctionSpec(
+        "Shutdown", "shutdown", "arn:aws:lambda:us-east-1:123456789012:function:shutdown",
+        "shutdown/handler.handler", 10, 512, {}, HANDLERS,
+    )  # fmt: skip
+    pool = FunctionPool(
+        spec, {"AWS_LAMBDA_FUNCTION_NAME": "shutdown", **aws.environment()}, lambda *_: None, 1
+    )
+    try:
+        assert pool.invoke({"queue_url": url}).ok
+        assert "sqs.standard_requests" not in pool.usage
+    finally:
+        pool.stop()
+
+    received = sqs.receive_message(QueueUrl=url, WaitTimeSeconds=1)["Messages"]
+    assert [message["Body"] for message in received] == ["flushed at shutdown"]
+    assert pool.usage["sqs.standard_requests"] == 1  # the shutdown's request, billed to the function
