@@ -493,10 +493,15 @@ class LeaseTable:
         if type(key) is tuple:
             del self._held_in[(holder, tenant)]
 
+    def contended(self, holder: str, tenant: int, now_ms: int) -> bool:
+        """``ConcurrencyLeases.contended``: a blind floor write of the holder's found the tenant's floor
+        taken lately (its item read first for a while)."""
+        return self._crowded.get((holder, self.lease_key(holder, tenant)), 0) > now_ms
+
     def renew(self, holder: str, tenant: int, limits: ConcurrencyLimits, until_ms: int, now_ms: int) -> bool:
         """``ConcurrencyLeases.renew``: the holder's floor lease of ``tenant`` moved to ``until_ms`` in one
         blind write of its slot (billed), if it still holds it or the floor has room; False: not
-        renewed (the worker holds on to it and gives it back at the tenant's end)."""
+        renewed (it lapses)."""
         key = self.lease_key(holder, tenant)
         leases = self._maps.get(key)
         floor = limits.floor if type(key) is int else shard_limits(limits, key[1]).floor  # type: ignore[index]

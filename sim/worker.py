@@ -267,7 +267,9 @@ class WorkerModel:
         process = sink.process
         lapsed: set[int] = set()
         ahead: dict[int, int] = {}  # a lapsing lease's tenant: its ``processed`` written with the lease
+        lease_expires = 0  # a lease that lasts the invocation (``Worker._gate``'s expiry)
         if gated_at is not None and granted:
+            lease_expires = int(gated_at * 1000) + int(setup.timeout_s * 1000) + 1000
             terms.observe_lead(at - gated_at)
             for message in admitted:
                 if message.tenant in lease_until:
@@ -277,9 +279,7 @@ class WorkerModel:
                 held.append((message, hold_for_outage(message, breaker.retry_in_s(at), config)))
             else:
                 if lease_until and message.tenant in lease_until:
-                    at += self._keep_lease(
-                        holder, message.tenant, admitted, position, last, at, terms, lease_until
-                    )
+                    at += self._keep_lease(holder, message.tenant, at, terms, lease_until, lease_expires)
                 outcome, spent_s = process(message, at)
                 at += spent_s
                 terms.observe(message.tenant, spent_s)
@@ -406,25 +406,22 @@ class WorkerModel:
         self,
         holder: str,
         tenant: int,
-        admitted: list[Message],
-        position: int,
-        last: dict[int, int],
         at: float,
         terms: LeaseTerms,
         lease_until: dict[int, int],
+        lease_expires: int,
     ) -> float:
-        """``Worker._keep_lease``: a lapsing floor lease the next message may outlast renewed to the
-        expected end of the tenant's last message (one write); one not renewed lapses. The time
-        botocore's retries took."""
+        """``Worker._keep_lease``: a lapsing floor lease the next message may outlast renewed to the end
+        of the invocation (one write), then given back at the tenant's end; one not renewed lapses.
+        The time botocore's retries took."""
         at_ms = int(at * 1000)
         until = lease_until[tenant]
-        if not until or until > at_ms + (terms.message_ms(tenant) or 0.0):
+        if not until or until >= lease_expires or until > at_ms + (terms.message_ms(tenant) or 0.0):
             return 0.0
         leases = self.leases
         assert leases is not None
-        renewed = terms.until_ms(at_ms, [each.tenant for each in admitted[position : last[tenant] + 1]])
-        if renewed is not None and leases.renew(holder, tenant, self._concurrency[tenant], renewed, at_ms):
-            lease_until[tenant] = renewed
+        if leases.renew(holder, tenant, self._concurrency[tenant], lease_expires, at_ms):
+            lease_until[tenant] = lease_expires
         else:  # not renewed: it lapses, never given back (it may be another container's by then)
             lease_until[tenant] = 0
         return self._waited()
@@ -519,7 +516,11 @@ class WorkerModel:
         for position, tenant in enumerate(order):
             ends[tenant] = position
         floor_until: dict[int, int] = {}
+        leases = self.leases
+        deferred = {message.tenant for message in within if message.origin is Origin.SURGE}
         for tenant, position in ends.items():
+            if tenant in deferred or leases.contended(holder, tenant, now_ms):
+                continue
             until = terms.until_ms(now_ms, order[: position + 1])
             if until is not None and until < expires_at:
                 floor_until[tenant] = until

@@ -30,6 +30,7 @@ tenant's) are written by each container at most every :func:`counters_interval_s
 
 from __future__ import annotations
 
+import math
 import zlib
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
@@ -56,11 +57,15 @@ COUNTERS_WRITES_PER_S = 400
 # lease outlives its work, the tenant's next message at another container may find its floor taken
 # and be deferred, which costs more than the release saves: the term is kept tight.
 LAPSE_MS = 250
-# The term of a lapsing floor lease: this many times the expected time to the tenant's last message
-# of the batch, plus this margin (the estimate is an average; a message that may end past the lease
-# renews it first).
-TERM_FACTOR = 1.25
+# The term of a lapsing floor lease: the expected time to the tenant's last message of the batch, this
+# many standard deviations of it, and this margin (a message expected to end past the lease renews it
+# first, for the rest of the invocation).
+TERM_DEVIATIONS = 3.0
 TERM_SLACK_MS = 50
+# No lapsing lease lasts longer: a tenant whose messages take longer (or whose work just slowed down)
+# gets the invocation's lease, given back, since a message outlasting a short lease would free its
+# slot mid-work, and a release is little beside such work.
+TERM_MAX_MS = 1_000
 SLOT_PREFIX = "#"  # a floor slot's key in a map of leases; a holder (a container's hex id) never starts so
 
 
@@ -227,16 +232,20 @@ class LeaseTerms:
     """One container's estimate of how long its messages take, per tenant, for the term of its floor
     leases: a lease that ends close to the tenant's last message lapses instead of being given back.
 
-    An exponentially weighted mean per tenant (and over all tenants, for a tenant not seen yet), and
-    one of the lead: the time from the batch's gates, where the lease is written, to its first
-    message; nothing is estimated before the container has processed a message (its first leases are
-    given back as before).
+    Exponentially weighted means and variances per tenant and over all the container's messages, and
+    a mean of the lead (from the batch's gates, where the lease is written, to its first message). A
+    lease lasts the lead, the expected time of the messages up to its tenant's last and
+    :data:`TERM_DEVIATIONS` standard deviations of it: a tenant whose times vary gets a longer
+    term (given back rather than lapsed if its messages end early), so a message rarely outlasts
+    its lease. Only a tenant this container has timed gets a lapsing lease, and only one of at most
+    :data:`TERM_MAX_MS`; the messages of other tenants before it are estimated from the container's
+    own.
     """
 
     def __init__(self, weight: float = 0.3) -> None:
         self._weight = weight
-        self._per_tenant: dict[object, float] = {}
-        self._all: float | None = None
+        self._per_tenant: dict[object, tuple[float, float]] = {}  # (mean, variance), seconds
+        self._all: tuple[float, float] | None = None
         self._lead = 0.0
 
     def observe_lead(self, seconds: float) -> None:
@@ -245,27 +254,35 @@ class LeaseTerms:
 
     def observe(self, tenant: object, seconds: float) -> None:
         """A message of ``tenant`` took ``seconds``."""
+        self._per_tenant[tenant] = self._updated(self._per_tenant.get(tenant), seconds)
+        self._all = self._updated(self._all, seconds)
+
+    def _updated(self, stats: tuple[float, float] | None, seconds: float) -> tuple[float, float]:
+        if stats is None:
+            return seconds, 0.0
+        mean, variance = stats
         weight = self._weight
-        last = self._per_tenant.get(tenant)
-        self._per_tenant[tenant] = seconds if last is None else last + weight * (seconds - last)
-        self._all = seconds if self._all is None else self._all + weight * (seconds - self._all)
+        deviation = seconds - mean
+        return mean + weight * deviation, (1 - weight) * (variance + weight * deviation * deviation)
 
     def message_ms(self, tenant: object) -> float | None:
-        """The expected time of one message of ``tenant`` (ms); None before any message was timed."""
-        seconds = self._per_tenant.get(tenant, self._all)
-        return None if seconds is None else seconds * 1000
+        """The expected time of one message of ``tenant`` (ms); None if this container has timed none."""
+        stats = self._per_tenant.get(tenant)
+        return None if stats is None else stats[0] * 1000
 
     def until_ms(self, now_ms: int, tenants: Sequence[object]) -> int | None:
         """When a floor lease taken at the gates (``now_ms``) should expire that must last through the
         lead and the messages of ``tenants`` (in the order they are processed, the lease's tenant's
-        last one last); None if any cannot be estimated."""
-        total = 0.0
+        last one last); None if that tenant has not been timed here."""
+        if not tenants or tenants[-1] not in self._per_tenant or self._all is None:
+            return None
+        mean = variance = 0.0
         for tenant in tenants:
-            each = self.message_ms(tenant)
-            if each is None:
-                return None
-            total += each
-        return now_ms + int(self._lead * 1000 + TERM_FACTOR * total) + TERM_SLACK_MS
+            each_mean, each_variance = self._per_tenant.get(tenant, self._all)
+            mean += each_mean
+            variance += each_variance
+        term_ms = int((self._lead + mean + TERM_DEVIATIONS * math.sqrt(variance)) * 1000) + TERM_SLACK_MS
+        return now_ms + term_ms if term_ms <= TERM_MAX_MS else None
 
 
 class CrowdedFloors:

@@ -101,6 +101,9 @@ class RealPorts:
 
     def carry(self, counters: Mapping[str, Mapping[str, int]]) -> None: ...
 
+    def contended(self, tenant: str) -> bool:
+        return False
+
     def carried_landed(self) -> set[str]:
         return set()
 

@@ -87,6 +87,9 @@ class FakeLeases:
         self.carried = dict(counters)
         self.floors = set()
 
+    def contended(self, tenant: str) -> bool:
+        return tenant in self.full
+
     def carried_landed(self) -> set[str]:
         """The counters carried for the tenants given a floor lease land, as a floor write takes them."""
         landed = {tenant: dict(deltas) for tenant, deltas in self.carried.items() if tenant in self.floors}

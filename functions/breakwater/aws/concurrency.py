@@ -231,6 +231,13 @@ class ConcurrencyLeases:
         if lease_item.on_counters and self._carried.pop(lease_item.tenant, None) is not None:
             self._landed.add(lease_item.tenant)
 
+    def contended(self, tenant: str) -> bool:
+        """Whether a blind floor write of ``tenant`` found its floor taken lately (its item is read first
+        for a while): its leases are then given back, not left to lapse, so its slots turn over as
+        soon as its work is done."""
+        key = f"{tenant}/{self._held.get(tenant, CONCURRENCY_SK)}"
+        return self._crowded.crowded(key, self._clock_ms())
+
     def _floor_expiry(self, tenant: str, expires_at_ms: int) -> int:
         return self._floor_until.get(tenant, expires_at_ms)
 

@@ -38,7 +38,7 @@ from aws_lambda_powertools.utilities.typing import LambdaContext
 from breakwater.backlog import dead_letter_queue_url, dead_letters_by_hand
 from breakwater.breaker import CircuitBreaker
 from breakwater.concurrency import LAPSE_MS, ConcurrencyLimits, Grant, LeaseTerms, lease_shard_count
-from breakwater.envelope import Envelope
+from breakwater.envelope import Envelope, Origin
 from breakwater.heartbeat import Heartbeat, HeartbeatMonitor, HeartbeatPlan
 from breakwater.observability import logger
 from breakwater.observability import metrics as powertools_metrics
@@ -250,21 +250,21 @@ class Worker:
 
     def _keep_lease(self, batch: BatchTally, admitted: list[Admitted], index: int) -> None:
         """Renew the lapsing floor lease of the tenant of ``admitted[index]`` if the message is expected
-        to outlast it: to the expected end of the tenant's last message of the batch (one write). A lease not
-        renewed (its slot lapsed and was taken, an error) is not given back at the end either: it may
-        be another container's by then; the messages go on, the limit is soft for that moment."""
+        to outlast it (one write): this batch's estimate was wrong, so the lease is taken to the end of
+        the invocation and given back at the tenant's end, as a lease the container cannot time is
+        (two writes, never more). A lease not renewed (its slot lapsed and was taken, an error) is not
+        given back either: it may be another container's by then; the limit is soft for that moment."""
         tenant = admitted[index].envelope.tenant
         until = batch.lease_until.get(tenant)
         leases = self.ports.leases
         if not until or leases is None:  # (0: its renewal failed; it lapses, nothing more is tried)
             return
         now = self.ports.clock_ms()
-        if until > now + (self.terms.message_ms(tenant) or 0.0):  # expected to end within the lease
-            return
-        last = max(i for i in range(index, len(admitted)) if admitted[i].envelope.tenant == tenant)
-        renewed = self.terms.until_ms(now, [admitted[i].envelope.tenant for i in range(index, last + 1)])
+        renewed = batch.lease_expires_at
+        if until >= renewed or until > now + (self.terms.message_ms(tenant) or 0.0):
+            return  # renewed already, or expected to end within the lease
         limits = batch.lease_limits.get(tenant)
-        if renewed is None or limits is None:
+        if limits is None:
             return
         try:
             if leases.renew(tenant, limits, renewed):
@@ -384,7 +384,7 @@ class Worker:
         """
         now = self.ports.clock_ms()
         batch.gated_at = self.ports.monotonic()
-        expires_at = now + batch.context.get_remaining_time_in_millis() + 1000
+        expires_at = batch.lease_expires_at = now + batch.context.get_remaining_time_in_millis() + 1000
         floor_until = self._floor_terms(batch, now, expires_at)
         riding: dict[str, dict[str, int]] = {}
         ahead: dict[str, Counter[str]] = {}
@@ -492,11 +492,18 @@ class Worker:
     def _floor_terms(self, batch: BatchTally, now: int, expires_at: int) -> dict[str, int]:
         """When each tenant's floor lease is to expire, to lapse after its last message of the batch
         rather than be given back: the expected end of that message, with a margin (the messages are
-        processed in record order). A tenant not estimated yet takes the invocation's lease, given back."""
+        processed in record order). A tenant not timed yet, or whose floor is contended (a blind
+        write found it taken lately, or a message of the batch was deferred over the tenant's
+        concurrency: its slots must turn over as soon as its work is done), takes the invocation's
+        lease, given back."""
         order = [each.envelope.tenant for each in batch.admitted]
         last = {tenant: index for index, tenant in enumerate(order)}
+        deferred = {each.envelope.tenant for each in batch.admitted if each.envelope.origin is Origin.SURGE}
         terms: dict[str, int] = {}
+        leases = self.ports.leases
         for tenant, index in last.items():
+            if tenant in deferred or (leases is not None and leases.contended(tenant)):
+                continue
             until = self.terms.until_ms(now, order[: index + 1])
             if until is not None and until < expires_at:
                 terms[tenant] = until

@@ -51,6 +51,7 @@ class BatchTally:
     lease_limits: dict[str, ConcurrencyLimits] = field(default_factory=dict)
     lease_until: dict[str, int] = field(default_factory=dict)
     gated_at: float | None = None  # (monotonic) when the gates were asked: the leases' terms start there
+    lease_expires_at: int = 0  # a lease that lasts the invocation (epoch ms)
     counters: dict[str, Counter[str]] = field(default_factory=lambda: defaultdict(Counter))
     metrics: BatchMetrics = field(default_factory=BatchMetrics)
     oldest: dict[QueueRole, int] = field(default_factory=dict)
