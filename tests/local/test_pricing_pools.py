@@ -15,15 +15,18 @@ from tests.polling import wait_for
 HANDLERS = Path(__file__).parent / "handlers"
 
 
+def _pool(aws: EmbeddedAws, name: str) -> FunctionPool:
+    """A pool of one environment of ``handlers/<name>/handler.py``, 512 MB, on the embedded AWS."""
+    spec = FunctionSpec(
+        name.title(), name, f"arn:aws:lambda:us-east-1:123456789012:function:{name}",
+        f"{name}/handler.handler", 10, 512, {}, HANDLERS,
+    )  # fmt: skip
+    return FunctionPool(spec, {"AWS_LAMBDA_FUNCTION_NAME": name, **aws.environment()}, lambda *_: None, 1)
+
+
 def test_a_pool_counts_invocations_duration_logs_and_the_handler_s_billed_requests(aws: EmbeddedAws) -> None:
     url = aws.client("sqs", counted=False).create_queue(QueueName="pricing-pool")["QueueUrl"]
-    spec = FunctionSpec(
-        "Metered", "metered", "arn:aws:lambda:us-east-1:123456789012:function:metered",
-        "metered/handler.handler", 10, 512, {}, HANDLERS,
-    )  # fmt: skip
-    pool = FunctionPool(
-        spec, {"AWS_LAMBDA_FUNCTION_NAME": "metered", **aws.environment()}, lambda *_: None, 1
-    )
+    pool = _pool(aws, "metered")
     try:
         pool.warm()
         after_init = dict(pool.usage)
@@ -54,13 +57,7 @@ def test_a_pool_stopped_shuts_its_environments_down_with_sigterm_and_bills_what_
 ) -> None:
     sqs = aws.client("sqs", counted=False)
     url = sqs.create_queue(QueueName="pricing-shutdown")["QueueUrl"]
-    spec = FunctionSpec(
-        "Shutdown", "shutdown", "arn:aws:lambda:us-east-1:123456789012:function:shutdown",
-        "shutdown/handler.handler", 10, 512, {}, HANDLERS,
-    )  # fmt: skip
-    pool = FunctionPool(
-        spec, {"AWS_LAMBDA_FUNCTION_NAME": "shutdown", **aws.environment()}, lambda *_: None, 1
-    )
+    pool = _pool(aws, "shutdown")
     try:
         assert pool.invoke({"queue_url": url}).ok
         assert "sqs.standard_requests" not in pool.usage
