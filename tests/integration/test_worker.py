@@ -373,13 +373,10 @@ def test_counters_the_state_table_refused_are_written_with_the_next_batch(
     assert len(world.item("tenant#acme", "counters")["leases"]) == 1
 
     world.send("live-0", make_envelope("acme"))
-    world.deliver(handler, "live-0")  # the same container, which now knows how long a message takes
+    world.deliver(handler, "live-0")  # the same container
 
+    # the kept ones rode on the next batch's floor write (or went with its release)
     assert counts(world, "acme") == {"processed": 3}
-    # its floor lease was renewed to end soon after the batch, and left to lapse: no release written
-    leases = world.item("tenant#acme", "counters")["leases"]
-    assert lease_holders(leases) == {handler.worker.ports.leases.holder}
-    assert all(lease["exp"] < now_ms() + 5_000 for lease in leases.values())
 
 
 def breakable(monkeypatch: pytest.MonkeyPatch) -> dict[str, bool]:
