@@ -3,7 +3,9 @@
 A tenant whose ceiling fits one lease shard keeps its leases in the ``leases`` map of its counters item
 (``tenant#<id>``/``counters``, :mod:`breakwater.aws.counters`), so a batch gives its lease back in the
 same write that adds its counters (:meth:`ConcurrencyLeases.release_update` merged with
-:func:`~breakwater.aws.counters.counters_update`): one write unit per tenant and batch instead of two.
+:func:`~breakwater.aws.counters.counters_update`), or, for a floor lease left to lapse, adds the
+counters its messages will count in the write that takes the lease (:meth:`ConcurrencyLeases.carry`):
+one write per tenant and batch.
 A larger tenant's leases are spread over lease shards (``tenant#<id>``/``lease#<k>``, holding only
 ``leases`` and ``version``; :mod:`breakwater.aws.lease_shards`): a container leases in its own shard,
 with that shard's share of the floor and ceiling, and in one other when its own is full; the lease
@@ -13,9 +15,10 @@ holds no leases, and the worker writes its counters at most every
 working on the tenant at every batch. Leases only ever touch ``leases`` and ``version``; the counters'
 writers and the controller never touch those, so neither side's conditions see the other's writes.
 
-Optimistic concurrency: read the lease item, drop expired leases, decide with the pure policy
-(:func:`breakwater.concurrency.grant_for`), write the map back on condition that ``version`` did not
-move. A floor lease is one conditional UpdateItem; a burst lease also takes a place in a shard of the
+Optimistic concurrency: read the lease item, decide with the pure policy
+(:func:`breakwater.concurrency.grant_for`); a burst lease writes the map back (expired leases dropped)
+on condition that ``version`` did not move. A floor lease is one conditional UpdateItem of a numbered
+slot (:func:`~breakwater.concurrency.slot_key`); a burst lease also takes a place in a shard of the
 burst pool in the same TransactWriteItems, so the two never disagree. The pool is split into shard items
 (``pool#concurrency``/``burst#<n>``; ``burst`` when there is one) of at most
 :data:`~breakwater.concurrency.POOL_SHARD_PLACES` places, and a container takes its places only in its
@@ -24,9 +27,10 @@ written only by the containers hashed to it. A batch acquires all its tenants wi
 one conditional write per tenant (a transaction only where a burst lease needs the pool: an item in a
 transaction costs twice the write units); a tenant whose write lost a race is acquired on its own. A
 tenant's floor lease is first tried without reading
-(:meth:`ConcurrencyLeases._floor_without_read`): one conditional write, on condition that the lease
-item holds fewer leases than its floor, expired ones included (a shard whose share of the floor is 0
-is always read first); an item found at its floor is read first for a while
+(:meth:`ConcurrencyLeases._floor_without_read`): one conditional write of a slot, on condition that it
+is free, expired or this holder's own (a shard whose share of the floor is 0 is always read first); a
+refusal's item names another open slot for one more write, and an item found with none is read first
+for a while
 (:class:`breakwater.concurrency.CrowdedFloors`). The worker keeps the consumer bucket of a tenant whose
 leases are on its counters item on that item too, and takes the floor lease in the bucket's own
 write when the bucket writes (:meth:`ConcurrencyLeases.floor_rider`): one write for both.
