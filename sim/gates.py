@@ -126,7 +126,6 @@ class LeaseTable:
         self.item_reads = 0
         # the expiry of the floor leases of the call under way, per tenant (a lapsing lease's term)
         self._floor_until: dict[int, int] = {}
-        self.renewals = 0  # lapsing floor leases renewed mid-batch (one write each)
 
     def shard_of(self, holder: str) -> int | None:
         """The holder's shard of the pool (None: no pool)."""
@@ -506,7 +505,6 @@ class LeaseTable:
         leases = self._maps.get(key)
         floor = limits.floor if type(key) is int else shard_limits(limits, key[1]).floor  # type: ignore[index]
         self.writes += 1
-        self.renewals += 1
         table = self.table
         if table is not None:
             item, kind = _item(table, key)

@@ -12,7 +12,7 @@ this way are summed per tenant, so a test can check that none is lost.
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Collection
 
 from breakwater.concurrency import ConcurrencyLimits, lease_shard_count
 from breakwater.settings import TierLimits
@@ -84,7 +84,7 @@ class KeptCounters:
         granted: frozenset[int],
         counted: dict[int, int],
         at_s: float,
-        lapsed: set[int] = frozenset(),  # type: ignore[assignment]
+        lapsed: Collection[int] = (),
     ) -> None:
         """When an invocation of ``holder`` returns at ``at_s``: its ``counts`` that rode on no release
         (a sharded tenant's, a tenant's that held no lease) kept, less what its releases kept already

@@ -175,7 +175,6 @@ class WorkerModel:
         )
         # per container: how long its messages take, the term of a floor lease left to lapse
         self._terms: dict[str, LeaseTerms] = {}
-        self.lapsed_leases = 0  # floor leases left to lapse at their tenant's end (no release written)
 
     def _container(self, queue: SqsQueue, index: int) -> tuple[str, CircuitBreaker | None, int]:
         """A new container's lease holder name, breaker and health shard."""
@@ -392,7 +391,6 @@ class WorkerModel:
         ``replayed``) went ahead with the lease (``ahead`` messages); what differs from that (other
         outcomes, processed ones fewer than counted ahead) is written now, or kept as a sharded
         tenant's counts are (``KeptCounters.keep``)."""
-        self.lapsed_leases += 1
         counted[tenant] = sum(each for (whose, _), each in counts.items() if whose == tenant)
         processed = counts.get((tenant, "processed"), 0)
         others = sum(
@@ -512,18 +510,10 @@ class WorkerModel:
         expires_at = now_ms + int(self.setup.timeout_s * 1000) + 1000
         # when each tenant's floor lease is to expire, to lapse after its last message (``_floor_terms``)
         order = [message.tenant for message in within]
-        ends: dict[int, int] = {}
-        for position, tenant in enumerate(order):
-            ends[tenant] = position
-        floor_until: dict[int, int] = {}
         leases = self.leases
-        deferred = {message.tenant for message in within if message.origin is Origin.SURGE}
-        for tenant, position in ends.items():
-            if tenant in deferred or leases.contended(holder, tenant, now_ms):
-                continue
-            until = terms.until_ms(now_ms, order[: position + 1])
-            if until is not None and until < expires_at:
-                floor_until[tenant] = until
+        skip = {message.tenant for message in within if message.origin is Origin.SURGE}
+        skip.update(tenant for tenant in set(order) if leases.contended(holder, tenant, now_ms))
+        floor_until = terms.ends_ms(now_ms, order, skip, before_ms=expires_at)
         known = self._concurrency
         requests: dict[int, ConcurrencyLimits] = {}
         for tenant in tenants:

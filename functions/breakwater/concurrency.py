@@ -32,12 +32,13 @@ from __future__ import annotations
 
 import math
 import zlib
-from collections.abc import Mapping, Sequence
+from collections.abc import Container, Mapping, Sequence
 from dataclasses import dataclass
 from enum import StrEnum
 from typing import NamedTuple, TypeVar
 
 K = TypeVar("K")  # how a map of leases is keyed (a holder, or a tenant and holder)
+T = TypeVar("T")  # a tenant, as the caller names it (its id, or the simulator's index)
 
 CROWDED_MS = 5_000  # after a tenant's floor was found taken, its batches read before writing this long
 # The burst pool is split into items of at most this many places, so no item grows with the fleet's
@@ -274,15 +275,33 @@ class LeaseTerms:
         """When a floor lease taken at the gates (``now_ms``) should expire that must last through the
         lead and the messages of ``tenants`` (in the order they are processed, the lease's tenant's
         last one last); None if that tenant has not been timed here."""
-        if not tenants or tenants[-1] not in self._per_tenant or self._all is None:
+        if not tenants:
             return None
+        return self.ends_ms(now_ms, tenants).get(tenants[-1])
+
+    def ends_ms(
+        self, now_ms: int, order: Sequence[T], skip: Container[T] = (), before_ms: int | None = None
+    ) -> dict[T, int]:
+        """:meth:`until_ms` for every tenant of ``order`` (the batch's messages' tenants, in the order
+        they are processed) not in ``skip``, through its last message, in one pass; a tenant without
+        a term (not timed here, or its term over :data:`TERM_MAX_MS` or not before ``before_ms``) is
+        left out."""
+        everyone = self._all
+        if everyone is None:
+            return {}
+        last = {tenant: index for index, tenant in enumerate(order)}
+        ends: dict[T, int] = {}
         mean = variance = 0.0
-        for tenant in tenants:
-            each_mean, each_variance = self._per_tenant.get(tenant, self._all)
+        for index, tenant in enumerate(order):
+            each_mean, each_variance = self._per_tenant.get(tenant, everyone)
             mean += each_mean
             variance += each_variance
-        term_ms = int((self._lead + mean + TERM_DEVIATIONS * math.sqrt(variance)) * 1000) + TERM_SLACK_MS
-        return now_ms + term_ms if term_ms <= TERM_MAX_MS else None
+            if last[tenant] != index or tenant in skip or tenant not in self._per_tenant:
+                continue
+            term_ms = int((self._lead + mean + TERM_DEVIATIONS * math.sqrt(variance)) * 1000) + TERM_SLACK_MS
+            if term_ms <= TERM_MAX_MS and (before_ms is None or now_ms + term_ms < before_ms):
+                ends[tenant] = now_ms + term_ms
+        return ends
 
 
 class CrowdedFloors:

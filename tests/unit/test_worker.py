@@ -173,8 +173,10 @@ class Unestimated(LeaseTerms):
     """A container that cannot tell how long its messages take: its floor leases are given back, as
     every test here expects (tests/unit/test_worker_lapse.py: leases that lapse)."""
 
-    def until_ms(self, now_ms: int, tenants: object) -> None:
-        return None
+    def ends_ms(
+        self, now_ms: int, order: object, skip: object = (), before_ms: object = None
+    ) -> dict[str, int]:
+        return {}
 
 
 @dataclass

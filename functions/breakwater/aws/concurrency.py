@@ -128,6 +128,11 @@ def _lease_value(lease: Lease) -> dict[str, Any]:
     return {"M": {"exp": {"N": str(lease.expires_at_ms)}, "burst": {"BOOL": lease.burst}}}
 
 
+def _item_key(tenant: str, sk: str) -> str:
+    """A lease item's key in a container's memory of its slots and of crowded floors."""
+    return f"{tenant}/{sk}"
+
+
 def _conflict(exc: ClientError) -> bool:
     return exc.response.get("Error", {}).get("Code") in _CONFLICTS
 
@@ -239,7 +244,7 @@ class ConcurrencyLeases:
         """Whether a blind floor write of ``tenant`` found its floor taken lately (its item is read first
         for a while): its leases are then given back, not left to lapse, so its slots turn over as
         soon as its work is done."""
-        key = f"{tenant}/{self._held.get(tenant, CONCURRENCY_SK)}"
+        key = _item_key(tenant, self._held.get(tenant, CONCURRENCY_SK))
         return self._crowded.crowded(key, self._clock_ms())
 
     def _floor_expiry(self, tenant: str, expires_at_ms: int) -> int:
@@ -447,7 +452,7 @@ class ConcurrencyLeases:
         return False
 
     def _slot_key_of(self, lease_item: LeaseItem) -> str:
-        return f"{lease_item.tenant}/{lease_item.sk}"
+        return _item_key(lease_item.tenant, lease_item.sk)
 
     def _slot_of(self, lease_item: LeaseItem) -> int:
         """The floor slot to write in ``lease_item``: the one this container last wrote, else its home."""
@@ -630,7 +635,7 @@ class ConcurrencyLeases:
         # to last the invocation, or renewed), never after it lapsed to another container
         name = self.holder
         if grant is Grant.FLOOR:
-            slot = self._slots.get(f"{tenant}/{sk}")
+            slot = self._slots.get(_item_key(tenant, sk))
             if slot is None:
                 return None
             name = slot_key(slot)

@@ -497,17 +497,11 @@ class Worker:
         concurrency: its slots must turn over as soon as its work is done), takes the invocation's
         lease, given back."""
         order = [each.envelope.tenant for each in batch.admitted]
-        last = {tenant: index for index, tenant in enumerate(order)}
-        deferred = {each.envelope.tenant for each in batch.admitted if each.envelope.origin is Origin.SURGE}
-        terms: dict[str, int] = {}
+        skip = {each.envelope.tenant for each in batch.admitted if each.envelope.origin is Origin.SURGE}
         leases = self.ports.leases
-        for tenant, index in last.items():
-            if tenant in deferred or (leases is not None and leases.contended(tenant)):
-                continue
-            until = self.terms.until_ms(now, order[: index + 1])
-            if until is not None and until < expires_at:
-                terms[tenant] = until
-        return terms
+        if leases is not None:
+            skip.update(tenant for tenant in set(order) if leases.contended(tenant))
+        return self.terms.ends_ms(now, order, skip, before_ms=expires_at)
 
     def _redecide(self, each: Admitted, state: TenantState, batch: BatchTally) -> None:
         """Decide again for ``each`` with the gate's answer in ``state``, and buffer the move."""

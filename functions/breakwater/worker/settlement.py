@@ -121,9 +121,7 @@ class Settlement:
         """Counters taken to ride on a write that did not take them: kept again, for a later write."""
         with self._lock:
             for tenant, deltas in counters.items():
-                kept = Counter(self.unsettled.get(tenant, {}))
-                kept.update(deltas)
-                self.unsettled[tenant] = dict(kept)
+                self._keep(tenant, deltas)
 
     def flush(self, force: bool) -> None:
         """Write the counters kept for a later write whose time has come (every one if ``force``): the
@@ -152,9 +150,7 @@ class Settlement:
             return False
         now = self.ports.monotonic()
         if self._counters_due.get(tenant, now) > now:
-            kept = Counter(self.unsettled.get(tenant, {}))
-            kept.update(counters)
-            self.unsettled[tenant] = dict(kept)
+            self._keep(tenant, counters)
             return True
         self._counters_due[tenant] = now + interval_s
         return False
@@ -179,7 +175,11 @@ class Settlement:
             unwritten = pending
         for tenant, deltas in unwritten.items():
             if any(deltas.values()):
-                kept = Counter(self.unsettled.get(tenant, {}))
-                kept.update(deltas)
-                self.unsettled[tenant] = dict(kept)
+                self._keep(tenant, deltas)
                 logger.warning("counters kept for the next batch", extra={"tenant": tenant})
+
+    def _keep(self, tenant: str, deltas: Mapping[str, int]) -> None:
+        """Add ``deltas`` to what is kept of ``tenant``'s counters for a later write."""
+        kept = Counter(self.unsettled.get(tenant, {}))
+        kept.update(deltas)
+        self.unsettled[tenant] = dict(kept)
